@@ -1,0 +1,33 @@
+"""logstore compact TABLE [--dry-run]: policy-driven compaction, in-process; prints the JSON report."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from airflow_logstore.commands import print_json
+
+
+def run(args: argparse.Namespace) -> int:
+    from airflow_logstore.spark.compact_job import options_from_args, run_compaction
+    from airflow_logstore.spark.session import build_spark_session
+    from airflow_logstore.tables import LogStoreTable
+
+    options = options_from_args(args)
+    options.validate()  # before a JVM starts
+    handle = LogStoreTable.open(args.table)
+    spark = build_spark_session(f"logstore-compact-{args.table}")
+    print_json(run_compaction(spark, handle, options).to_dict())
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    from airflow_logstore.spark.compact_job import add_arguments
+
+    parser = subparsers.add_parser(
+        "compact",
+        help="compact a table when its small-file / delete thresholds say so; expire snapshots, orphans",
+    )
+    parser.add_argument("table")
+    add_arguments(parser)
+    parser.set_defaults(handler=run)

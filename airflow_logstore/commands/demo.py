@@ -1,0 +1,21 @@
+"""logstore demo: run the example pipeline end to end on the embedded default and say what happened."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def run(args: argparse.Namespace) -> int:
+    from airflow_logstore.demo import run_demo
+
+    summary = run_demo(Path(args.dags_folder) if args.dags_folder else None)
+    ok = summary["consistent_read_equals_table"] and summary["eventual_read_converges_to_table"]
+    return 0 if ok else 1
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("demo", help="run the example DAG end to end on the embedded default")
+    parser.add_argument("--dags-folder", default=None, help="default: the dags/ folder of this checkout")
+    parser.set_defaults(handler=run)

@@ -1,0 +1,22 @@
+"""logstore publish TABLE: advance the visibility watermark from committed snapshots."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from airflow_logstore.commands import print_json
+
+
+def run(args: argparse.Namespace) -> int:
+    from airflow_logstore.publish import publish_visible_offsets
+    from airflow_logstore.tables import LogStoreTable
+
+    print_json(publish_visible_offsets(LogStoreTable.open(args.table)).to_dict())
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("publish", help="mark the offsets of committed snapshots visible")
+    parser.add_argument("table")
+    parser.set_defaults(handler=run)

@@ -1,0 +1,37 @@
+"""logstore reconcile TABLE [--dry-run]: reverse the records failed writer attempts left in the log."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from airflow_logstore.commands import print_json
+
+
+def run(args: argparse.Namespace) -> int:
+    from airflow_logstore.reconciler import PythonEngine, kill_at, reconcile
+    from airflow_logstore.tables import LogStoreTable
+
+    report = reconcile(
+        LogStoreTable.open(args.table),
+        dry_run=args.dry_run,
+        lease_ttl_s=args.lease_ttl,
+        engine=PythonEngine(args.workers),
+        stage_hook=kill_at(args.crash_at) if args.crash_at else None,
+    )
+    print_json(report.to_dict())
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    from airflow_logstore.core.reconcile import STAGES
+
+    parser = subparsers.add_parser(
+        "reconcile", help="reverse failed writer attempts' records in the log; prints the JSON report"
+    )
+    parser.add_argument("table")
+    parser.add_argument("--dry-run", action="store_true", help="compute the report, write nothing")
+    parser.add_argument("--lease-ttl", type=float, default=120.0, help="lease time-to-live, seconds")
+    parser.add_argument("--workers", type=int, default=None, help="scan processes (default: 1, this one)")
+    parser.add_argument("--crash-at", default=None, choices=STAGES, help="SIGKILL at a stage (tests)")
+    parser.set_defaults(handler=run)

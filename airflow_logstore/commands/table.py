@@ -1,0 +1,49 @@
+"""logstore table create|show."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from airflow_logstore.commands import parse_properties, print_json
+
+
+def create(args: argparse.Namespace) -> int:
+    from airflow_logstore.tables import LogStoreTable, create_table
+
+    key = [c.strip() for c in (args.primary_key or "").split(",") if c.strip()]
+    result = create_table(
+        LogStoreTable.open(args.name),
+        args.schema,
+        primary_key=key,
+        properties=parse_properties(args.property),
+    )
+    print_json(result.to_dict())
+    return 0
+
+
+def show(args: argparse.Namespace) -> int:
+    from airflow_logstore.tables import LogStoreTable, show_table
+
+    print_json(show_table(LogStoreTable.open(args.name)))
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    table = subparsers.add_parser("table", help="create or show a LogStore table")
+    commands = table.add_subparsers(dest="table_command", required=True)
+    parser = commands.add_parser("create", help="create an Iceberg table with its Kafka log (idempotent)")
+    parser.add_argument("name", help="namespace.table")
+    parser.add_argument("--schema", required=True, help='columns, e.g. "id int, name string, ts timestamp"')
+    parser.add_argument("--primary-key", default="", help="comma-separated key columns")
+    parser.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="table property (repeatable), e.g. log-store.enabled=true",
+    )
+    parser.set_defaults(handler=create)
+    parser = commands.add_parser("show", help="properties, topic, partitions, current snapshot")
+    parser.add_argument("name")
+    parser.set_defaults(handler=show)

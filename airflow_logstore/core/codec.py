@@ -1,0 +1,350 @@
+"""The LogStore log record format, version 1: one codec for writer, readers and reconciliation.
+
+A record in the log topic is::
+
+    key      JSON array of the primary-key values in key order, compact ("[42,\"eu\"]");
+             null (no key) for tables without a primary key
+    value    {"kind": "+I" | "-U" | "+U" | "-D", "row": {<column>: <value>, ...}}
+    headers  format-version  "1"
+             writer-id       who wrote it (a dual-write job, or "logstore-reconciler")
+             epoch           the writer's attempt number (strictly increasing per writer)
+             batch-id        the batch (a job run or a streaming micro-batch id)
+             task-attempt    "<spark partition>.<attempt>" of the Spark task that produced it
+             record-type     data | reversal | reassert
+             reverses        "<partition>:<offset>" of the record a reversal undoes (reversals only)
+             emit-mode       "log" when the batch was written to the log only (never committed)
+
+Keys are partitioned with Kafka's murmur2 partitioner (librdkafka ``murmur2_random``, the same as the
+Java client's default), so every change of one key lands in one partition, in order.
+Column values use JSON: numbers, strings, booleans, ISO-8601 dates and UTC timestamps, decimals as
+strings or numbers, binary as base64.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import functools
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any
+
+from airflow_logstore.exceptions import RecordDecodeError
+
+FORMAT_VERSION = "1"
+
+H_FORMAT = "format-version"
+H_WRITER = "writer-id"
+H_EPOCH = "epoch"
+H_BATCH = "batch-id"
+H_TASK = "task-attempt"
+H_TYPE = "record-type"
+H_REVERSES = "reverses"
+H_EMIT = "emit-mode"
+
+RECONCILER_WRITER_ID = "logstore-reconciler"
+PRODUCER_PARTITIONER = "murmur2_random"
+
+
+class RowKind(StrEnum):
+    INSERT = "+I"
+    UPDATE_BEFORE = "-U"
+    UPDATE_AFTER = "+U"
+    DELETE = "-D"
+
+    @property
+    def is_addition(self) -> bool:
+        return self in (RowKind.INSERT, RowKind.UPDATE_AFTER)
+
+    def reversed(self) -> RowKind:
+        return _REVERSED[self]
+
+
+_REVERSED = {
+    RowKind.INSERT: RowKind.DELETE,
+    RowKind.DELETE: RowKind.INSERT,
+    RowKind.UPDATE_AFTER: RowKind.UPDATE_BEFORE,
+    RowKind.UPDATE_BEFORE: RowKind.UPDATE_AFTER,
+}
+
+
+class RecordType(StrEnum):
+    DATA = "data"
+    REVERSAL = "reversal"
+    REASSERT = "reassert"
+
+
+@dataclass(frozen=True)
+class RecordMeta:
+    """Who wrote a log record, decoded from its headers."""
+
+    writer_id: str
+    epoch: int
+    batch_id: int
+    task: str = ""
+    record_type: RecordType = RecordType.DATA
+    reverses: tuple[int, int] | None = None
+    log_only: bool = False
+
+    @property
+    def attempt_key(self) -> tuple[str, int, int]:
+        return (self.writer_id, self.batch_id, self.epoch)
+
+
+def encode_headers(meta: RecordMeta) -> list[tuple[str, bytes]]:
+    headers = [
+        (H_FORMAT, FORMAT_VERSION.encode()),
+        (H_WRITER, meta.writer_id.encode()),
+        (H_EPOCH, str(meta.epoch).encode()),
+        (H_BATCH, str(meta.batch_id).encode()),
+        (H_TASK, meta.task.encode()),
+        (H_TYPE, meta.record_type.value.encode()),
+    ]
+    if meta.reverses is not None:
+        headers.append((H_REVERSES, f"{meta.reverses[0]}:{meta.reverses[1]}".encode()))
+    if meta.log_only:
+        headers.append((H_EMIT, b"log"))
+    return headers
+
+
+def _header_text(name: str, value: Any) -> str:
+    if isinstance(value, bytes | bytearray):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            raise RecordDecodeError(f"header '{name}' is not UTF-8") from None
+    raise RecordDecodeError(f"header '{name}' has no value")
+
+
+def _header_int(name: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise RecordDecodeError(f"header '{name}' is not an integer: '{text[:40]}'") from None
+
+
+def decode_headers(headers: Sequence[tuple[str, Any]] | None) -> RecordMeta:
+    """Decode the LogStore headers of a record; raise :class:`RecordDecodeError` for foreign records.
+
+    All records of one Spark task carry the same headers, so decoded headers are memoized.
+    """
+    if not headers:
+        raise RecordDecodeError("record has no LogStore headers (not written by airflow-logstore)")
+    try:
+        return _decode_headers_cached(tuple(headers))
+    except TypeError:  # unhashable header values (not bytes): decode without the cache
+        return _decode_headers(headers)
+
+
+@functools.lru_cache(maxsize=4096)
+def _decode_headers_cached(headers: tuple[tuple[str, Any], ...]) -> RecordMeta:
+    return _decode_headers(headers)
+
+
+def _decode_headers(headers: Sequence[tuple[str, Any]]) -> RecordMeta:
+    if not headers:
+        raise RecordDecodeError("record has no LogStore headers (not written by airflow-logstore)")
+    found: dict[str, str] = {}
+    for name, value in headers:
+        if name in (H_FORMAT, H_WRITER, H_EPOCH, H_BATCH, H_TASK, H_TYPE, H_REVERSES, H_EMIT):
+            found[name] = _header_text(name, value)
+    version = found.get(H_FORMAT)
+    if version is None:
+        raise RecordDecodeError("record has no 'format-version' header (not written by airflow-logstore)")
+    if version != FORMAT_VERSION:
+        raise RecordDecodeError(f"unsupported log record format-version '{version[:20]}'")
+    for name in (H_WRITER, H_EPOCH, H_BATCH):
+        if name not in found:
+            raise RecordDecodeError(f"record has no '{name}' header")
+    try:
+        record_type = RecordType(found.get(H_TYPE, RecordType.DATA.value))
+    except ValueError:
+        raise RecordDecodeError(f"unknown record-type '{found[H_TYPE][:20]}'") from None
+    reverses = None
+    if H_REVERSES in found:
+        part, _, offset = found[H_REVERSES].partition(":")
+        reverses = (_header_int(H_REVERSES, part), _header_int(H_REVERSES, offset))
+    if record_type is RecordType.REVERSAL and reverses is None:
+        raise RecordDecodeError("reversal record has no 'reverses' header")
+    return RecordMeta(
+        writer_id=found[H_WRITER],
+        epoch=_header_int(H_EPOCH, found[H_EPOCH]),
+        batch_id=_header_int(H_BATCH, found[H_BATCH]),
+        task=found.get(H_TASK, ""),
+        record_type=record_type,
+        reverses=reverses,
+        log_only=found.get(H_EMIT) == "log",
+    )
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.UTC)
+            return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return value.strftime("%Y-%m-%dT%H:%M:%S.%f")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    raise TypeError(f"cannot encode {type(value).__name__} in a log record")
+
+
+def dumps(value: Any) -> bytes:
+    """Compact, deterministic JSON (the same bytes for the same values)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_json_default).encode()
+
+
+def encode_key(row: Mapping[str, Any], primary_key: Sequence[str]) -> bytes | None:
+    if not primary_key:
+        return None
+    return dumps([row[column] for column in primary_key])
+
+
+def encode_value(kind: RowKind, row: Mapping[str, Any]) -> bytes:
+    return dumps({"kind": kind.value, "row": dict(row)})
+
+
+def decode_value(value: bytes | None) -> tuple[RowKind, dict[str, Any]]:
+    """Decode a record value into its row kind and raw JSON row."""
+    if value is None:
+        raise RecordDecodeError("record has no value")
+    try:
+        payload = json.loads(value)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RecordDecodeError(f"value is not JSON ({exc.__class__.__name__}: {str(exc)[:80]})") from None
+    if not isinstance(payload, dict) or "kind" not in payload or "row" not in payload:
+        raise RecordDecodeError('value is not a LogStore change: expected {"kind": ..., "row": {...}}')
+    try:
+        kind = RowKind(payload["kind"])
+    except ValueError:
+        raise RecordDecodeError(f"unknown row kind '{str(payload['kind'])[:10]}'") from None
+    row = payload["row"]
+    if not isinstance(row, dict):
+        raise RecordDecodeError("value 'row' is not an object")
+    return kind, row
+
+
+def reversed_value(value: bytes | None) -> bytes:
+    """The value of the reversal of a record: same row, reversed row kind."""
+    kind, row = decode_value(value)
+    return encode_value(kind.reversed(), row)
+
+
+# --- typed rows -------------------------------------------------------------------------------------
+
+
+def _parse_timestamp(text: str, with_zone: bool) -> dt.datetime:
+    value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if with_zone:
+        return value.astimezone(dt.UTC) if value.tzinfo else value.replace(tzinfo=dt.UTC)
+    return (
+        value.replace(tzinfo=None) if value.tzinfo is None else value.astimezone(dt.UTC).replace(tzinfo=None)
+    )
+
+
+def convert_value(value: Any, type_name: str) -> Any:
+    """Convert one JSON value to the Python value of an Iceberg primitive type (``str(type)``)."""
+    if value is None:
+        return None
+    name = type_name.lower()
+    if name in ("int", "long", "integer", "bigint"):
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise RecordDecodeError(f"expected an integer, got {value!r}")
+        return int(value)
+    if name in ("float", "double"):
+        return float(value)
+    if name == "boolean":
+        if not isinstance(value, bool):
+            raise RecordDecodeError(f"expected a boolean, got {value!r}")
+        return value
+    if name == "string" or name == "uuid":
+        return str(value)
+    if name == "date":
+        return dt.date.fromisoformat(str(value))
+    if name in ("timestamptz", "timestamptz_ns"):
+        return _parse_timestamp(str(value), True)
+    if name in ("timestamp", "timestamp_ns"):
+        return _parse_timestamp(str(value), False)
+    if name.startswith("decimal"):
+        return Decimal(str(value))
+    if name in ("binary", "fixed") or name.startswith("fixed"):
+        return base64.b64decode(str(value))
+    return value
+
+
+def _converter(type_name: str) -> Any:
+    """A fast converter for one column type: native JSON values of the right type pass through."""
+    name = type_name.lower()
+    if name in ("int", "long", "integer", "bigint"):
+        return lambda value: value if type(value) is int else convert_value(value, name)
+    if name in ("string", "uuid"):
+        return lambda value: value if type(value) is str else convert_value(value, name)
+    return lambda value: convert_value(value, name)
+
+
+@functools.lru_cache(maxsize=256)
+def _row_converters(fields: tuple[tuple[str, str], ...]) -> tuple[tuple[str, Any], ...]:
+    return tuple((name, _converter(type_name)) for name, type_name in fields)
+
+
+def typed_row(row: Mapping[str, Any], field_types: Mapping[str, str]) -> dict[str, Any]:
+    """Convert a decoded JSON row to typed Python values, following the table schema."""
+    converters = _row_converters(tuple(field_types.items()))
+    try:
+        return {
+            name: None if (value := row.get(name)) is None else convert(value) for name, convert in converters
+        }
+    except (ValueError, TypeError, ArithmeticError) as exc:  # decimal.InvalidOperation is arithmetic
+        raise RecordDecodeError(f"row does not fit the table schema: {exc}") from None
+
+
+def key_of(row: Mapping[str, Any], primary_key: Sequence[str]) -> tuple[Any, ...]:
+    return tuple(row.get(column) for column in primary_key)
+
+
+# --- partitioning -----------------------------------------------------------------------------------
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 hash (the Java client's default partitioner), as a signed 32-bit int."""
+    length = len(data)
+    seed = 0x9747B28C
+    m = 0x5BD1E995
+    r = 24
+    h = (seed ^ length) & 0xFFFFFFFF
+    length4 = length // 4
+    for i in range(length4):
+        i4 = i * 4
+        k = data[i4] | (data[i4 + 1] << 8) | (data[i4 + 2] << 16) | (data[i4 + 3] << 24)
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = (h * m) & 0xFFFFFFFF
+        h ^= k
+    extra = length % 4
+    if extra >= 3:
+        h ^= data[(length & ~3) + 2] << 16
+    if extra >= 2:
+        h ^= data[(length & ~3) + 1] << 8
+    if extra >= 1:
+        h ^= data[length & ~3]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for_key(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner (and librdkafka's murmur2) picks for ``key``."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def field_types_of(schema_fields: Iterable[tuple[str, str]]) -> dict[str, str]:
+    return dict(schema_fields)

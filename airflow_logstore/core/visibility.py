@@ -1,0 +1,140 @@
+"""Which log records a consistent reader may see, and how far the visibility watermark may move.
+
+Every data record is tagged (writer, batch, epoch, task attempt). Against the control state it is:
+
+- ``COMMITTED``: its (writer, batch) was committed by the same epoch and the commit covers its offset
+  and task attempt; a consistent reader returns it, exactly once.
+- ``REDUNDANT``: its (writer, batch) was committed by another epoch, or by this epoch from another task
+  attempt / outside the committed offsets, or its epoch is dead and a newer epoch of the writer has
+  committed past its batch. Reconciliation reverses it.
+- ``DEAD_PENDING``: its epoch is dead (a newer epoch was claimed) but no newer epoch has committed past
+  its batch yet; it will never commit, but reconciliation waits for the successor before reversing.
+- ``IN_FLIGHT``: its epoch is the writer's newest and the batch has not committed (yet).
+- ``FOREIGN``: LogStore-looking headers, but the writer never claimed that epoch in the control topic
+  (every LogStore writer claims its epoch before producing): never visible, never blocks the watermark.
+- ``LOG_ONLY``: written with emit mode ``log``; eventual readers see it, consistent readers never do.
+- ``REVERSAL`` / ``REASSERT``: written by reconciliation; eventual readers only.
+
+The watermark of a partition is the highest offset below which no record is undecided
+(``IN_FLIGHT`` or ``DEAD_PENDING``); it never moves backwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from enum import StrEnum
+
+from airflow_logstore.core.codec import RecordMeta, RecordType
+from airflow_logstore.core.control import ControlState
+from airflow_logstore.core.summary import CommitInfo
+
+
+class Decision(StrEnum):
+    COMMITTED = "committed"
+    REDUNDANT = "redundant"
+    DEAD_PENDING = "dead-pending"
+    IN_FLIGHT = "in-flight"
+    LOG_ONLY = "log-only"
+    REVERSAL = "reversal"
+    REASSERT = "reassert"
+    FOREIGN = "foreign"
+
+    @property
+    def undecided(self) -> bool:
+        return self in (Decision.IN_FLIGHT, Decision.DEAD_PENDING)
+
+
+def classify(meta: RecordMeta, partition: int, offset: int, state: ControlState) -> Decision:
+    if meta.record_type is RecordType.REVERSAL:
+        return Decision.REVERSAL
+    if meta.record_type is RecordType.REASSERT:
+        return Decision.REASSERT
+    commit = state.commits.get((meta.writer_id, meta.batch_id))
+    if commit is not None:
+        if commit.epoch == meta.epoch and commit.covers(partition, offset, meta.task):
+            return Decision.LOG_ONLY if meta.log_only else Decision.COMMITTED
+        return Decision.REDUNDANT
+    if meta.log_only:
+        return Decision.LOG_ONLY
+    latest = state.epochs.get(meta.writer_id)
+    if latest is None or meta.epoch > latest:
+        return Decision.FOREIGN
+    if meta.epoch < latest:
+        successor_batch = state.max_batch_committed_after(meta.writer_id, meta.epoch)
+        if successor_batch is not None and successor_batch >= meta.batch_id:
+            return Decision.REDUNDANT
+        return Decision.DEAD_PENDING
+    return Decision.IN_FLIGHT
+
+
+class WatermarkScan:
+    """Advances a partition's watermark while records are scanned in offset order."""
+
+    def __init__(self, previous: Mapping[int, int]) -> None:
+        self.previous = dict(previous)
+        self.blocked: dict[int, int] = {}  # partition -> first undecided offset
+        self.decided_up_to: dict[int, int] = {}
+
+    def observe(self, partition: int, offset: int, decision: Decision | None) -> None:
+        """Record one scanned record; ``decision`` None means undecodable (decided: dead-lettered)."""
+        if partition in self.blocked:
+            return
+        if decision is not None and decision.undecided:
+            self.blocked[partition] = offset
+            return
+        self.decided_up_to[partition] = offset
+
+    def finish(self, end_offsets: Mapping[int, int]) -> dict[int, int]:
+        """The new watermark: per partition the highest decided offset, never below the previous one.
+
+        :param end_offsets: per partition the offset after the last scanned record.
+        """
+        result = dict(self.previous)
+        for partition, end in end_offsets.items():
+            candidate = self.blocked[partition] - 1 if partition in self.blocked else end - 1
+            result[partition] = max(result.get(partition, -1), candidate)
+        return result
+
+
+def newly_visible_commits(
+    state: ControlState, before: Mapping[int, int], after: Mapping[int, int]
+) -> list[str]:
+    """Commits ("writer/batch/epoch") whose records became visible between two watermarks.
+
+    A commit is visible when every partition it wrote to is at or below the watermark (as in
+    ``publish.is_visible``); it is reported once, by the move that completes it.
+    """
+
+    def visible(commit: CommitInfo, watermark: Mapping[int, int]) -> bool:
+        return all(watermark.get(p, -1) >= last for p, (_, last) in commit.offsets.items())
+
+    found = [
+        f"{commit.writer_id}/{commit.batch_id}/{commit.epoch}"
+        for commit in state.commits.values()
+        if commit.offsets and visible(commit, after) and not visible(commit, before)
+    ]
+    return sorted(found)
+
+
+def visible_to_consistent_reader(
+    meta: RecordMeta, partition: int, offset: int, state: ControlState, watermark: Mapping[int, int]
+) -> bool:
+    """True when a consistent reader may return this record now."""
+    if offset > watermark.get(partition, -1):
+        return False
+    return classify(meta, partition, offset, state) is Decision.COMMITTED
+
+
+def merge_watermarks(*watermarks: Mapping[int, int]) -> dict[int, int]:
+    merged: dict[int, int] = {}
+    for watermark in watermarks:
+        for partition, offset in watermark.items():
+            merged[partition] = max(merged.get(partition, -1), offset)
+    return merged
+
+
+def count_decisions(decisions: Iterable[Decision]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for decision in decisions:
+        counts[decision.value] = counts.get(decision.value, 0) + 1
+    return counts

@@ -1,0 +1,110 @@
+"""Tail a LogStore table's log: second-level latency for eventual reads, snapshot-gated for consistent ones.
+
+An eventual follower yields each record as soon as Kafka delivers it. A consistent follower also tails
+the control topic and holds records until the visibility watermark passes them; then it yields only
+the committed ones (exactly once). Memory is bounded by the records not yet visible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from airflow_logstore import kafka_client
+from airflow_logstore.core import control
+from airflow_logstore.core.changelog import Normalizer
+from airflow_logstore.core.control import ControlState
+from airflow_logstore.core.properties import Consistency
+from airflow_logstore.reader import LogReader, LogRecord, ReadReport, StartPosition
+from airflow_logstore.tables import merged_state
+
+
+class ControlFollower:
+    """Keeps a ControlState current by tailing the control topic."""
+
+    def __init__(self, reader: LogReader) -> None:
+        from confluent_kafka import TopicPartition
+
+        _, _, control_topic = reader.config.require_log()
+        self.state = merged_state(reader.table, ControlState())
+        self.consumer = kafka_client.consumer(reader.kafka_config)
+        self.consumer.assign([TopicPartition(control_topic, 0, 0)])
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        """Fold newly arrived control records; True when the watermark moved."""
+        before = dict(self.state.watermark)
+        for message in self.consumer.consume(num_messages=1000, timeout=timeout):
+            if message.error() is None:
+                record = control.decode(message.key(), message.value(), message.offset())
+                if record is not None:
+                    control.fold([record], self.state)
+        return self.state.watermark != before
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def follow(
+    reader: LogReader,
+    start: StartPosition | Mapping[int, int] | str = "latest",
+    *,
+    stop: Any = None,
+    poll_timeout: float = 0.05,
+) -> Iterator[LogRecord]:
+    """Yield records as they arrive (eventual) or as the watermark passes them (consistent).
+
+    :param stop: an object with ``is_set()`` (e.g. ``threading.Event``) that ends the loop.
+    """
+    from confluent_kafka import TopicPartition
+
+    if isinstance(start, str):
+        start = StartPosition.parse(start)
+    report = ReadReport(
+        str(reader.handle.name), "follow", reader.consistency.value, reader.changelog_mode.value
+    )
+    cons = kafka_client.consumer(reader.kafka_config)
+    gated = ControlFollower(reader) if reader.consistency is Consistency.TRANSACTIONAL else None
+    pending: dict[int, list[Any]] = {}
+    normalizer = Normalizer() if reader.normalize else None
+    try:
+        bounds = kafka_client.partition_offsets(cons, reader.topic, reader.config.partitions)
+        first = reader.start_offsets(start, cons, bounds)
+        cons.assign([TopicPartition(reader.topic, p, o) for p, o in first.items()])
+        while stop is None or not stop.is_set():
+            if gated is not None:
+                gated.poll(0)
+            for message in cons.consume(num_messages=10000, timeout=poll_timeout):
+                if message.error() is not None:
+                    continue
+                if gated is None:
+                    record = reader._decode(message, None, report)
+                    if record is not None:
+                        yield from reader._emit(record, normalizer, report)
+                else:
+                    pending.setdefault(message.partition(), []).append(message)
+            if gated is not None:
+                yield from _release(reader, gated.state, pending, report, normalizer)
+    finally:
+        cons.close()
+        if gated is not None:
+            gated.close()
+
+
+def _release(
+    reader: LogReader,
+    state: ControlState,
+    pending: dict[int, list[Any]],
+    report: ReadReport,
+    normalizer: Normalizer | None,
+) -> Iterator[LogRecord]:
+    """Emit the buffered records the watermark has passed, in offset order per partition."""
+    for partition, messages in pending.items():
+        mark = state.watermark.get(partition, -1)
+        ready = 0
+        while ready < len(messages) and messages[ready].offset() <= mark:
+            ready += 1
+        for message in messages[:ready]:
+            record = reader._decode(message, state, report)
+            if record is not None:
+                yield from reader._emit(record, normalizer, report)
+        del messages[:ready]

@@ -1,0 +1,123 @@
+"""LogStoreHook: the Iceberg catalog of LogStore tables (its own connection type) + Kafka client settings.
+
+The catalog comes from a ``logstore`` connection:
+
+- *Host*: the catalog URI (``sqlite:////abs/catalog.db``, ``postgresql+psycopg2://user@db/iceberg``,
+  ``http://rest-catalog:8181``);
+- *Password*: the catalog secret (REST ``credential`` or ``token``, or the JDBC password);
+- *Extra*: ``{"type": "sql"|"rest", "warehouse": "s3://...", "catalog_name": "logstore",
+  "properties": {"s3.endpoint": "...", ...}}``.
+
+Kafka security settings (SASL, TLS) come from the Apache Kafka provider's connection
+(``kafka_config_id``, a librdkafka config dict); the bootstrap servers always come from the table.
+When the default connections do not exist, the embedded default (``LOGSTORE_*`` environment) is used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseHook
+
+from airflow_logstore.catalog import CatalogSpec, default_catalog
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
+    from airflow_logstore.tables import LogStoreTable
+
+
+class LogStoreHook(BaseHook):
+    """Interact with LogStore tables: their Iceberg catalog and the Kafka settings of their logs.
+
+    :param logstore_conn_id: connection of type ``logstore`` describing the Iceberg catalog.
+    :param kafka_config_id: Apache Kafka provider connection with client settings (SASL, TLS).
+    """
+
+    conn_name_attr = "logstore_conn_id"
+    default_conn_name = "logstore_default"
+    conn_type = "logstore"
+    hook_name = "LogStore (Iceberg catalog)"
+
+    def __init__(
+        self, logstore_conn_id: str = default_conn_name, kafka_config_id: str | None = "kafka_default"
+    ) -> None:
+        super().__init__()
+        self.logstore_conn_id = logstore_conn_id
+        self.kafka_config_id = kafka_config_id
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        return {
+            "hidden_fields": ["port", "schema", "login"],
+            "relabeling": {
+                "host": "Catalog URI",
+                "password": "Catalog secret (credential, token or password)",
+            },
+            "placeholders": {
+                "host": "http://rest-catalog:8181 or sqlite:////opt/airflow/logstore/catalog.db",
+                "extra": '{"type": "rest", "warehouse": "s3://warehouse/", "catalog_name": "logstore", '
+                '"properties": {"s3.endpoint": "http://minio:9000", "s3.path-style-access": "true"}}',
+            },
+        }
+
+    # -- connections ---------------------------------------------------------------------------------
+
+    def _optional_connection(self, conn_id: str | None, default: str) -> Any | None:
+        if not conn_id:
+            return None
+        try:
+            return self.get_connection(conn_id)
+        except Exception:
+            if conn_id == default:
+                return None  # the embedded default applies
+            raise
+
+    def catalog_spec(self) -> CatalogSpec:
+        """The catalog described by the connection (or the embedded default when it does not exist)."""
+        conn = self._optional_connection(self.logstore_conn_id, self.default_conn_name)
+        if conn is None:
+            self.log.info(
+                "connection '%s' not found: using the embedded default catalog", self.logstore_conn_id
+            )
+            return default_catalog()
+        extra = conn.extra_dejson or {}
+        kind = str(extra.get("type", "rest" if str(conn.host or "").startswith("http") else "sql"))
+        properties = {str(k): str(v) for k, v in (extra.get("properties") or {}).items()}
+        if conn.password:
+            secret_key = "credential" if kind == "rest" else "jdbc.password"
+            properties.setdefault(str(extra.get("secret_property", secret_key)), conn.password)
+        return CatalogSpec.from_mapping(
+            {
+                "name": extra.get("catalog_name", "logstore"),
+                "type": kind,
+                "uri": conn.host or "",
+                "warehouse": extra.get("warehouse", ""),
+                "properties": properties,
+            }
+        )
+
+    def kafka_extra(self) -> dict[str, Any]:
+        """librdkafka settings of the Kafka connection (security); empty when it does not exist."""
+        from airflow_logstore.settings import extra_kafka_config
+
+        conn = self._optional_connection(self.kafka_config_id, "kafka_default")
+        if conn is None:
+            return extra_kafka_config()
+        return dict(conn.extra_dejson or {})
+
+    def get_conn(self) -> Catalog:
+        """A pyiceberg catalog, built on demand (never cached beyond this call)."""
+        return self.catalog_spec().load()
+
+    def table(self, name: str) -> LogStoreTable:
+        from airflow_logstore.tables import LogStoreTable
+
+        return LogStoreTable.open(name, self.catalog_spec(), self.kafka_extra())
+
+    def test_connection(self) -> tuple[bool, str]:
+        try:
+            namespaces = self.get_conn().list_namespaces()
+        except Exception as exc:
+            return False, f"cannot reach the catalog: {exc}"
+        return True, f"catalog reachable; {len(namespaces)} namespace(s)"

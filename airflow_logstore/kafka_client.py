@@ -1,0 +1,450 @@
+"""Kafka clients for the LogStore: topic admin, producers, log scans and the control topic.
+
+Every client is built from one librdkafka configuration: the table's bootstrap servers plus the
+connection's settings (security, SASL). Producers are idempotent with ``acks=all`` and never
+transactional; keys are partitioned with murmur2 like the Java client.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow_logstore.core import control
+from airflow_logstore.core.codec import PRODUCER_PARTITIONER
+from airflow_logstore.exceptions import KafkaUnavailableError, TopicError
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer, Message, Producer
+    from confluent_kafka.admin import AdminClient
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 30.0
+# Settings of the connection that are for one client kind only; dropped where they do not apply.
+_PRODUCER_ONLY = {
+    "acks",
+    "enable.idempotence",
+    "linger.ms",
+    "batch.size",
+    "compression.type",
+    "partitioner",
+    "message.timeout.ms",
+    "delivery.timeout.ms",
+    "queue.buffering.max.messages",
+    "queue.buffering.max.kbytes",
+    "max.in.flight.requests.per.connection",
+}
+_CONSUMER_ONLY = {
+    "group.id",
+    "auto.offset.reset",
+    "enable.auto.commit",
+    "isolation.level",
+    "fetch.max.bytes",
+    "max.partition.fetch.bytes",
+    "enable.partition.eof",
+    "session.timeout.ms",
+    "fetch.min.bytes",
+}
+
+
+class _ErrorCollector:
+    """Remembers the last client-level error (auth failures, all brokers down) to name it."""
+
+    def __init__(self) -> None:
+        self.last: Any = None
+
+    def __call__(self, error: Any) -> None:
+        self.last = error
+
+    def describe(self) -> str:
+        return f": {self.last.str()}" if self.last is not None else ""
+
+
+def client_config(bootstrap_servers: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The common librdkafka settings: the table's servers plus the connection's extra settings."""
+    config = {k: v for k, v in dict(extra or {}).items() if not callable(v) or k.endswith("_cb")}
+    config["bootstrap.servers"] = bootstrap_servers
+    config.setdefault("socket.timeout.ms", 10000)
+    return config
+
+
+def _only(config: Mapping[str, Any], drop: set[str]) -> dict[str, Any]:
+    return {k: v for k, v in config.items() if k not in drop}
+
+
+def admin_client(config: Mapping[str, Any]) -> AdminClient:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(_only(config, _PRODUCER_ONLY | _CONSUMER_ONLY))
+
+
+def producer(config: Mapping[str, Any], **overrides: Any) -> Producer:
+    from confluent_kafka import Producer
+
+    settings = _only(config, _CONSUMER_ONLY)
+    settings.update(
+        {
+            "enable.idempotence": True,
+            "acks": "all",
+            "partitioner": PRODUCER_PARTITIONER,
+            "linger.ms": settings.get("linger.ms", 20),
+            "message.timeout.ms": settings.get("message.timeout.ms", 60000),
+            "compression.type": settings.get("compression.type", "lz4"),
+        }
+    )
+    settings.update(overrides)
+    settings.pop("transactional.id", None)  # LogStore never uses Kafka transactions
+    return Producer(settings)
+
+
+def consumer(config: Mapping[str, Any], **overrides: Any) -> Consumer:
+    from confluent_kafka import Consumer
+
+    settings = _only(config, _PRODUCER_ONLY)
+    settings.update(
+        {
+            "group.id": settings.get("group.id", f"logstore-reader-{uuid.uuid4().hex[:12]}"),
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_uncommitted",
+            "queued.max.messages.kbytes": settings.get("queued.max.messages.kbytes", 16384),
+        }
+    )
+    settings.update(overrides)
+    return Consumer(settings)
+
+
+_JAVA_LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+_SHARED_KEYS = ("security.protocol", "client.id", "ssl.endpoint.identification.algorithm")
+
+
+def java_client_options(extra: Mapping[str, Any]) -> dict[str, str]:
+    """The Java Kafka client settings (for Spark's Kafka source) equivalent to librdkafka's ``extra``.
+
+    SASL username/password become a ``sasl.jaas.config`` (Spark redacts it in plans and logs).
+    """
+    options = {key: str(extra[key]) for key in _SHARED_KEYS if key in extra}
+    mechanism = str(extra.get("sasl.mechanism") or extra.get("sasl.mechanisms") or "")
+    if mechanism:
+        options["sasl.mechanism"] = mechanism
+        module = _JAVA_LOGIN_MODULES.get(mechanism.upper())
+        if module and "sasl.username" in extra:
+            user = str(extra["sasl.username"]).replace('"', '\\"')
+            password = str(extra.get("sasl.password", "")).replace('"', '\\"')
+            options["sasl.jaas.config"] = f'{module} required username="{user}" password="{password}";'
+    return options
+
+
+# -- topics ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    partitions: int
+    configs: dict[str, str]
+
+
+def describe_topic(
+    config: Mapping[str, Any], topic: str, timeout: float = DEFAULT_TIMEOUT_S
+) -> TopicInfo | None:
+    """The topic's partition count and settings, or None when it does not exist."""
+    from confluent_kafka.admin import ConfigResource
+
+    metadata, admin = _metadata(config, topic, timeout)
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None:
+        return None
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    described = admin.describe_configs([resource])[resource].result(timeout=timeout)
+    return TopicInfo(topic, len(found.partitions), {k: v.value for k, v in described.items()})
+
+
+def _metadata(config: Mapping[str, Any], topic: str | None, timeout: float) -> tuple[Any, AdminClient]:
+    """Cluster metadata; fails fast and clearly on authentication errors, else after ``timeout``."""
+    from confluent_kafka import KafkaError
+
+    errors = _ErrorCollector()
+    admin: AdminClient | None = admin_client({**config, "error_cb": errors})
+    deadline = time.monotonic() + timeout
+    problem = ""
+    while admin is not None:
+        try:
+            return admin.list_topics(topic=topic, timeout=min(2.0, timeout)), admin
+        except Exception as exc:
+            admin.poll(0.1)  # serves error_cb
+            last = errors.last
+            if last is not None and last.code() in (
+                KafkaError._AUTHENTICATION,
+                KafkaError.SASL_AUTHENTICATION_FAILED,
+            ):
+                problem = f"Kafka at {config.get('bootstrap.servers')} refused the credentials: {last.str()}"
+            elif time.monotonic() >= deadline:
+                problem = (
+                    f"Kafka at {config.get('bootstrap.servers')} did not answer within {timeout:.0f}s"
+                    f"{errors.describe()} ({exc})"
+                )
+            if problem:
+                admin = None  # release the client now: it would keep retrying (and logging) in the background
+    raise KafkaUnavailableError(problem)
+
+
+def ensure_topic(
+    config: Mapping[str, Any],
+    topic: str,
+    *,
+    partitions: int,
+    replication_factor: int,
+    topic_configs: Mapping[str, str],
+    timeout: float = DEFAULT_TIMEOUT_S,
+) -> tuple[TopicInfo, bool]:
+    """Create ``topic`` or verify the existing one has ``partitions``; return (info, created)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    existing = describe_topic(config, topic, timeout)
+    if existing is not None:
+        if existing.partitions != partitions:
+            raise TopicError(
+                f"topic '{topic}' exists with {existing.partitions} partitions, the table expects "
+                f"{partitions} (log-store.partitions); per-key order would break, so it is not changed"
+            )
+        return existing, False
+    admin = admin_client(config)
+    request = NewTopic(
+        topic, num_partitions=partitions, replication_factor=replication_factor, config=dict(topic_configs)
+    )
+    try:
+        admin.create_topics([request])[topic].result(timeout=timeout)
+    except KafkaException as exc:
+        if "TOPIC_ALREADY_EXISTS" not in str(exc):
+            raise TopicError(f"cannot create topic '{topic}': {exc}") from None
+    created = _wait_for_topic(config, topic, timeout)
+    return created, True
+
+
+def _wait_for_topic(config: Mapping[str, Any], topic: str, timeout: float) -> TopicInfo:
+    deadline = time.monotonic() + timeout
+    while True:
+        info = describe_topic(config, topic, timeout)
+        if info is not None:
+            return info
+        if time.monotonic() > deadline:
+            raise TopicError(f"topic '{topic}' was created but does not show up")
+        time.sleep(0.2)
+
+
+def require_topic(config: Mapping[str, Any], topic: str) -> TopicInfo:
+    info = describe_topic(config, topic)
+    if info is None:
+        raise TopicError(
+            f"log topic '{topic}' does not exist on {config.get('bootstrap.servers')}; "
+            "create the table with 'logstore table create' (or LogStoreCreateTableOperator) first"
+        )
+    return info
+
+
+def partition_offsets(
+    cons: Consumer, topic: str, partitions: int, timeout: float = DEFAULT_TIMEOUT_S
+) -> dict[int, tuple[int, int]]:
+    """Per partition (log start offset, end offset)."""
+    from confluent_kafka import TopicPartition
+
+    result = {}
+    for partition in range(partitions):
+        low, high = cons.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=timeout, cached=False
+        )
+        result[partition] = (low, high)
+    return result
+
+
+def offsets_for_time(cons: Consumer, topic: str, partitions: int, timestamp_ms: int) -> dict[int, int]:
+    """Per partition the first offset at or after ``timestamp_ms`` (the end offset if none)."""
+    from confluent_kafka import TopicPartition
+
+    found = cons.offsets_for_times(
+        [TopicPartition(topic, p, timestamp_ms) for p in range(partitions)], timeout=DEFAULT_TIMEOUT_S
+    )
+    ends = partition_offsets(cons, topic, partitions)
+    return {tp.partition: tp.offset if tp.offset >= 0 else ends[tp.partition][1] for tp in found}
+
+
+def scan(
+    cons: Consumer,
+    topic: str,
+    start: Mapping[int, int],
+    end: Mapping[int, int],
+    *,
+    batch_size: int = 10000,
+    poll_timeout: float = 0.05,
+    idle_timeout: float = DEFAULT_TIMEOUT_S,
+) -> Iterator[list[Message]]:
+    """Yield batches of messages of ``topic`` from ``start`` (inclusive) to ``end`` (exclusive).
+
+    Stops when every partition reached its end; raises when the broker stays silent for too long.
+    """
+    from confluent_kafka import KafkaError, TopicPartition
+
+    pending = {p: end[p] for p in end if start.get(p, 0) < end[p]}
+    if not pending:
+        return
+    cons.assign([TopicPartition(topic, p, start.get(p, 0)) for p in pending])
+    last_progress = time.monotonic()
+    try:
+        while pending:
+            messages = cons.consume(num_messages=batch_size, timeout=poll_timeout)
+            batch = []
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise KafkaUnavailableError(f"reading '{topic}' failed: {error.str()}")
+                partition = message.partition()
+                stop = pending.get(partition)
+                if stop is None or message.offset() >= stop:
+                    continue
+                batch.append(message)
+                if message.offset() >= stop - 1:
+                    del pending[partition]
+            if batch:
+                last_progress = time.monotonic()
+                yield batch
+            elif time.monotonic() - last_progress > idle_timeout:
+                positions = {
+                    tp.partition: tp.offset
+                    for tp in cons.position([TopicPartition(topic, p) for p in pending])
+                }
+                # Offsets below ``stop`` may be gone (transaction markers, compaction): treat as reached.
+                for partition, position in positions.items():
+                    if position >= pending.get(partition, 0) or position < 0:
+                        pending.pop(partition, None)
+                if pending:
+                    raise KafkaUnavailableError(
+                        f"no progress reading '{topic}' for {idle_timeout:.0f}s (positions {positions}, "
+                        f"targets {pending})"
+                    )
+    finally:
+        cons.unassign()
+
+
+class DeliveryTracker:
+    """Collects delivery reports: per partition first/last offset, and the first error."""
+
+    def __init__(self) -> None:
+        self.offsets: dict[int, tuple[int, int]] = {}
+        self.delivered = 0
+        self.error: Any = None
+
+    def __call__(self, err: Any, message: Message) -> None:
+        if err is not None:
+            if self.error is None:
+                self.error = err
+            return
+        self.delivered += 1
+        partition, offset = message.partition(), message.offset()
+        span = self.offsets.get(partition)
+        if span is None:
+            self.offsets[partition] = (offset, offset)
+        else:
+            self.offsets[partition] = (min(span[0], offset), max(span[1], offset))
+
+    def raise_for_errors(self, what: str) -> None:
+        if self.error is not None:
+            raise KafkaUnavailableError(f"{what}: delivery failed: {self.error.str()}")
+
+
+def flush(prod: Producer, tracker: DeliveryTracker, expected: int, what: str, timeout: float = 120.0) -> None:
+    remaining = prod.flush(timeout)
+    tracker.raise_for_errors(what)
+    if remaining or tracker.delivered < expected:
+        raise KafkaUnavailableError(
+            f"{what}: {expected - tracker.delivered} of {expected} records were not acknowledged "
+            f"within {timeout:.0f}s"
+        )
+
+
+# -- control topic -----------------------------------------------------------------------------------
+
+CONTROL_TOPIC_CONFIGS = {
+    "cleanup.policy": "compact",
+    "min.compaction.lag.ms": str(24 * 3600 * 1000),
+    "retention.ms": "-1",
+}
+
+
+class ControlTopic:
+    """Reads and appends to a table's control topic (single partition, compacted)."""
+
+    def __init__(self, config: Mapping[str, Any], topic: str) -> None:
+        self.config = dict(config)
+        self.topic = topic
+
+    def ensure(self, replication_factor: int = 1) -> bool:
+        _, created = ensure_topic(
+            self.config,
+            self.topic,
+            partitions=1,
+            replication_factor=replication_factor,
+            topic_configs=CONTROL_TOPIC_CONFIGS,
+        )
+        return created
+
+    def read(self) -> control.ControlState:
+        """Fold the whole control topic, up to its end at call time."""
+        cons = consumer(self.config)
+        try:
+            start, end = partition_offsets(cons, self.topic, 1)[0]
+            records = []
+            for batch in scan(cons, self.topic, {0: start}, {0: end}):
+                for message in batch:
+                    record = control.decode(message.key(), message.value(), message.offset())
+                    if record is not None:
+                        records.append(record)
+            return control.fold(records)
+        finally:
+            cons.close()
+
+    def append(self, key: str, value: Mapping[str, Any] | None) -> int:
+        """Write one record durably and return its offset."""
+        tracker = DeliveryTracker()
+        prod = producer(self.config, **{"linger.ms": 0})
+        prod.produce(
+            self.topic, key=key.encode(), value=control.encode(value), partition=0, on_delivery=tracker
+        )
+        flush(prod, tracker, 1, f"control topic '{self.topic}'", timeout=60.0)
+        return tracker.offsets[0][0]
+
+    def claim_epoch(self, writer_id: str, owner: str = "") -> int:
+        """A new epoch for ``writer_id``, strictly larger than every earlier one (see core.control)."""
+        offset = self.append(
+            control.epoch_key(writer_id), {"writer": writer_id, "owner": owner, "claimed_at_ms": _now_ms()}
+        )
+        return offset + 1
+
+    def record_commit(self, commit_json: Mapping[str, Any], writer_id: str, batch_id: int) -> int:
+        return self.append(control.commit_key(writer_id, batch_id), commit_json)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()

@@ -1,0 +1,169 @@
+"""LogStoreDualWriteOperator: one batch to the Iceberg table and its Kafka log, through spark-submit."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_logstore.hooks.logstore import LogStoreHook
+
+
+def table_asset_name(table: str) -> str:
+    """The Airflow asset that stands for a LogStore table."""
+    return f"logstore.{table}"
+
+
+class LogStoreDualWriteOperator(BaseOperator):
+    """Submit ``spark_jobs/dual_write.py`` through the Airflow Spark provider and report the commit.
+
+    The job produces the batch's log records, then commits the Iceberg write with the batch, epoch
+    and offsets in the snapshot summary. A retry of the task (a new epoch) finds a committed batch
+    and writes nothing; an uncommitted one is written again and reconciliation reverses the failed
+    attempt's records. Catalog and Kafka secrets reach Spark through a private properties file.
+
+    :param table: ``namespace.table``
+    :param input_path: input file or folder: JSON lines, CSV or Parquet (templated)
+    :param batch_id: the batch id, stable across retries of the same run (templated)
+    :param writer_id: the writer (default ``<dag_id>.<task_id>``; templated)
+    :param emit_mode: ``file,log`` (default), ``log`` or ``file`` (the seeds' ``mixed-format.emit.mode``)
+    :param input_format: json, csv or parquet (default: from the file name)
+    :param change_column: CDC column with insert/update/delete (optional in the input)
+    :param spark_conn_id: Airflow Spark connection (master, deploy mode, spark-submit binary)
+    :param jars: comma-separated jars for Spark; None: the local cache (Iceberg runtime, Kafka source,
+        JDBC driver); "": none (they are in the Spark image)
+    :param python: Python executable of the driver and workers (default: this interpreter)
+    :param spark_conf: extra Spark settings
+    """
+
+    template_fields: Sequence[str] = ("table", "input_path", "batch_id", "writer_id", "emit_mode")
+    ui_color = "#f4a460"
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        input_path: str,
+        batch_id: int | str,
+        writer_id: str | None = None,
+        emit_mode: str | None = None,
+        input_format: str | None = None,
+        change_column: str = "op",
+        spark_conn_id: str = "spark_default",
+        logstore_conn_id: str = LogStoreHook.default_conn_name,
+        kafka_config_id: str | None = "kafka_default",
+        jars: str | None = None,
+        python: str | None = None,
+        spark_conf: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.table = table
+        self.input_path = input_path
+        self.batch_id = batch_id
+        self.writer_id = writer_id
+        self.emit_mode = emit_mode
+        self.input_format = input_format
+        self.change_column = change_column
+        self.spark_conn_id = spark_conn_id
+        self.logstore_conn_id = logstore_conn_id
+        self.kafka_config_id = kafka_config_id
+        self.jars = jars
+        self.python = python
+        self.spark_conf = dict(spark_conf or {})
+        self._submit_hook: Any = None
+
+    def _batch(self) -> int:
+        try:
+            return int(self.batch_id)
+        except (TypeError, ValueError):
+            raise ValueError(f"batch_id must be an integer, got {self.batch_id!r}") from None
+
+    def application_args(self, writer_id: str) -> list[str]:
+        args = [
+            "--table",
+            self.table,
+            "--input",
+            self.input_path,
+            "--batch-id",
+            str(self._batch()),
+            "--writer-id",
+            writer_id,
+            "--change-column",
+            self.change_column,
+        ]
+        if self.emit_mode:
+            args += ["--emit-mode", self.emit_mode]
+        if self.input_format:
+            args += ["--input-format", self.input_format]
+        return args
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow_logstore.core.properties import parse_emit_mode
+        from airflow_logstore.operators._spark import job_path, spark_submit_hook
+        from airflow_logstore.snapshots import commit_xcom, find_commit
+
+        writer_id = self.writer_id or f"{self.dag_id}.{self.task_id}"
+        batch_id = self._batch()
+        logstore = LogStoreHook(self.logstore_conn_id, self.kafka_config_id)
+        handle = logstore.table(self.table)
+        parse_emit_mode(self.emit_mode, handle.config())  # fail fast, before Spark starts
+        with spark_submit_hook(
+            catalog=handle.catalog,
+            kafka_extra=handle.kafka_extra,
+            conn_id=self.spark_conn_id,
+            name=f"logstore-dual-write-{self.table}-{batch_id}",
+            application_args=self.application_args(writer_id),
+            jars=self.jars,
+            python=self.python,
+            conf=self.spark_conf,
+        ) as hook:
+            self._submit_hook = hook
+            hook.submit(job_path("dual_write.py"))
+            result = hook.result() or {}
+        commit = find_commit(handle, writer_id=writer_id, batch_id=batch_id)
+        value: dict[str, Any] = {
+            "table": self.table,
+            "writer_id": writer_id,
+            "batch_id": batch_id,
+            "skipped": bool(result.get("skipped", False)),
+            "rows_in": result.get("rows_in"),
+            "log_records": result.get("log_records"),
+            "noop_deletes": result.get("noop_deletes"),
+        }
+        if commit is not None:
+            value.update(commit_xcom(commit, self.table))
+        elif result:
+            value.update(
+                {"snapshot_id": None, "epoch": result.get("epoch"), "offsets": result.get("offsets")}
+            )
+        self._emit_asset_events(context, value)
+        self.log.info(
+            "batch %s of %s: %s rows in, %s log records (offsets %s), snapshot %s, epoch %s%s",
+            batch_id,
+            self.table,
+            value.get("rows_in"),
+            value.get("log_records"),
+            value.get("offsets"),
+            value.get("snapshot_id"),
+            value.get("epoch"),
+            " (already committed: skipped)" if value["skipped"] else "",
+        )
+        return value
+
+    def _emit_asset_events(self, context: Any, value: dict[str, Any]) -> None:
+        """Attach this table's asset to every asset alias among the outlets (with the commit as extra)."""
+        from airflow.sdk import Asset, AssetAlias
+
+        events = context.get("outlet_events") if hasattr(context, "get") else None
+        if events is None:
+            return
+        for outlet in self.outlets or []:
+            if isinstance(outlet, AssetAlias):
+                extra = {k: value.get(k) for k in ("snapshot_id", "batch_id", "epoch", "writer_id")}
+                events[outlet].add(Asset(name=table_asset_name(self.table)), extra=extra)
+
+    def on_kill(self) -> None:
+        if self._submit_hook is not None:
+            self._submit_hook.on_kill()

@@ -1,0 +1,156 @@
+"""LogStoreReconcileOperator: reverse the log records that failed writer attempts left behind."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_logstore.hooks.logstore import LogStoreHook
+
+ENGINES = ("python", "spark")
+
+
+def as_bool(value: Any, name: str = "dry_run") -> bool:
+    """A flag that may come rendered from a template ("True", "false", "1")."""
+    from airflow_logstore.exceptions import OptionError
+
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no", "", "none"):
+        return False
+    raise OptionError(name, f"expected true or false, got '{value}'")
+
+
+class LogStoreReconcileOperator(BaseOperator):
+    """Detect the redundant records of failed writer attempts in a table's log and write their reversals.
+
+    One run scans the log from the last reconciled position to the end offsets at start, writes a
+    reversal for every redundant record (and a reassert pair where a later legitimate change of the key
+    must stay the key's image), then records its progress — idempotent, fenced by a lease in the
+    table's control topic (a concurrent run reports ``status: lease-held`` and writes nothing).
+    Returns the JSON report (pushed to XCom): scanned, redundant by writer/batch/epoch, reversed,
+    reasserted, skipped in flight, dead-lettered, safe point, retention gaps, positions.
+
+    :param table: ``namespace.table`` (templated)
+    :param dry_run: compute the report, write nothing (templated; "True"/"False" accepted)
+    :param engine: ``python`` (in the worker, scan processes for large windows) or ``spark`` (submits
+        ``spark_jobs/reconcile.py`` for big backlogs)
+    :param lease_ttl_s: how long the lease lives without renewal (renewed every third of it)
+    """
+
+    # ``dry_run`` is kept as ``dry_run_flag``: BaseOperator.dry_run() is a method of every operator
+    template_fields: Sequence[str] = ("table", "dry_run_flag", "engine")
+    ui_color = "#f6d8c9"
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        dry_run: bool | str = False,
+        engine: str = "python",
+        lease_ttl_s: float = 120.0,
+        logstore_conn_id: str = LogStoreHook.default_conn_name,
+        kafka_config_id: str | None = "kafka_default",
+        spark_conn_id: str = "spark_default",
+        jars: str | None = None,
+        python: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.table = table
+        self.dry_run_flag = dry_run
+        self.engine = engine
+        self.lease_ttl_s = lease_ttl_s
+        self.logstore_conn_id = logstore_conn_id
+        self.kafka_config_id = kafka_config_id
+        self.spark_conn_id = spark_conn_id
+        self.jars = jars
+        self.python = python
+        self._submit_hook: Any = None
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow_logstore.exceptions import OptionError
+
+        dry_run = as_bool(self.dry_run_flag)
+        if self.engine not in ENGINES:
+            raise OptionError("engine", f"'{self.engine}' is not one of {', '.join(ENGINES)}")
+        hook = LogStoreHook(self.logstore_conn_id, self.kafka_config_id)
+        if self.engine == "spark":
+            report = self._submit(hook, dry_run)
+        else:
+            from airflow_logstore.reconciler import reconcile
+
+            report = reconcile(
+                hook.table(self.table), dry_run=dry_run, lease_ttl_s=self.lease_ttl_s
+            ).to_dict()
+        self._log(report)
+        return report
+
+    def _submit(self, hook: LogStoreHook, dry_run: bool) -> dict[str, Any]:
+        from airflow_logstore.operators._spark import job_path, spark_submit_hook
+
+        args = ["--table", self.table, "--lease-ttl", str(self.lease_ttl_s)]
+        if dry_run:
+            args.append("--dry-run")
+        with spark_submit_hook(
+            catalog=hook.catalog_spec(),
+            kafka_extra=hook.kafka_extra(),
+            conn_id=self.spark_conn_id,
+            name=f"logstore-reconcile-{self.table}",
+            application_args=args,
+            jars=self.jars,
+            python=self.python,
+        ) as submit:
+            self._submit_hook = submit
+            submit.submit(job_path("reconcile.py"))
+            return submit.result() or {}
+
+    def _log(self, report: dict[str, Any]) -> None:
+        if report.get("status") == "lease-held":
+            self.log.warning(
+                "%s: another reconciler holds the lease (%s); nothing done",
+                self.table,
+                report.get("lease_holder"),
+            )
+            return
+        self.log.info(
+            "%s (%s%s): scanned %s records, redundant %s %s, reversed %s, reasserted %s, "
+            "already reversed %s, skipped in flight %s, dead-lettered %s; safe point %s; positions %s -> %s",
+            self.table,
+            report.get("status"),
+            ", dry run" if report.get("dry_run") else "",
+            report.get("scanned"),
+            report.get("redundant"),
+            report.get("redundant_by_attempt"),
+            report.get("reversed"),
+            report.get("reasserted"),
+            report.get("already_reversed"),
+            report.get("skipped_in_flight"),
+            report.get("dead_lettered"),
+            report.get("safe_point"),
+            report.get("positions_before"),
+            report.get("positions_after"),
+        )
+        for gap in report.get("gaps") or []:
+            self.log.warning(
+                "%s: partition %s offsets [%s, %s) (%s records) were deleted by retention before "
+                "reconciliation; the table's log needs a hybrid re-read from a snapshot",
+                self.table,
+                gap.get("partition"),
+                gap.get("from"),
+                gap.get("to"),
+                gap.get("count"),
+            )
+        if report.get("in_flight"):
+            self.log.info(
+                "%s: records still in flight, left for the next run: %s", self.table, report["in_flight"]
+            )
+
+    def on_kill(self) -> None:
+        if self._submit_hook is not None:
+            self._submit_hook.on_kill()

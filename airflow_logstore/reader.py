@@ -1,0 +1,452 @@
+"""Read a LogStore table: ``file`` (an Iceberg snapshot), ``log`` (consistent or eventual) or ``hybrid``.
+
+- ``file``: the rows of the current or a given snapshot.
+- ``log`` consistent (``log-store.consistency-guarantee.enabled=true`` / ``log.consistency=transactional``,
+  or the same key as a per-read option): records at or below the published visibility watermark whose
+  (writer, batch, epoch) was committed: every committed change exactly once, no Kafka transaction.
+- ``log`` eventual: every record at once, at-least-once, reconciliation's reversals included;
+  ``normalize=True`` deduplicates per key with keyed state (costly: see BENCHMARKS.md).
+- ``hybrid``: a snapshot's rows, then the log from exactly that snapshot's log positions.
+
+Changelog modes: ``all-kinds`` returns +I/-U/+U/-D; ``append-only`` returns +I only and counts the
+other kinds in the report. Undecodable records go to a dead-letter file and are counted.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from airflow_logstore import kafka_client
+from airflow_logstore.core.changelog import Normalizer
+from airflow_logstore.core.codec import RecordMeta, RowKind, decode_headers, decode_value, typed_row
+from airflow_logstore.core.control import ControlState
+from airflow_logstore.core.properties import ChangelogMode, Consistency, resolve_read_options
+from airflow_logstore.core.summary import S_POSITIONS, positions_from_json
+from airflow_logstore.core.visibility import Decision, classify
+from airflow_logstore.deadletter import DeadLetterFile
+from airflow_logstore.exceptions import OptionError, RecordDecodeError
+from airflow_logstore.schema import field_types, primary_key_of
+from airflow_logstore.tables import LogStoreTable, merged_state
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.table import Table
+
+log = logging.getLogger(__name__)
+
+META_COLUMNS = ("_kind", "_partition", "_offset", "_writer_id", "_epoch", "_batch_id", "_record_type")
+
+
+@dataclass(frozen=True)
+class StartPosition:
+    """Where a log read starts: earliest, latest, timestamp:<ms|ISO-8601>, snapshot:<id>."""
+
+    kind: str
+    value: int | None = None
+
+    @classmethod
+    def parse(cls, text: str | None) -> StartPosition:
+        text = (text or "earliest").strip()
+        if text in ("earliest", "latest"):
+            return cls(text)
+        kind, _, value = text.partition(":")
+        if kind == "timestamp" and value:
+            if value.lstrip("-").isdigit():
+                return cls(kind, int(value))
+            try:
+                moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            except ValueError:
+                raise OptionError("from", f"'{value}' is neither epoch milliseconds nor ISO-8601") from None
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=dt.UTC)
+            return cls(kind, int(moment.timestamp() * 1000))
+        if kind == "snapshot" and value.lstrip("-").isdigit():
+            return cls(kind, int(value))
+        raise OptionError("from", f"'{text}' is not earliest, latest, timestamp:<ms|ISO> or snapshot:<id>")
+
+
+@dataclass
+class LogRecord:
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    kind: RowKind
+    row: dict[str, Any]
+    meta: RecordMeta
+    decision: Decision | None = None
+
+
+@dataclass
+class ReadReport:
+    table: str
+    mode: str
+    consistency: str
+    changelog_mode: str
+    start: dict[str, int] = field(default_factory=dict)
+    end: dict[str, int] = field(default_factory=dict)
+    watermark: dict[str, int] = field(default_factory=dict)
+    scanned: int = 0
+    returned: int = 0
+    by_decision: dict[str, int] = field(default_factory=dict)
+    skipped_kinds: dict[str, int] = field(default_factory=dict)
+    not_yet_visible: int = 0
+    dead_lettered: int = 0
+    dead_letter_path: str | None = None
+    normalized_dropped: int = 0
+    snapshot_id: int | None = None
+    file_rows: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class LogRead:
+    records: list[LogRecord]
+    report: ReadReport
+    field_types: dict[str, str]
+
+    def to_arrow(self) -> pa.Table:
+        return records_to_arrow(self.records, self.field_types)
+
+    def rows(self) -> list[tuple[RowKind, dict[str, Any]]]:
+        return [(r.kind, r.row) for r in self.records]
+
+
+def records_to_arrow(records: Iterable[LogRecord], types: Mapping[str, str]) -> pa.Table:
+    import pyarrow as pa
+
+    rows = []
+    for record in records:
+        row = dict(record.row)
+        row.update(
+            {
+                "_kind": record.kind.value,
+                "_partition": record.partition,
+                "_offset": record.offset,
+                "_writer_id": record.meta.writer_id,
+                "_epoch": record.meta.epoch,
+                "_batch_id": record.meta.batch_id,
+                "_record_type": record.meta.record_type.value,
+            }
+        )
+        rows.append(row)
+    if rows:
+        return pa.Table.from_pylist(rows)
+    return pa.table({name: pa.array([], type=pa.null()) for name in [*types, *META_COLUMNS]})
+
+
+def read_file(handle: LogStoreTable, snapshot_id: int | None = None) -> pa.Table:
+    """The table's rows at ``snapshot_id`` (default: the current snapshot)."""
+    table = handle.load()
+    return table.scan(snapshot_id=snapshot_id).to_arrow()
+
+
+def snapshot_positions(table: Table, snapshot_id: int | None) -> tuple[int | None, dict[int, int]]:
+    """(snapshot id, log positions) of a snapshot: where the log continues after its data.
+
+    Compaction snapshots carry no positions; the nearest LogStore ancestor's positions apply.
+    """
+    snapshot = table.snapshot_by_id(snapshot_id) if snapshot_id is not None else table.current_snapshot()
+    if snapshot is None:
+        if snapshot_id is not None:
+            raise OptionError("snapshot", f"snapshot {snapshot_id} does not exist (expired?)")
+        return None, {}
+    chosen = snapshot.snapshot_id
+    while snapshot is not None:
+        summary = snapshot.summary.additional_properties if snapshot.summary else {}
+        if S_POSITIONS in summary:
+            return chosen, positions_from_json(summary[S_POSITIONS])
+        snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+    return chosen, {}
+
+
+class LogReader:
+    """One read of a table's log; see the module docstring for the modes."""
+
+    def __init__(
+        self,
+        handle: LogStoreTable,
+        *,
+        options: Mapping[str, Any] | None = None,
+        consistency: Consistency | str | None = None,
+        changelog_mode: ChangelogMode | str | None = None,
+        dead_letter: DeadLetterFile | None = None,
+        normalize: bool = False,
+    ) -> None:
+        self.handle = handle
+        self.table = handle.load()
+        self.config = handle.config(self.table)
+        resolved = resolve_read_options(self.config, options)
+        self.consistency = Consistency(consistency) if consistency else resolved.consistency
+        self.changelog_mode = ChangelogMode(changelog_mode) if changelog_mode else resolved.changelog_mode
+        self.topic, _, _ = self.config.require_log()
+        self.kafka_config = handle.kafka_config(self.config)
+        self.field_types = field_types(self.table.schema())
+        self.primary_key = primary_key_of(self.table.schema())
+        self.dead_letter = dead_letter or DeadLetterFile.for_topic(self.topic)
+        self.normalize = normalize
+        if normalize and self.consistency is Consistency.TRANSACTIONAL:
+            raise OptionError(
+                "normalize", "normalize applies to eventual reads; consistent reads are exactly-once"
+            )
+
+    def state(self) -> ControlState:
+        return merged_state(self.table, self.handle.control(self.config).read())
+
+    def start_offsets(
+        self, start: StartPosition | Mapping[int, int], cons: Any, bounds: Mapping[int, tuple[int, int]]
+    ) -> dict[int, int]:
+        if isinstance(start, Mapping):
+            return {p: max(int(start.get(p, bounds[p][0])), bounds[p][0]) for p in bounds}
+        if start.kind == "earliest":
+            return {p: low for p, (low, _) in bounds.items()}
+        if start.kind == "latest":
+            return {p: high for p, (_, high) in bounds.items()}
+        if start.kind == "timestamp":
+            return kafka_client.offsets_for_time(
+                cons, self.topic, self.config.partitions, int(start.value or 0)
+            )
+        _, positions = snapshot_positions(self.table, start.value)
+        return {p: max(positions.get(p, 0), bounds[p][0]) for p in bounds}
+
+    def read(
+        self,
+        start: StartPosition | Mapping[int, int] | str = "earliest",
+        end: Mapping[int, int] | None = None,
+        limit: int | None = None,
+    ) -> LogRead:
+        """Read from ``start`` up to ``end`` (default: the log end now) into a list."""
+        records: list[LogRecord] = []
+        report = ReadReport(str(self.handle.name), "log", self.consistency.value, self.changelog_mode.value)
+        for record in self.iterate(start, end, report=report):
+            records.append(record)
+            if limit is not None and len(records) >= limit:
+                break
+        report.returned = len(records)
+        return LogRead(records, report, self.field_types)
+
+    def iterate(
+        self,
+        start: StartPosition | Mapping[int, int] | str = "earliest",
+        end: Mapping[int, int] | None = None,
+        *,
+        report: ReadReport | None = None,
+    ) -> Iterator[LogRecord]:
+        """Stream the records from ``start`` to ``end`` without keeping them (constant memory)."""
+        if isinstance(start, str):
+            start = StartPosition.parse(start)
+        report = report or ReadReport(
+            str(self.handle.name), "log", self.consistency.value, self.changelog_mode.value
+        )
+        report.dead_letter_path = str(self.dead_letter.path)
+        cons = kafka_client.consumer(self.kafka_config)
+        normalizer = Normalizer() if self.normalize else None
+        try:
+            bounds = kafka_client.partition_offsets(cons, self.topic, self.config.partitions)
+            first = self.start_offsets(start, cons, bounds)
+            last = (
+                {p: high for p, (_, high) in bounds.items()}
+                if end is None
+                else {p: min(int(end.get(p, bounds[p][1])), bounds[p][1]) for p in bounds}
+            )
+            state = self.state() if self.consistency is Consistency.TRANSACTIONAL else None
+            if state is not None:
+                visible_end = {p: min(last[p], state.watermark.get(p, -1) + 1) for p in last}
+                report.not_yet_visible = sum(max(0, last[p] - max(visible_end[p], first[p])) for p in last)
+                report.watermark = {str(p): o for p, o in sorted(state.watermark.items())}
+                last = visible_end
+            report.start = {str(p): o for p, o in sorted(first.items())}
+            report.end = {str(p): o for p, o in sorted(last.items())}
+            for batch in kafka_client.scan(cons, self.topic, first, last):
+                for message in batch:
+                    report.scanned += 1
+                    record = self._decode(message, state, report)
+                    if record is not None:
+                        yield from self._emit(record, normalizer, report)
+        finally:
+            cons.close()
+            report.dead_lettered = self.dead_letter.count
+            if normalizer is not None:
+                report.normalized_dropped = normalizer.dropped
+
+    def _decode(self, message: Any, state: ControlState | None, report: ReadReport) -> LogRecord | None:
+        try:
+            meta = decode_headers(message.headers())
+            decision = None
+            if state is not None:
+                decision = classify(meta, message.partition(), message.offset(), state)
+                report.by_decision[decision.value] = report.by_decision.get(decision.value, 0) + 1
+                if decision is not Decision.COMMITTED:
+                    return None
+            kind, raw_row = decode_value(message.value())
+            row = typed_row(raw_row, self.field_types)
+        except RecordDecodeError as exc:
+            self.dead_letter.add(self.topic, message, str(exc))
+            return None
+        return LogRecord(
+            message.partition(),
+            message.offset(),
+            message.timestamp()[1],
+            message.key(),
+            kind,
+            row,
+            meta,
+            decision,
+        )
+
+    def _emit(self, record: LogRecord, normalizer: Normalizer | None, report: ReadReport) -> list[LogRecord]:
+        outputs = [record]
+        if normalizer is not None:
+            key = record.key if record.key is not None else (record.partition, record.offset)
+            outputs = [
+                LogRecord(
+                    record.partition,
+                    record.offset,
+                    record.timestamp_ms,
+                    record.key,
+                    kind,
+                    row,
+                    record.meta,
+                    record.decision,
+                )
+                for kind, row in normalizer.feed(key, record.kind, record.row)
+            ]
+        if self.changelog_mode is ChangelogMode.APPEND_ONLY:
+            kept = []
+            for output in outputs:
+                if output.kind is RowKind.INSERT:
+                    kept.append(output)
+                else:
+                    report.skipped_kinds[output.kind.value] = (
+                        report.skipped_kinds.get(output.kind.value, 0) + 1
+                    )
+            return kept
+        return outputs
+
+
+def read_log(
+    handle: LogStoreTable,
+    start: StartPosition | Mapping[int, int] | str = "earliest",
+    end: Mapping[int, int] | None = None,
+    **options: Any,
+) -> LogRead:
+    limit = options.pop("limit", None)
+    return LogReader(handle, **options).read(start, end, limit)
+
+
+@dataclass
+class HybridRead:
+    file_rows: pa.Table
+    log: LogRead
+    snapshot_id: int | None
+    positions: dict[int, int]
+
+
+def read_hybrid(handle: LogStoreTable, snapshot_id: int | None = None, **options: Any) -> HybridRead:
+    """A snapshot's rows, then the log from that snapshot's positions (no gap, no overlap)."""
+    reader = LogReader(handle, **options)
+    chosen, positions = snapshot_positions(reader.table, snapshot_id)
+    file_rows = reader.table.scan(snapshot_id=chosen).to_arrow() if chosen is not None else _empty(reader)
+    start = {p: positions.get(p, 0) for p in range(reader.config.partitions)}
+    log_read = reader.read(start)
+    log_read.report.mode = "hybrid"
+    log_read.report.snapshot_id = chosen
+    log_read.report.file_rows = file_rows.num_rows
+    return HybridRead(file_rows, log_read, chosen, positions)
+
+
+def _empty(reader: LogReader) -> pa.Table:
+    return reader.table.scan().to_arrow().slice(0, 0)
+
+
+def _json_row(row: Mapping[str, Any]) -> str:
+    import json
+
+    from airflow_logstore.core.codec import _json_default
+
+    return json.dumps(dict(row), default=_json_default, ensure_ascii=False)
+
+
+def run_read(
+    handle: LogStoreTable,
+    *,
+    mode: str,
+    consistency: str | None = None,
+    changelog_mode: str | None = None,
+    start: str = "earliest",
+    snapshot_id: int | None = None,
+    options: Mapping[str, Any] | None = None,
+    normalize: bool = False,
+    output_path: str | None = None,
+    output: Any = None,
+    limit: int | None = None,
+) -> dict[str, Any]:
+    """One read in any mode; rows go as JSON lines to ``output_path`` or the ``output`` stream.
+
+    Returns a summary (counts and the read report) — what the operator pushes to XCom.
+    """
+    sink = open(output_path, "w", encoding="utf-8") if output_path else output  # noqa: SIM115
+    try:
+        summary: dict[str, Any] = {"table": str(handle.name), "mode": mode}
+
+        def emit(rows: Iterable[Mapping[str, Any]]) -> int:
+            count = 0
+            for row in rows:
+                count += 1
+                if sink is not None:
+                    sink.write(_json_row(row) + "\n")
+            return count
+
+        if mode == "file":
+            rows = read_file(handle, snapshot_id).to_pylist()
+            summary["rows"] = emit(rows[:limit] if limit else rows)
+            summary["snapshot_id"] = snapshot_id or _current_snapshot_id(handle)
+        elif mode == "log":
+            log_read = read_log(
+                handle,
+                start,
+                consistency=consistency,
+                changelog_mode=changelog_mode,
+                options=options,
+                normalize=normalize,
+                limit=limit,
+            )
+            summary["records"] = emit(log_read.to_arrow().to_pylist() if log_read.records else [])
+            summary["report"] = log_read.report.to_dict()
+        elif mode == "hybrid":
+            hybrid = read_hybrid(
+                handle,
+                snapshot_id,
+                consistency=consistency,
+                changelog_mode=changelog_mode,
+                options=options,
+                normalize=normalize,
+            )
+            file_rows = [{**row, "_kind": "+I", "_source": "file"} for row in hybrid.file_rows.to_pylist()]
+            summary["file_rows"] = emit(file_rows)
+            summary["log_records"] = emit(
+                {**row, "_source": "log"}
+                for row in (hybrid.log.to_arrow().to_pylist() if hybrid.log.records else [])
+            )
+            summary["snapshot_id"] = hybrid.snapshot_id
+            summary["positions"] = {str(p): o for p, o in sorted(hybrid.positions.items())}
+            summary["report"] = hybrid.log.report.to_dict()
+        else:
+            raise OptionError("mode", f"'{mode}' is not file, log or hybrid")
+        if output_path:
+            summary["output_path"] = output_path
+        return summary
+    finally:
+        if output_path and sink is not None:
+            sink.close()
+
+
+def _current_snapshot_id(handle: LogStoreTable) -> int | None:
+    snapshot = handle.load().current_snapshot()
+    return snapshot.snapshot_id if snapshot else None

@@ -1,0 +1,515 @@
+"""Failover reconciliation, the I/O: reverse the records that failed writer attempts left in the log.
+
+One run (:func:`reconcile`, what the operator, ``logstore reconcile`` and the PySpark job call):
+
+1. takes the ``reconciler`` lease in the table's control topic (a claim record with owner and expiry;
+   the first live claim in log order holds it). Losing the race reports "another reconciler holds the
+   lease" and writes nothing else (its own claim is released at once). A background thread renews
+   the lease while the run lasts; it is released at the end;
+2. captures the log's end offsets: the **safe point**. Records after it are left for the next run;
+3. reads the control state *after* the safe point (so every scanned record's epoch claim is known)
+   and adds the commits of live snapshots to the ledger (``publish.sync_ledger``);
+4. per partition, scans from the last reconciled position (or the log start) to the safe point:
+   headers decide, values are decoded only for records to reverse or reassert
+   (:mod:`airflow_logstore.core.reconcile`). A position below the log start is a **retention gap**:
+   reported, marked with a ``log-gap/<partition>`` control record (the table's log needs a hybrid
+   re-read from a snapshot) and skipped, never an out-of-range crash. Undecodable records go to the
+   dead-letter topic ``<topic>.logstore-dlq`` and are counted;
+5. checks the lease is still ours (else :class:`~airflow_logstore.exceptions.FencedError`), produces
+   the reversals and reasserts (idempotent producer, ``acks=all``) to the partitions of their
+   originals, and flushes;
+6. checks the lease again and only then appends the ``reconcile`` progress record: per partition the
+   next offset to scan (the first record still in flight, or the safe point), the run number, lease,
+   safe point and output offsets. A crash before this record makes the next run scan the same window
+   again; the ``reverses`` headers of the reversals already written keep it from reversing anything
+   twice, and the records it did not reach are reversed then: nothing twice, nothing missed.
+
+``dry_run=True`` computes the same report and writes nothing (no lease, no ledger, no dead letters).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from airflow_logstore import kafka_client, reconcile_scan
+from airflow_logstore.core import control
+from airflow_logstore.core import reconcile as core
+from airflow_logstore.deadletter import dead_letter_topic_name
+from airflow_logstore.exceptions import FencedError, OptionError
+from airflow_logstore.publish import sync_ledger
+from airflow_logstore.tables import LogStoreTable, merged_state
+
+log = logging.getLogger(__name__)
+
+LEASE_NAME = core.LEASE_NAME
+DEFAULT_LEASE_TTL_S = 120.0
+STAGES = core.STAGES
+
+StageHook = Callable[[str], None]
+Offsets = dict[int, tuple[int, int]]
+
+
+@dataclass
+class ReconcileReport:
+    """What one run did, in numbers: printed by the CLI, returned (XCom) by the operator."""
+
+    table: str
+    topic: str = ""
+    status: str = "reconciled"  # reconciled | dry-run | lease-held
+    dry_run: bool = False
+    engine: str = "python"
+    run: int | None = None
+    lease_id: int | None = None
+    lease_holder: dict[str, Any] | None = None
+    owner: str = ""
+    scanned: int = 0
+    redundant: int = 0
+    redundant_by_attempt: dict[str, int] = field(default_factory=dict)
+    redundant_by_writer: dict[str, int] = field(default_factory=dict)
+    redundant_by_batch: dict[str, int] = field(default_factory=dict)
+    redundant_by_epoch: dict[str, int] = field(default_factory=dict)
+    reversed: int = 0
+    reasserted: int = 0
+    reasserts_completed: int = 0
+    reassert_skipped: int = 0
+    already_reversed: int = 0
+    skipped_in_flight: int = 0
+    in_flight: dict[str, Any] = field(default_factory=dict)
+    dead_lettered: int = 0
+    dead_letter_reasons: dict[str, int] = field(default_factory=dict)
+    dead_letter_topic: str | None = None
+    foreign: int = 0
+    by_decision: dict[str, int] = field(default_factory=dict)
+    safe_point: dict[str, int] = field(default_factory=dict)
+    log_start: dict[str, int] = field(default_factory=dict)
+    positions_before: dict[str, int] = field(default_factory=dict)
+    positions_after: dict[str, int] = field(default_factory=dict)
+    gaps: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    output_offsets: dict[str, list[int]] = field(default_factory=dict)
+    ledger_added: list[str] = field(default_factory=list)
+    progress_recorded: bool = False
+    seconds: float = 0.0
+    scan_seconds: float = 0.0
+    records_per_second: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def absorb(self, summary: Mapping[str, Any]) -> None:
+        for name, value in summary.items():
+            if hasattr(self, name):
+                setattr(self, name, value)
+
+
+# --- the lease ------------------------------------------------------------------------------------------
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ReconcilerLease:
+    """The ``lease/reconciler`` claim of one run: acquire, renew in the background, check, release."""
+
+    def __init__(self, ctl: kafka_client.ControlTopic, owner: str, ttl_s: float, name: str = LEASE_NAME):
+        if ttl_s <= 0:
+            raise OptionError("lease_ttl_s", f"must be positive, got {ttl_s}")
+        self.ctl = ctl
+        self.owner = owner
+        self.ttl_ms = int(ttl_s * 1000)
+        self.name = name
+        self.lease_id: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def acquire(self) -> control.Lease | None:
+        """Claim the lease; return None when we hold it, else the live holder (our claim is released)."""
+        now = _now_ms()
+        offset = self.ctl.append(
+            control.lease_key(self.name),
+            {"owner": self.owner, "expires_at_ms": now + self.ttl_ms, "claimed_at_ms": now},
+        )
+        lease_id = offset + 1
+        holder = self.ctl.read().live_lease(self.name, _now_ms())
+        if holder is None or holder.lease_id != lease_id:
+            # step aside at once: a live claim of ours would otherwise hold the lease after the holder's
+            self.ctl.append(control.lease_key(self.name), {"release": lease_id, "owner": self.owner})
+            return holder or control.Lease(self.name, -1, "unknown (expired meanwhile)", 0)
+        self.lease_id = lease_id
+        self._thread = threading.Thread(target=self._keep, name=f"lease-{lease_id}", daemon=True)
+        self._thread.start()
+        return None
+
+    def renew(self) -> None:
+        with self._lock:
+            now = _now_ms()
+            self.ctl.append(
+                control.lease_key(self.name),
+                {
+                    "renews": self.lease_id,
+                    "owner": self.owner,
+                    "expires_at_ms": now + self.ttl_ms,
+                    "renewed_at_ms": now,
+                },
+            )
+
+    def _keep(self) -> None:
+        interval = self.ttl_ms / 3000
+        while not self._stop.wait(interval):
+            try:
+                self.renew()
+            except Exception as exc:  # the fence check will notice an expired lease
+                log.warning("renewing reconciler lease %s failed: %s", self.lease_id, exc)
+
+    def check(self) -> None:
+        """Raise :class:`FencedError` unless the lease is still ours, with time left."""
+        now = _now_ms()
+        holder = self.ctl.read().live_lease(self.name, now)
+        if holder is None or holder.lease_id != self.lease_id:
+            raise FencedError(
+                f"reconciler lease {self.lease_id} of {self.owner} is no longer held "
+                f"(holder now: {holder.owner + ' lease ' + str(holder.lease_id) if holder else 'none'}); "
+                "this run stops without writing"
+            )
+        if holder.expires_at_ms - now < self.ttl_ms // 2:
+            self.renew()
+
+    def close(self) -> None:
+        """Stop renewing, then release (a renewal after the release could never revive it anyway)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.lease_id is not None:
+            with self._lock:
+                self.ctl.append(control.lease_key(self.name), {"release": self.lease_id, "owner": self.owner})
+
+
+# --- engines: where the scan and the produce run -----------------------------------------------------------
+
+
+@dataclass
+class ScanJob:
+    """Everything an engine needs to scan and plan one run."""
+
+    handle: LogStoreTable
+    topic: str
+    kafka_config: dict[str, Any]
+    starts: dict[int, int]
+    ends: dict[int, int]
+    state: control.ControlState
+    lookback: dict[int, tuple[int, int]]
+    dry_run: bool
+    dead_letter_topic: str
+    replication_factor: int = 1
+
+
+@dataclass
+class PlanResult:
+    stats: list[core.PartitionStats]
+    output_count: int
+    outputs: Any  # engine-specific: PartitionPlans (python) or a persisted DataFrame (spark)
+
+
+class Engine(Protocol):
+    name: str
+
+    def plan(self, job: ScanJob) -> PlanResult: ...
+
+    def produce(
+        self, job: ScanJob, result: PlanResult, lease_id: int, run: int
+    ) -> dict[int, tuple[int, int]]: ...
+
+
+class PythonEngine:
+    """Scans with librdkafka consumers (worker processes for large windows); produces from this process.
+
+    :param workers: scan processes for large windows (default 1: scan in this process).
+    """
+
+    name = "python"
+
+    def __init__(
+        self, workers: int | None = None, parallel_min_records: int = reconcile_scan.PARALLEL_MIN_RECORDS
+    ) -> None:
+        self.workers = workers
+        self.parallel_min_records = parallel_min_records
+
+    def plan(self, job: ScanJob) -> PlanResult:
+        task = reconcile_scan.ScanTask(
+            job.topic,
+            job.kafka_config,
+            job.starts,
+            job.ends,
+            job.state,
+            job.lookback,
+            None if job.dry_run else job.dead_letter_topic,
+            job.replication_factor,
+        )
+        plans = reconcile_scan.scan(
+            task, workers=self.workers, parallel_min_records=self.parallel_min_records
+        )
+        count = sum(plan.output_count for plan in plans)
+        return PlanResult([plan.stats for plan in plans], count, plans)
+
+    def produce(self, job: ScanJob, result: PlanResult, lease_id: int, run: int) -> Offsets:
+        outputs = (out for plan in result.outputs for out in plan.iter_outputs())
+        return produce_outputs(job.kafka_config, job.topic, outputs, result.output_count, lease_id, run)
+
+
+def produce_outputs(
+    kafka_config: Mapping[str, Any],
+    topic: str,
+    outputs: Iterable[core.Output],
+    count: int,
+    lease_id: int,
+    run: int,
+) -> dict[int, tuple[int, int]]:
+    """Produce ``count`` reversals and reasserts in order, each to its original's partition; flush.
+
+    The producer's queue is bounded: records are built and handed over as the broker acknowledges.
+    """
+    if not count:
+        return {}
+    tracker = kafka_client.DeliveryTracker()
+    prod = kafka_client.producer(kafka_config, **{"linger.ms": 20, "queue.buffering.max.messages": 20000})
+    for n, out in enumerate(outputs, start=1):
+        while True:
+            try:
+                prod.produce(
+                    topic,
+                    key=out.key,
+                    value=out.value,
+                    partition=out.partition,
+                    headers=out.headers(lease_id, run),
+                    on_delivery=tracker,
+                )
+                break
+            except BufferError:
+                prod.poll(0.05)
+        if n % 5000 == 0:
+            prod.poll(0)
+    kafka_client.flush(prod, tracker, count, f"writing reversals to '{topic}'")
+    return dict(tracker.offsets)
+
+
+# --- one run ----------------------------------------------------------------------------------------
+
+
+def kill_at(stage: str) -> StageHook:
+    """A stage hook that SIGKILLs this process at ``stage`` (crash tests; like dual write's --crash-at)."""
+    if stage not in STAGES:
+        raise OptionError("crash-at", f"'{stage}' is not one of {', '.join(STAGES)}")
+
+    def hook(current: str) -> None:
+        if current == stage:
+            log.warning("crash injection: SIGKILL at %s", stage)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook
+
+
+def reconcile(
+    handle: LogStoreTable,
+    *,
+    dry_run: bool = False,
+    owner: str | None = None,
+    lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
+    engine: Engine | None = None,
+    stage_hook: StageHook | None = None,
+) -> ReconcileReport:
+    """Reconcile the table's log once (see the module docstring); return the report."""
+    started = time.monotonic()
+    engine = engine or PythonEngine()
+    hook = stage_hook or (lambda stage: None)
+    table = handle.load()
+    config = handle.config(table)
+    topic, _, _ = config.require_log()
+    ctl = handle.control(config)
+    kafka_config = handle.kafka_config(config)
+    owner = owner or default_owner()
+    report = ReconcileReport(str(handle.name), topic, dry_run=dry_run, engine=engine.name, owner=owner)
+    report.status = "dry-run" if dry_run else "reconciled"
+
+    lease: ReconcilerLease | None = None
+    if not dry_run:
+        lease = ReconcilerLease(ctl, owner, lease_ttl_s)
+        holder = lease.acquire()
+        if holder is not None:
+            report.status = "lease-held"
+            report.lease_holder = {
+                "owner": holder.owner,
+                "lease_id": holder.lease_id,
+                "expires_at_ms": holder.expires_at_ms,
+            }
+            report.seconds = round(time.monotonic() - started, 3)
+            log.warning(
+                "reconcile %s: another reconciler holds the lease (%s, lease %s, expires at %s ms); "
+                "nothing done",
+                handle.name,
+                holder.owner,
+                holder.lease_id,
+                holder.expires_at_ms,
+            )
+            return report
+        report.lease_id = lease.lease_id
+    try:
+        hook("lease-acquired")
+        _run(handle, table, config, ctl, kafka_config, engine, report, lease, hook, started)
+    finally:
+        if lease is not None:
+            lease.close()
+    report.seconds = round(time.monotonic() - started, 3)
+    _log_report(report)
+    return report
+
+
+def _run(
+    handle: LogStoreTable,
+    table: Any,
+    config: Any,
+    ctl: kafka_client.ControlTopic,
+    kafka_config: dict[str, Any],
+    engine: Engine,
+    report: ReconcileReport,
+    lease: ReconcilerLease | None,
+    hook: StageHook,
+    started: float,
+) -> None:
+    topic = report.topic
+    cons = kafka_client.consumer(kafka_config)
+    try:
+        bounds = kafka_client.partition_offsets(cons, topic, config.partitions)
+    finally:
+        cons.close()
+    safe_point = {p: high for p, (_, high) in bounds.items()}
+    # The state is read after the safe point: every record before it was produced after its epoch's claim.
+    state = ctl.read()
+    if lease is None:
+        state = merged_state(table, state)
+    else:
+        report.ledger_added = sync_ledger(handle, ctl, state, table)
+    progress = state.reconcile_progress
+    run = core.run_number(progress)
+    starts, gaps, warnings = core.start_positions(state.reconcile_positions, bounds)
+    report.run = run
+    report.safe_point = _str_keys(safe_point)
+    report.log_start = _str_keys({p: low for p, (low, _) in bounds.items()})
+    report.positions_before = _str_keys({p: int(state.reconcile_positions.get(p, 0)) for p in bounds})
+    report.warnings.extend(warnings)
+    for warning in warnings:
+        log.warning("reconcile %s: %s", handle.name, warning)
+
+    job = ScanJob(
+        handle,
+        topic,
+        kafka_config,
+        starts,
+        safe_point,
+        state,
+        core.lookback_ranges(progress, starts),
+        lease is None,
+        dead_letter_topic_name(topic),
+        config.replication_factor,
+    )
+    scan_started = time.monotonic()
+    result = engine.plan(job)
+    report.scan_seconds = round(time.monotonic() - scan_started, 3)
+    gaps.extend(core.scan_gaps(result.stats))
+    report.absorb(core.summarize(result.stats))
+    report.records_per_second = round(report.scanned / report.scan_seconds) if report.scan_seconds else 0.0
+    report.dead_letter_topic = job.dead_letter_topic if report.dead_lettered else None
+    report.gaps = [gap.to_dict() for gap in gaps]
+    positions = {s.partition: s.next_position for s in result.stats}
+    report.positions_after = _str_keys(positions)
+    for gap in gaps:
+        log.warning(
+            "reconcile %s: partition %s records [%s, %s) (%s records) were deleted by retention before "
+            "reconciliation scanned them; the log needs a hybrid re-read from a snapshot",
+            handle.name,
+            gap.partition,
+            gap.from_offset,
+            gap.to_offset,
+            gap.count,
+        )
+    hook("planned")
+    if lease is None:
+        return
+
+    output: dict[int, tuple[int, int]] = {}
+    if result.output_count:
+        lease.check()
+        assert lease.lease_id is not None
+        output = engine.produce(job, result, lease.lease_id, run)
+        report.output_offsets = {str(p): list(span) for p, span in sorted(output.items())}
+        hook("output-flushed")
+    for gap in gaps:
+        ctl.append(
+            control.gap_key(gap.partition),
+            core.gap_value(gap, run=run, lease_id=lease.lease_id or 0, now_ms=_now_ms()),
+        )
+    changed = output or gaps or positions != {p: state.reconcile_positions.get(p) for p in positions}
+    if changed:
+        lease.check()
+        hook("before-progress")
+        ctl.append(
+            control.K_RECONCILE,
+            core.progress_value(
+                positions=positions,
+                safe_point=safe_point,
+                output=output,
+                lease_id=lease.lease_id or 0,
+                run=run,
+                owner=lease.owner,
+                summary=report.to_dict(),
+                now_ms=_now_ms(),
+            ),
+        )
+        report.progress_recorded = True
+
+
+def _str_keys(values: Mapping[int, int]) -> dict[str, int]:
+    return {str(p): int(o) for p, o in sorted(values.items())}
+
+
+def _log_report(report: ReconcileReport) -> None:
+    log.info(
+        "reconcile %s (%s, run %s, lease %s): scanned %s records in %.1fs (%s/s); redundant %s %s; "
+        "reversed %s, reasserted %s, already reversed %s, skipped in flight %s, dead-lettered %s, gaps %s; "
+        "positions %s -> %s (safe point %s)",
+        report.table,
+        report.status,
+        report.run,
+        report.lease_id,
+        report.scanned,
+        report.scan_seconds,
+        report.records_per_second,
+        report.redundant,
+        report.redundant_by_attempt,
+        report.reversed,
+        report.reasserted,
+        report.already_reversed,
+        report.skipped_in_flight,
+        report.dead_lettered,
+        len(report.gaps),
+        report.positions_before,
+        report.positions_after,
+        report.safe_point,
+    )
+
+
+__all__ = ["DEFAULT_LEASE_TTL_S", "LEASE_NAME", "ReconcileReport", "ReconcilerLease", "kill_at", "reconcile"]

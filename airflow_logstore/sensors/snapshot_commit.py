@@ -1,0 +1,125 @@
+"""SnapshotCommitSensor: wait for the Iceberg snapshot that commits a LogStore batch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
+
+from airflow_logstore.hooks.logstore import LogStoreHook
+from airflow_logstore.triggers.snapshot_commit import SnapshotCommitTrigger
+
+
+class SnapshotCommitSensor(BaseSensorOperator):
+    """Wait until a dual-write snapshot matching the condition is committed; push its commit to XCom.
+
+    Matches a given batch (and writer), or any LogStore commit newer than ``after_snapshot_id``.
+    Reads table metadata with pyiceberg only. Compaction snapshots never match. In deferrable mode
+    the wait runs in the triggerer (:class:`SnapshotCommitTrigger`) and frees the worker slot.
+
+    :param table: ``namespace.table``
+    :param batch_id: batch to wait for (templated)
+    :param writer_id: writer of the batch (templated; optional)
+    :param after_snapshot_id: else wait for any commit newer than this snapshot (templated)
+    :param poke_before_defer: check once in the worker before deferring (False: the whole wait runs
+        in the triggerer)
+    """
+
+    template_fields: Sequence[str] = ("table", "batch_id", "writer_id", "after_snapshot_id")
+    ui_color = "#e8f0fb"
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        batch_id: int | str | None = None,
+        writer_id: str | None = None,
+        after_snapshot_id: int | str | None = None,
+        logstore_conn_id: str = LogStoreHook.default_conn_name,
+        kafka_config_id: str | None = "kafka_default",
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        poke_before_defer: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.table = table
+        self.batch_id = batch_id
+        self.writer_id = writer_id
+        self.after_snapshot_id = after_snapshot_id
+        self.logstore_conn_id = logstore_conn_id
+        self.kafka_config_id = kafka_config_id
+        self.deferrable = deferrable
+        self.poke_before_defer = poke_before_defer
+
+    @staticmethod
+    def _int(name: str, value: int | str | None) -> int | None:
+        if value in (None, "", "None"):
+            return None
+        try:
+            return int(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be an integer, got {value!r}") from None
+
+    def _trigger(self) -> SnapshotCommitTrigger:
+        return SnapshotCommitTrigger(
+            table=self.table,
+            logstore_conn_id=self.logstore_conn_id,
+            kafka_config_id=self.kafka_config_id,
+            writer_id=self.writer_id or None,
+            batch_id=self._int("batch_id", self.batch_id),
+            after_snapshot_id=self._int("after_snapshot_id", self.after_snapshot_id),
+            poll_interval=float(self.poke_interval),
+            timeout=float(self.timeout) if self.timeout else None,
+        )
+
+    def poke(self, context: Any) -> PokeReturnValue:
+        found = self._trigger()._check()
+        if found is not None:
+            self.log.info(
+                "snapshot %s committed batch %s of %s (epoch %s, offsets %s)",
+                found["snapshot_id"],
+                found["batch_id"],
+                found["writer_id"],
+                found["epoch"],
+                found["offsets"],
+            )
+        return PokeReturnValue(found is not None, found)
+
+    def execute(self, context: Any) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        trigger = self._trigger()
+        found = trigger._check() if self.poke_before_defer else None
+        if found is not None:
+            self.log.info("snapshot %s already committed batch %s", found["snapshot_id"], found["batch_id"])
+            return found
+        self.log.info(
+            "deferring: waiting for a snapshot of %s (batch %s, writer %s)",
+            self.table,
+            self.batch_id,
+            self.writer_id,
+        )
+        self.defer(
+            trigger=trigger,
+            method_name="execute_complete",
+            timeout=timedelta(seconds=float(self.timeout)) if self.timeout else None,
+        )
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        if event.get("status") != "success":
+            raise RuntimeError(
+                f"waiting for a snapshot of {self.table} failed: {event.get('message', event)}"
+            )
+        commit = event["commit"]
+        self.log.info(
+            "snapshot %s committed batch %s of %s (epoch %s, offsets %s) after %s polls in the triggerer",
+            commit["snapshot_id"],
+            commit["batch_id"],
+            commit["writer_id"],
+            commit["epoch"],
+            commit["offsets"],
+            event.get("polls"),
+        )
+        return commit

@@ -1,0 +1,244 @@
+"""A real local Airflow for the embedded default: api-server, scheduler, dag-processor and triggerer.
+
+All of it listens on 127.0.0.1 only (the scheduler and triggerer run without their log servers; the
+API server reads the log files from the shared local folder). The metadata DB is SQLite under
+``LOGSTORE_HOME/airflow``. Used by ``logstore airflow up|down|status`` and the end-to-end test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from airflow_logstore.exceptions import ServiceError
+from airflow_logstore.settings import LocalSettings, local_settings
+
+COMPONENTS: dict[str, list[str]] = {
+    "api-server": ["api-server"],
+    "scheduler": ["scheduler", "--skip-serve-logs"],
+    "dag-processor": ["dag-processor"],
+    "triggerer": ["triggerer", "--skip-serve-logs"],
+}
+
+
+@dataclass
+class LocalAirflow:
+    settings: LocalSettings
+    dags_folder: Path
+    port: int = 8080
+    home: Path | None = None
+
+    def __post_init__(self) -> None:
+        self.home = self.home or self.settings.home / "airflow"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid_dir(self) -> Path:
+        assert self.home is not None
+        return self.home / "pids"
+
+    def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        bin_dir = str(Path(sys.executable).parent)
+        env = {
+            **os.environ,
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+            "AIRFLOW_HOME": str(self.home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API__BASE_URL": self.url,
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
+            "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "10",
+            "AIRFLOW__TRIGGERER__DEFAULT_CAPACITY": "50",
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            "AIRFLOW_VAR_LOGSTORE_KAFKA_ADDRESS": self.settings.kafka_bootstrap,
+            "LOGSTORE_HOME": str(self.settings.home),
+            "LOGSTORE_CACHE": str(self.settings.cache),
+            "LOGSTORE_KAFKA_PORT": str(self.settings.kafka_port),
+            "PYSPARK_PYTHON": sys.executable,
+        }
+        env.update(extra or {})
+        return env
+
+    def airflow(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "airflow", *args],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if check and done.returncode != 0:
+            raise ServiceError(f"airflow {' '.join(args)} failed: {done.stderr[-2000:]}")
+        return done
+
+    def up(self, timeout: float = 180.0) -> None:
+        assert self.home is not None
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.pid_dir.mkdir(parents=True, exist_ok=True)
+        self.airflow("db", "migrate")
+        for name, args in COMPONENTS.items():
+            if self._pid(name) is not None:
+                continue
+            with open(self.home / f"{name}.log", "ab") as out:
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "airflow", *args],
+                    env=self.env(),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            (self.pid_dir / f"{name}.pid").write_text(str(process.pid))
+        self.wait_healthy(timeout)
+
+    def _pid(self, name: str) -> int | None:
+        try:
+            pid = int((self.pid_dir / f"{name}.pid").read_text())
+            os.kill(pid, 0)
+        except (OSError, ValueError):
+            return None
+        return pid
+
+    def status(self) -> dict[str, Any]:
+        try:
+            health = self.get("/api/v2/monitor/health")
+        except (OSError, ServiceError):
+            health = None
+        return {"url": self.url, "pids": {name: self._pid(name) for name in COMPONENTS}, "health": health}
+
+    def down(self, timeout: float = 30.0) -> list[str]:
+        stopped = []
+        for name in COMPONENTS:
+            pid = self._pid(name)
+            if pid is None:
+                continue
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and self._alive_group(pid):
+                time.sleep(0.3)
+            if self._alive_group(pid):
+                os.killpg(pid, signal.SIGKILL)
+            (self.pid_dir / f"{name}.pid").unlink(missing_ok=True)
+            stopped.append(name)
+        return stopped
+
+    @staticmethod
+    def _alive_group(pgid: int) -> bool:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            try:
+                last = self.get("/api/v2/monitor/health")
+                if all(
+                    (last.get(part) or {}).get("status") == "healthy"
+                    for part in ("metadatabase", "scheduler", "triggerer", "dag_processor")
+                ):
+                    return
+            except (OSError, ServiceError):
+                pass
+            time.sleep(1)
+        raise ServiceError(f"Airflow at {self.url} is not healthy after {timeout:.0f}s: {last}")
+
+    # -- REST API ------------------------------------------------------------------------------------
+
+    def _token(self) -> str:
+        with urllib.request.urlopen(f"{self.url}/auth/token", timeout=10) as response:
+            return str(json.load(response)["access_token"])
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(
+            f"{self.url}{path}",
+            data=data,
+            method=method,
+            headers={"Authorization": f"Bearer {self._token()}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return json.load(response)
+        except urllib.error.HTTPError as exc:
+            raise ServiceError(f"{method} {path}: HTTP {exc.code}: {exc.read()[:500]!r}") from None
+
+    def get(self, path: str) -> Any:
+        return self.request("GET", path)
+
+    def trigger(self, dag_id: str, conf: Mapping[str, Any]) -> str:
+        """Trigger a run the way the UI's trigger button does; return its run id."""
+        run = self.request(
+            "POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": dict(conf)}
+        )
+        return str(run["dag_run_id"])
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                self.get(f"/api/v2/dags/{dag_id}")
+                return
+            except ServiceError:
+                time.sleep(2)
+        raise ServiceError(f"DAG {dag_id} was not parsed within {timeout:.0f}s")
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 900.0) -> str:
+        deadline = time.monotonic() + timeout
+        state = "queued"
+        while time.monotonic() < deadline:
+            state = str(self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"])
+            if state in ("success", "failed"):
+                return state
+            time.sleep(3)
+        raise ServiceError(f"run {run_id} of {dag_id} still {state} after {timeout:.0f}s")
+
+    def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
+        found = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+        return {ti["task_id"]: ti for ti in found["task_instances"]}
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
+        found = self.get(
+            f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}"
+            "?full_content=true"
+        )
+        content = found.get("content")
+        if isinstance(content, list):
+            return "\n".join(json.dumps(item) if not isinstance(item, str) else item for item in content)
+        return str(content)
+
+
+def local_airflow(dags_folder: Path | None = None, port: int | None = None) -> LocalAirflow:
+    from airflow_logstore.demo import REPO_ROOT
+
+    return LocalAirflow(
+        local_settings(),
+        dags_folder or REPO_ROOT / "dags",
+        port or int(os.environ.get("LOGSTORE_AIRFLOW_PORT", "8080")),
+    )

@@ -1,0 +1,394 @@
+"""The embedded default's real services: a single-node Apache Kafka broker (KRaft) and Spark's jars.
+
+Jars come from Maven Central through ``mvn`` into ``LOGSTORE_CACHE`` (once; later calls are instant).
+The broker runs with the machine's Java on 127.0.0.1 only, keeps its data under ``LOGSTORE_HOME``,
+and is stopped by its own pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from airflow_logstore import versions
+from airflow_logstore.exceptions import ServiceError
+from airflow_logstore.settings import LocalSettings, local_settings
+
+log = logging.getLogger(__name__)
+
+_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>airflow-logstore.local</groupId><artifactId>{name}</artifactId><version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+{dependencies}
+  </dependencies>
+</project>
+"""
+
+
+def _dependency_xml(coordinate: str) -> str:
+    group, artifact, version = coordinate.split(":")
+    return (
+        f"    <dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
+        f"<version>{version}</version></dependency>"
+    )
+
+
+def fetch_jars(
+    name: str, coordinates: Sequence[str], *, transitive: bool, settings: LocalSettings | None = None
+) -> Path:
+    """Download ``coordinates`` (and their dependencies when ``transitive``) into the cache, once."""
+    settings = settings or local_settings()
+    fingerprint = hashlib.sha256(json.dumps([list(coordinates), transitive]).encode()).hexdigest()[:16]
+    target = settings.jars_dir / f"{name}-{fingerprint}"
+    marker = target / ".complete"
+    if marker.exists():
+        return target
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise ServiceError("Maven ('mvn') is needed once to download the Kafka and Iceberg jars; install it")
+    work = settings.cache / "poms" / name
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "pom.xml").write_text(
+        _POM.format(name=name, dependencies="\n".join(_dependency_xml(c) for c in coordinates))
+    )
+    staging = target.with_name(target.name + ".part")
+    shutil.rmtree(staging, ignore_errors=True)
+    command = [
+        mvn,
+        "-q",
+        "-B",
+        f"-Dmaven.repo.local={settings.maven_repo}",
+        "-f",
+        str(work / "pom.xml"),
+        "dependency:copy-dependencies",
+        f"-DoutputDirectory={staging}",
+        "-DincludeScope=runtime",
+        f"-DexcludeTransitive={'false' if transitive else 'true'}",
+    ]
+    log.info("downloading %s jars with Maven (once): %s", name, ", ".join(coordinates))
+    print(f"[logstore] downloading {name} jars with Maven into {settings.jars_dir} (once)", file=sys.stderr)
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + result.stderr).splitlines()[-15:])
+        raise ServiceError(f"Maven could not download the {name} jars:\n{tail}")
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    marker.write_text("\n".join(coordinates))
+    return target
+
+
+def kafka_jars(settings: LocalSettings | None = None) -> Path:
+    return fetch_jars("kafka-broker", versions.KAFKA_BROKER_ARTIFACTS, transitive=True, settings=settings)
+
+
+def spark_jars(settings: LocalSettings | None = None) -> list[Path]:
+    """The extra jars Spark needs (Iceberg runtime, Kafka source, JDBC driver), downloaded once."""
+    folder = fetch_jars("spark-extra", versions.SPARK_EXTRA_ARTIFACTS, transitive=False, settings=settings)
+    return sorted(folder.glob("*.jar"))
+
+
+# -- the broker --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BrokerOptions:
+    """How the local broker listens. ``sasl_users`` adds a SASL_PLAINTEXT (PLAIN) listener."""
+
+    port: int
+    sasl_port: int | None = None
+    sasl_users: dict[str, str] = field(default_factory=dict)
+    heap: str = "512m"
+
+    @property
+    def controller_port(self) -> int:
+        return self.port + 1
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    running: bool
+    pid: int | None
+    bootstrap: str
+    data_dir: Path
+    log_file: Path
+
+    def describe(self) -> str:
+        state = f"running (pid {self.pid})" if self.running else "stopped"
+        return f"kafka broker {state} at {self.bootstrap}; data in {self.data_dir}; log {self.log_file}"
+
+
+def _server_properties(options: BrokerOptions, data_dir: Path) -> str:
+    listeners = [f"PLAINTEXT://127.0.0.1:{options.port}", f"CONTROLLER://127.0.0.1:{options.controller_port}"]
+    advertised = [f"PLAINTEXT://127.0.0.1:{options.port}"]
+    protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+    extra: list[str] = []
+    if options.sasl_port:
+        listeners.append(f"SASL://127.0.0.1:{options.sasl_port}")
+        advertised.append(f"SASL://127.0.0.1:{options.sasl_port}")
+        protocols.append("SASL:SASL_PLAINTEXT")
+        users = " ".join(f'user_{user}="{password}"' for user, password in options.sasl_users.items())
+        first_user, first_password = next(iter(options.sasl_users.items()))
+        extra += [
+            "sasl.enabled.mechanisms=PLAIN",
+            "listener.name.sasl.sasl.enabled.mechanisms=PLAIN",
+            "listener.name.sasl.plain.sasl.jaas.config="
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'username="{first_user}" password="{first_password}" {users};',
+        ]
+    lines = [
+        "process.roles=broker,controller",
+        "node.id=1",
+        f"controller.quorum.voters=1@127.0.0.1:{options.controller_port}",
+        "listeners=" + ",".join(listeners),
+        "advertised.listeners=" + ",".join(advertised),
+        "controller.listener.names=CONTROLLER",
+        "inter.broker.listener.name=PLAINTEXT",
+        "listener.security.protocol.map=" + ",".join(protocols),
+        f"log.dirs={data_dir}",
+        "num.partitions=1",
+        "auto.create.topics.enable=false",
+        "offsets.topic.replication.factor=1",
+        "offsets.topic.num.partitions=4",
+        "transaction.state.log.replication.factor=1",
+        "transaction.state.log.min.isr=1",
+        "transaction.state.log.num.partitions=4",
+        "share.coordinator.state.topic.replication.factor=1",
+        "group.initial.rebalance.delay.ms=0",
+        "log.retention.check.interval.ms=1000",
+        "log.cleaner.backoff.ms=1000",
+        *extra,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+_LOG4J2 = """status = warn
+appender.file.type = RollingFile
+appender.file.name = FILE
+appender.file.fileName = {log}
+appender.file.filePattern = {log}.%i
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = 20MB
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = 2
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+logger.kafka.name = kafka
+logger.kafka.level = WARN
+logger.kafkaorg.name = org.apache.kafka
+logger.kafkaorg.level = WARN
+"""
+
+
+class LocalBroker:
+    """A real single-node Kafka broker under ``<home>/kafka`` (or ``state_dir``)."""
+
+    def __init__(
+        self,
+        settings: LocalSettings | None = None,
+        *,
+        options: BrokerOptions | None = None,
+        state_dir: Path | None = None,
+    ) -> None:
+        self.settings = settings or local_settings()
+        self.options = options or BrokerOptions(port=self.settings.kafka_port)
+        self.state_dir = state_dir or self.settings.broker_dir
+        self.data_dir = self.state_dir / "data"
+        self.pid_file = self.state_dir / "broker.pid"
+        self.log_file = self.state_dir / "broker.log"
+        self.stdout_file = self.state_dir / "broker.out"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.options.port}"
+
+    @property
+    def sasl_bootstrap(self) -> str | None:
+        return f"127.0.0.1:{self.options.sasl_port}" if self.options.sasl_port else None
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+
+    def pid(self) -> int | None:
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        return pid if _alive(pid) and _is_our_broker(pid, self.state_dir) else None
+
+    def status(self) -> BrokerStatus:
+        pid = self.pid()
+        running = pid is not None and _port_open(self.options.port)
+        return BrokerStatus(running, pid, self.bootstrap, self.data_dir, self.log_file)
+
+    def up(self, timeout: float = 90.0) -> BrokerStatus:
+        """Start the broker unless it runs already; wait until it answers Kafka requests."""
+        if self.pid() is not None:
+            self._wait_ready(timeout)
+            return self.status()
+        for port in (self.options.port, self.options.controller_port, self.options.sasl_port):
+            if port and _port_open(port):
+                raise ServiceError(
+                    f"port {port} on 127.0.0.1 is taken by another process; "
+                    "set LOGSTORE_KAFKA_PORT to a free port"
+                )
+        jars = kafka_jars(self.settings)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        properties = self.state_dir / "server.properties"
+        properties.write_text(_server_properties(self.options, self.data_dir))
+        log4j = self.state_dir / "log4j2.properties"
+        log4j.write_text(_LOG4J2.format(log=self.log_file))
+        java = _java()
+        classpath = f"{jars}/*"
+        if not (self.data_dir / "meta.properties").exists():
+            cluster_id = uuid.uuid4().hex[:22]
+            result = subprocess.run(
+                [
+                    java,
+                    "-cp",
+                    classpath,
+                    f"-Dlog4j2.configurationFile={log4j}",
+                    "kafka.tools.StorageTool",
+                    "format",
+                    "-t",
+                    cluster_id,
+                    "-c",
+                    str(properties),
+                    "--ignore-formatted",
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if result.returncode != 0:
+                raise ServiceError(f"formatting the Kafka storage failed: {result.stdout}{result.stderr}")
+        command = [
+            java,
+            f"-Xmx{self.options.heap}",
+            "-Xms128m",
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={log4j}",
+            f"-Dlogstore.state={self.state_dir}",
+            "-cp",
+            classpath,
+            "kafka.Kafka",
+            str(properties),
+        ]
+        with open(self.stdout_file, "ab") as out:
+            process = subprocess.Popen(
+                command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=self.state_dir,
+            )
+        self.pid_file.write_text(str(process.pid))
+        try:
+            self._wait_ready(timeout, process)
+        except ServiceError:
+            self.down()
+            raise
+        return self.status()
+
+    def _wait_ready(self, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if process is not None and process.poll() is not None:
+                raise ServiceError(
+                    f"the Kafka broker exited with {process.returncode}; "
+                    f"see {self.stdout_file} and {self.log_file}"
+                )
+            if _port_open(self.options.port):
+                try:
+                    AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=5)
+                    return
+                except Exception:
+                    pass
+            time.sleep(0.3)
+        raise ServiceError(
+            f"the Kafka broker did not answer on {self.bootstrap} within {timeout:.0f}s; see {self.log_file}"
+        )
+
+    def down(self, timeout: float = 30.0) -> bool:
+        """Stop the broker by its pid (SIGTERM, then SIGKILL); True when one was running."""
+        pid = self.pid()
+        if pid is None:
+            self.pid_file.unlink(missing_ok=True)
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            while _alive(pid):
+                time.sleep(0.1)
+        self.pid_file.unlink(missing_ok=True)
+        return True
+
+
+def _java() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    candidate = Path(java_home) / "bin" / "java" if java_home else None
+    if candidate and candidate.exists():
+        return str(candidate)
+    found = shutil.which("java")
+    if not found:
+        raise ServiceError("Java (17 or newer) is needed to run the Kafka broker and Spark; install it")
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child of ours counts as gone
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _is_our_broker(pid: int, state_dir: Path) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return True  # not Linux: trust the pid file
+    return f"-Dlogstore.state={state_dir}".encode() in cmdline
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

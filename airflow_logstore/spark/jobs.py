@@ -1,0 +1,126 @@
+"""Entry points of the PySpark jobs (``spark_jobs/*.py`` call these). Each prints one JSON result line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from airflow_logstore.exceptions import LogStoreError
+
+RESULT_PREFIX = "LOGSTORE_RESULT "
+log = logging.getLogger(__name__)
+
+
+def emit_result(result: Any) -> None:
+    print(RESULT_PREFIX + json.dumps(result, default=str), flush=True)
+
+
+def parse_result(output: str) -> dict[str, Any] | None:
+    """The last result line a job printed, or None."""
+    found = None
+    for line in output.splitlines():
+        index = line.find(RESULT_PREFIX)
+        if index >= 0:
+            found = json.loads(line[index + len(RESULT_PREFIX) :])
+    return found
+
+
+def _session(app: str) -> Any:
+    from airflow_logstore.spark.session import build_spark_session
+
+    return build_spark_session(app)
+
+
+def dual_write_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dual_write", description="Write batches to an Iceberg table and its log"
+    )
+    parser.add_argument("--table", required=True)
+    parser.add_argument(
+        "--writer-id", default=None, help="default: logstore-cli (batch), derived from --checkpoint (stream)"
+    )
+    parser.add_argument("--emit-mode", default=None, help="file,log (default), log or file")
+    parser.add_argument("--crash-at", default=None, help="after-log:N or after-commit:N (tests)")
+    parser.add_argument("--change-column", default="op")
+    batch = parser.add_argument_group("batch mode")
+    batch.add_argument("--input", help="input file or folder (JSON lines, CSV, Parquet)")
+    batch.add_argument("--input-format", default=None)
+    batch.add_argument("--batch-id", type=int, default=None)
+    stream = parser.add_argument_group("streaming mode")
+    stream.add_argument("--source-topic", help="Kafka topic of JSON change rows")
+    stream.add_argument("--source-bootstrap", default=None, help="defaults to the table's Kafka")
+    stream.add_argument("--checkpoint", help="checkpoint folder of the streaming query")
+    stream.add_argument("--trigger", default="available-now", help="available-now, once, or e.g. '5 seconds'")
+    stream.add_argument("--timeout", type=float, default=None, help="stop a processing-time stream after N s")
+    stream.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    return parser
+
+
+def dual_write_main(argv: Sequence[str] | None = None) -> int:
+    from airflow_logstore.core.properties import parse_emit_mode
+    from airflow_logstore.spark.dual_write import CrashPoint, open_writer
+    from airflow_logstore.spark.jobconf import job_settings, spark_conf_dict
+
+    args = dual_write_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if bool(args.input) == bool(args.source_topic):
+        print(
+            "dual_write: pass exactly one of --input (batch) or --source-topic (streaming)", file=sys.stderr
+        )
+        return 2
+    try:
+        crash_at = CrashPoint.parse(args.crash_at)
+        spark = _session(f"logstore-dual-write-{args.table}")
+        catalog, kafka_extra = job_settings(spark_conf_dict(spark))
+        writer = open_writer(
+            spark,
+            args.table,
+            catalog=catalog,
+            kafka_extra=kafka_extra,
+            writer_id=args.writer_id,
+            crash_at=crash_at,
+            change_column=args.change_column,
+        )
+        if args.emit_mode:
+            writer.emit_mode = parse_emit_mode(args.emit_mode, writer.config)
+        if args.input:
+            result = writer.write_path(args.input, args.batch_id, args.input_format)
+            emit_result(result.to_dict())
+        else:
+            from airflow_logstore.spark.streaming import run_stream
+
+            results = run_stream(
+                writer,
+                source_topic=args.source_topic,
+                bootstrap=args.source_bootstrap,
+                checkpoint=args.checkpoint,
+                trigger=args.trigger,
+                timeout=args.timeout,
+                max_offsets_per_trigger=args.max_offsets_per_trigger,
+            )
+            emit_result({"batches": [r.to_dict() for r in results]})
+    except LogStoreError as exc:
+        print(f"dual_write: error: {exc}", file=sys.stderr)
+        log.error("dual write failed: %s", exc)
+        return 1
+    return 0
+
+
+def read_table_main(argv: Sequence[str] | None = None) -> int:
+    from airflow_logstore.spark import read_job
+    from airflow_logstore.spark.jobconf import job_settings, spark_conf_dict
+
+    args = read_job.parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        spark = _session(f"logstore-read-{args.table}")
+        catalog, kafka_extra = job_settings(spark_conf_dict(spark))
+        emit_result(read_job.run(spark, args, catalog, kafka_extra))
+    except LogStoreError as exc:
+        print(f"read_table: error: {exc}", file=sys.stderr)
+        return 1
+    return 0

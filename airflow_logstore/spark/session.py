@@ -1,0 +1,94 @@
+"""One function that builds a SparkSession configured for LogStore tables.
+
+Under ``spark-submit`` (the Airflow path) the submit command already carries jars and catalog
+settings, so the job just attaches to that session. Elsewhere (tests, the CLI, notebooks) the session
+is built here: master ``local[2]`` unless ``LOGSTORE_SPARK_MASTER`` says otherwise, the jars from the
+local cache, the catalog from :func:`airflow_logstore.catalog.default_catalog`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from airflow_logstore.catalog import CatalogSpec, default_catalog
+from airflow_logstore.settings import local_settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+
+
+def base_conf() -> dict[str, str]:
+    """Settings every LogStore Spark application needs, wherever it runs."""
+    return {
+        "spark.sql.extensions": ICEBERG_EXTENSIONS,
+        "spark.sql.session.timeZone": "UTC",
+        "spark.speculation": "false",
+        "spark.sql.iceberg.merge-schema": "false",
+        "spark.python.worker.reuse": "true",
+    }
+
+
+def local_conf() -> dict[str, str]:
+    """Extra settings for a small local session (tests, the demo)."""
+    return {
+        "spark.pyspark.python": sys.executable,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.default.parallelism": "4",
+        "spark.driver.memory": "2g",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.task.maxFailures": "2",
+    }
+
+
+def session_conf(
+    catalog: CatalogSpec, jars: Sequence[Path] = (), extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    conf = {**base_conf(), **catalog.spark_conf()}
+    if jars:
+        conf["spark.jars"] = ",".join(str(j) for j in jars)
+    conf.update(extra or {})
+    return conf
+
+
+def under_spark_submit() -> bool:
+    """True inside a Python application launched by spark-submit."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def build_spark_session(
+    app_name: str = "airflow-logstore",
+    *,
+    catalog: CatalogSpec | None = None,
+    master: str | None = None,
+    extra_conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """A SparkSession with the Iceberg runtime and the LogStore catalog."""
+    from pyspark.sql import SparkSession
+
+    if under_spark_submit():
+        builder = SparkSession.builder.appName(app_name)
+        for key, value in base_conf().items():
+            builder = builder.config(key, value)
+        return builder.getOrCreate()
+
+    from airflow_logstore.services.local import spark_jars
+
+    settings = local_settings()
+    # Python workers must run the interpreter that has airflow_logstore (PySpark reads the env var).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    catalog = catalog or default_catalog()
+    conf = {**local_conf(), **session_conf(catalog, spark_jars(settings), extra_conf)}
+    builder = SparkSession.builder.appName(app_name).master(master or settings.spark_master)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session

@@ -1,0 +1,126 @@
+"""Streaming dual write: a Kafka source topic through Structured Streaming with ``foreachBatch``.
+
+Each micro-batch is one LogStore batch whose id is the micro-batch id, so a restarted query that
+replays a micro-batch from its checkpoint finds it committed and skips it on both stores. The writer
+id defaults to one derived from the checkpoint folder: a new checkpoint is a new writer.
+Source records are JSON objects shaped like the batch input (table columns plus the change column).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+from airflow_logstore.exceptions import LogStoreError, OptionError, SchemaMismatchError
+from airflow_logstore.spark.inputs import CORRUPT_COLUMN
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from airflow_logstore.spark.dual_write import BatchResult, DualWriter
+
+log = logging.getLogger(__name__)
+
+
+def stream_writer_id(checkpoint: str) -> str:
+    return "stream-" + hashlib.sha256(checkpoint.encode()).hexdigest()[:12]
+
+
+def decode_source(df: DataFrame, table_columns: list[str], change_column: str) -> DataFrame:
+    """Kafka source rows -> the all-string input shape the batch validation expects."""
+    from pyspark.sql import functions as F
+
+    parsed = df.select(
+        F.col("value").cast("string").alias("_json"),
+        F.from_json(F.col("value").cast("string"), "map<string,string>").alias("_m"),
+    )
+    keys = {row[0] for row in parsed.select(F.explode(F.map_keys("_m"))).distinct().collect()}
+    unknown = sorted(keys - set(table_columns) - {change_column})
+    if unknown:
+        raise SchemaMismatchError(
+            f"source record field '{unknown[0]}' is not in the table (columns: {', '.join(table_columns)})"
+        )
+    present = [c for c in table_columns if c in keys]
+    columns = [F.col("_m").getItem(c).alias(c) for c in present]
+    if change_column in keys:
+        columns.append(F.col("_m").getItem(change_column).alias(change_column))
+    columns.append(F.when(F.col("_m").isNull(), F.col("_json")).alias(CORRUPT_COLUMN))
+    return parsed.select(*columns)
+
+
+def _trigger(writer: Any, trigger: str) -> Any:
+    text = trigger.strip().lower()
+    if text in ("available-now", "availablenow"):
+        return writer.trigger(availableNow=True)
+    if text == "once":
+        return writer.trigger(once=True)
+    if text.split()[0].replace(".", "", 1).isdigit():
+        return writer.trigger(processingTime=trigger)
+    raise OptionError("trigger", f"'{trigger}' is not available-now, once or an interval like '5 seconds'")
+
+
+def run_stream(
+    writer: DualWriter,
+    *,
+    source_topic: str,
+    bootstrap: str | None,
+    checkpoint: str | None,
+    trigger: str = "available-now",
+    timeout: float | None = None,
+    max_offsets_per_trigger: int | None = None,
+) -> list[BatchResult]:
+    """Run the streaming dual write until the source is drained (available-now/once) or ``timeout``."""
+    from pyspark.errors import StreamingQueryException
+
+    if not checkpoint:
+        raise OptionError("checkpoint", "a streaming dual write needs a checkpoint folder")
+    spark = writer.spark
+    servers = bootstrap or writer.config.bootstrap_servers
+    if not servers:
+        raise OptionError("source-bootstrap", "no Kafka servers for the source topic")
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", servers)
+        .option("subscribe", source_topic)
+        .option("startingOffsets", "earliest")
+        .option("failOnDataLoss", "true")
+    )
+    from airflow_logstore.kafka_client import java_client_options
+
+    for key, value in java_client_options(writer.handle.kafka_extra).items():
+        reader = reader.option(f"kafka.{key}", value)
+    if max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
+    source = reader.load()
+    table_columns = [f.name for f in spark.table(writer.handle.spark_name()).schema.fields]
+    results: list[BatchResult] = []
+
+    def each_batch(df: DataFrame, batch_id: int) -> None:
+        df = df.persist()
+        try:
+            if df.isEmpty():
+                return
+            raw = decode_source(df, table_columns, writer.change_column)
+            result = writer.write_frame(raw, int(batch_id))
+            log.info("micro-batch %s: %s", batch_id, result.to_dict())
+            results.append(result)
+        finally:
+            df.unpersist()
+
+    query = _trigger(
+        source.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint), trigger
+    ).start()
+    try:
+        if timeout is not None:
+            query.awaitTermination(timeout)
+        else:
+            query.awaitTermination()
+    except StreamingQueryException as exc:
+        raise LogStoreError(
+            f"the streaming dual write failed: {exc.getMessage() if hasattr(exc, 'getMessage') else exc}"
+        ) from None
+    finally:
+        if query.isActive:
+            query.stop()
+    return results

@@ -1,0 +1,261 @@
+"""LogStore tables: an Iceberg v2 table whose properties carry the LogStore settings, plus its topics."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from airflow_logstore import kafka_client
+from airflow_logstore.catalog import CatalogSpec, TableName, default_catalog
+from airflow_logstore.core.control import ControlState
+from airflow_logstore.core.properties import LogStoreConfig, parse_table_properties
+from airflow_logstore.core.summary import S_OPERATION, CommitInfo
+from airflow_logstore.exceptions import SchemaMismatchError, TablePropertyError
+from airflow_logstore.schema import describe_schema, field_types, parse_schema, primary_key_of, same_columns
+
+if TYPE_CHECKING:
+    from pyiceberg.schema import Schema
+    from pyiceberg.table import Table
+
+log = logging.getLogger(__name__)
+
+#: Iceberg settings every LogStore table gets: row-level changes as delete files (cheap upserts).
+ICEBERG_DEFAULTS = {
+    "format-version": "2",
+    "write.merge.mode": "merge-on-read",
+    "write.update.mode": "merge-on-read",
+    "write.delete.mode": "merge-on-read",
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "50",
+}
+
+
+@dataclass
+class LogStoreTable:
+    """A handle on one LogStore table: its catalog, its name and the Kafka client settings to use.
+
+    :param kafka_extra: librdkafka settings from the connection (security, SASL); the bootstrap
+        servers always come from the table's ``log-store.address`` / ``kafka.bootstrap.servers``.
+    """
+
+    name: TableName
+    catalog: CatalogSpec = field(default_factory=default_catalog)
+    kafka_extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def open(
+        cls,
+        name: str | TableName,
+        catalog: CatalogSpec | None = None,
+        kafka_extra: Mapping[str, Any] | None = None,
+    ) -> LogStoreTable:
+        table_name = name if isinstance(name, TableName) else TableName.parse(name)
+        return cls(table_name, catalog or default_catalog(), dict(kafka_extra or {}))
+
+    def load(self) -> Table:
+        return self.catalog.load().load_table(self.name.identifier)
+
+    def config(self, table: Table | None = None) -> LogStoreConfig:
+        return parse_table_properties((table or self.load()).properties)
+
+    def kafka_config(self, config: LogStoreConfig | None = None) -> dict[str, Any]:
+        config = config or self.config()
+        _, bootstrap, _ = config.require_log()
+        return kafka_client.client_config(bootstrap, self.kafka_extra)
+
+    def control(self, config: LogStoreConfig | None = None) -> kafka_client.ControlTopic:
+        config = config or self.config()
+        _, _, control_topic = config.require_log()
+        return kafka_client.ControlTopic(self.kafka_config(config), control_topic)
+
+    def spark_name(self) -> str:
+        return self.name.spark(self.catalog)
+
+
+def snapshot_commits(table: Table) -> list[CommitInfo]:
+    """The LogStore commits recorded in the table's live snapshots, oldest first."""
+    commits = []
+    for snapshot in sorted(table.snapshots(), key=lambda s: s.sequence_number or 0):
+        summary = snapshot.summary.additional_properties if snapshot.summary else {}
+        commit = CommitInfo.from_summary(
+            summary,
+            snapshot_id=snapshot.snapshot_id,
+            sequence_number=snapshot.sequence_number,
+            timestamp_ms=snapshot.timestamp_ms,
+        )
+        if commit is not None:
+            commits.append(commit)
+    return commits
+
+
+def merged_state(table: Table, state: ControlState) -> ControlState:
+    """The control state with the commits of live snapshots added (not yet in the ledger)."""
+    for commit in snapshot_commits(table):
+        state.commits.setdefault(commit.key, commit)
+    return state
+
+
+@dataclass(frozen=True)
+class CreateResult:
+    table: str
+    created: bool
+    topic: str | None
+    topic_created: bool
+    control_topic: str | None
+    partitions: int | None
+    warnings: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "created": self.created,
+            "topic": self.topic,
+            "topic_created": self.topic_created,
+            "control_topic": self.control_topic,
+            "partitions": self.partitions,
+            "warnings": self.warnings,
+        }
+
+
+def create_table(
+    handle: LogStoreTable,
+    schema: str | Schema,
+    *,
+    primary_key: Sequence[str] = (),
+    properties: Mapping[str, str] | None = None,
+) -> CreateResult:
+    """Create (idempotently) the Iceberg table and its log and control topics.
+
+    Everything is validated first; nothing is created when the properties, schema or key are wrong.
+    An existing table must have the same columns, key and LogStore settings.
+    """
+    properties = {str(k): str(v) for k, v in (properties or {}).items()}
+    for key in ICEBERG_DEFAULTS:
+        if key == "format-version" and key in properties and properties[key] != "2":
+            raise TablePropertyError(key, "LogStore tables are Iceberg format version 2")
+    config = parse_table_properties(properties)
+    iceberg_schema = parse_schema(schema, primary_key) if isinstance(schema, str) else schema
+    if not isinstance(schema, str) and list(primary_key) != primary_key_of(iceberg_schema):
+        raise SchemaMismatchError("primary_key does not match the schema's identifier fields")
+    warnings = []
+    retention_warning = config.retention_warning()
+    if retention_warning:
+        warnings.append(retention_warning)
+        log.warning(retention_warning)
+
+    topic_created = False
+    partitions = None
+    if config.enabled:
+        topic, bootstrap, control_topic = config.require_log()
+        kafka_config = kafka_client.client_config(bootstrap, handle.kafka_extra)
+        info, topic_created = kafka_client.ensure_topic(
+            kafka_config,
+            topic,
+            partitions=config.partitions,
+            replication_factor=config.replication_factor,
+            topic_configs={"retention.ms": str(config.retention_ms), "cleanup.policy": "delete"},
+        )
+        partitions = info.partitions
+        kafka_client.ControlTopic(kafka_config, control_topic).ensure(config.replication_factor)
+
+    catalog = handle.catalog.load()
+    catalog.create_namespace_if_not_exists(handle.name.namespace)
+    created = False
+    if catalog.table_exists(handle.name.identifier):
+        _verify_existing(catalog.load_table(handle.name.identifier), iceberg_schema, config)
+    else:
+        from pyiceberg.exceptions import TableAlreadyExistsError
+
+        try:
+            catalog.create_table(
+                handle.name.identifier, iceberg_schema, properties={**ICEBERG_DEFAULTS, **properties}
+            )
+            created = True
+        except TableAlreadyExistsError:  # a concurrent create won; it must be the same table
+            _verify_existing(catalog.load_table(handle.name.identifier), iceberg_schema, config)
+    return CreateResult(
+        str(handle.name), created, config.topic, topic_created, config.control_topic, partitions, warnings
+    )
+
+
+def _verify_existing(table: Table, schema: Schema, config: LogStoreConfig) -> None:
+    difference = same_columns(table.schema(), schema)
+    if difference:
+        raise SchemaMismatchError(f"table {'.'.join(table.name())} already exists and {difference}")
+    existing = parse_table_properties(table.properties)
+    if existing != config:
+        for key, old, new in (
+            ("log-store.enabled", existing.enabled, config.enabled),
+            ("log-store.topic", existing.topic, config.topic),
+            ("log-store.address", existing.bootstrap_servers, config.bootstrap_servers),
+            ("log-store.consistency-guarantee.enabled", existing.consistency, config.consistency),
+            ("log.consumer.changelog.modes", existing.changelog_mode, config.changelog_mode),
+            ("log-store.partitions", existing.partitions, config.partitions),
+        ):
+            if old != new:
+                raise TablePropertyError(key, f"the existing table has '{_plain(old)}', not '{_plain(new)}'")
+        raise TablePropertyError("log-store.*", "the existing table has different LogStore settings")
+
+
+def _plain(value: Any) -> Any:
+    return getattr(value, "value", value)
+
+
+def show_table(handle: LogStoreTable) -> dict[str, Any]:
+    """Properties, topic and partitions, current snapshot and visibility state of a table."""
+    table = handle.load()
+    config = handle.config(table)
+    snapshot = table.current_snapshot()
+    result: dict[str, Any] = {
+        "table": str(handle.name),
+        "location": table.location(),
+        "format_version": table.format_version,
+        "schema": describe_schema(table.schema()),
+        "primary_key": primary_key_of(table.schema()),
+        "properties": dict(sorted(table.properties.items())),
+        "log_store": {
+            "enabled": config.enabled,
+            "topic": config.topic,
+            "address": config.bootstrap_servers,
+            "consistency": config.consistency.value,
+            "changelog_mode": config.changelog_mode.value,
+            "control_topic": config.control_topic,
+        },
+        "snapshots": len(table.snapshots()),
+        "current_snapshot": None,
+    }
+    if snapshot is not None:
+        summary = snapshot.summary.additional_properties if snapshot.summary else {}
+        result["current_snapshot"] = {
+            "snapshot_id": snapshot.snapshot_id,
+            "operation": snapshot.summary.operation.value if snapshot.summary else None,
+            "logstore_operation": summary.get(S_OPERATION),
+            "summary": dict(summary),
+        }
+    if config.enabled:
+        kafka_config = handle.kafka_config(config)
+        info = kafka_client.describe_topic(kafka_config, config.topic or "")
+        result["log_store"]["partitions"] = info.partitions if info else None
+        result["log_store"]["topic_exists"] = info is not None
+        result["log_store"]["retention_ms"] = info.configs.get("retention.ms") if info else None
+        if info is not None:
+            cons = kafka_client.consumer(kafka_config)
+            try:
+                offsets = kafka_client.partition_offsets(cons, config.topic or "", info.partitions)
+            finally:
+                cons.close()
+            result["log_store"]["offsets"] = {
+                str(p): {"start": lo, "end": hi} for p, (lo, hi) in offsets.items()
+            }
+            result["log_store"]["records"] = sum(hi - lo for lo, hi in offsets.values())
+            state = handle.control(config).read()
+            result["log_store"]["watermark"] = {str(p): o for p, o in sorted(state.watermark.items())}
+            result["log_store"]["ledger_commits"] = len(state.commits)
+            result["log_store"]["writers"] = dict(sorted(state.epochs.items()))
+    return result
+
+
+def table_field_types(table: Table) -> dict[str, str]:
+    return field_types(table.schema())

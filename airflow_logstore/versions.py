@@ -1,0 +1,50 @@
+"""The one place where the JVM side of the stack is pinned.
+
+Spark's Python package (``pyspark``/``pyspark-client`` in pyproject.toml) must match ``SPARK_VERSION``;
+the Iceberg runtime is built per Spark minor and Scala version. All coordinates below were resolved
+against Maven Central before being pinned (see README, "Working version set").
+"""
+
+from __future__ import annotations
+
+SPARK_VERSION = "4.1.1"
+SPARK_MINOR = "4.1"
+SCALA_BINARY = "2.13"
+ICEBERG_VERSION = "1.12.0"
+KAFKA_VERSION = "4.1.1"
+SQLITE_JDBC_VERSION = "3.50.3.0"
+LOG4J_VERSION = "2.24.3"
+
+#: Maven coordinates of the Kafka broker (KRaft, single node) and its logging backend.
+KAFKA_BROKER_ARTIFACTS: tuple[str, ...] = (
+    f"org.apache.kafka:kafka_{SCALA_BINARY}:{KAFKA_VERSION}",
+    f"org.apache.logging.log4j:log4j-slf4j-impl:{LOG4J_VERSION}",
+    f"org.apache.logging.log4j:log4j-core:{LOG4J_VERSION}",
+)
+
+#: Jars added to Spark: Iceberg runtime, the Kafka source for streaming, the catalog's JDBC driver.
+#: Listed one by one (no transitive resolution) so nothing Spark already ships is duplicated.
+SPARK_EXTRA_ARTIFACTS: tuple[str, ...] = (
+    f"org.apache.iceberg:iceberg-spark-runtime-{SPARK_MINOR}_{SCALA_BINARY}:{ICEBERG_VERSION}",
+    f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_BINARY}:{SPARK_VERSION}",
+    f"org.apache.spark:spark-token-provider-kafka-0-10_{SCALA_BINARY}:{SPARK_VERSION}",
+    "org.apache.kafka:kafka-clients:3.9.1",
+    "org.apache.commons:commons-pool2:2.12.1",
+    f"org.xerial:sqlite-jdbc:{SQLITE_JDBC_VERSION}",
+)
+
+#: Extra jars of a cluster deployment on S3-compatible storage (the Iceberg AWS bundle for S3FileIO).
+CLUSTER_EXTRA_ARTIFACTS: tuple[str, ...] = (f"org.apache.iceberg:iceberg-aws-bundle:{ICEBERG_VERSION}",)
+
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
+
+
+def maven_url(coordinate: str, repository: str = MAVEN_CENTRAL) -> str:
+    """The download URL of ``group:artifact:version``'s jar."""
+    group, artifact, version = coordinate.split(":")
+    return f"{repository}/{group.replace('.', '/')}/{artifact}/{version}/{artifact}-{version}.jar"
+
+
+if __name__ == "__main__":  # used by the Dockerfiles: print the jar URLs Spark needs on a cluster
+    for item in (*SPARK_EXTRA_ARTIFACTS, *CLUSTER_EXTRA_ARTIFACTS):
+        print(maven_url(item))

@@ -1,0 +1,204 @@
+"""Visibility latency over many batches, in one run, side by side:
+
+1. produce → visible to an eventual reader (a follower tailing the log);
+2. Iceberg commit → visible to a consistent reader through the library path (a publisher that calls
+   ``publish_visible_offsets`` when a new snapshot appears, and a consistent follower);
+3. the baseline the seeds argue against: a Kafka *transactional* producer committing at the same batch
+   interval, read with ``isolation.level=read_committed``.
+
+    .venv/bin/python -m bench.latency_bench --batches 200 --rows 10
+
+Batches are written by the real dual-write code (DualWriter, a local Spark session), ``--rows`` rows each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def summarize(values: list[float]) -> dict[str, float]:
+    return {
+        "n": len(values),
+        "p50_ms": round(percentile(values, 0.5) * 1000, 1),
+        "p99_ms": round(percentile(values, 0.99) * 1000, 1),
+        "max_ms": round(max(values) * 1000, 1),
+    }
+
+
+class Publisher(threading.Thread):
+    """Publishes the watermark whenever a new snapshot appears (what the sensor + publish task do)."""
+
+    def __init__(self, handle: Any) -> None:
+        super().__init__(daemon=True)
+        self.handle = handle
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        from airflow_logstore.publish import publish_visible_offsets
+
+        seen = None
+        while not self.stop.is_set():
+            snapshot = self.handle.load().current_snapshot()
+            current = snapshot.snapshot_id if snapshot else None
+            if current != seen:
+                publish_visible_offsets(self.handle)
+                seen = current
+            self.stop.wait(0.05)
+
+
+def follow_into(
+    handle: Any, consistency: str, sink: dict[int, float], stop: threading.Event, per_record: list[float]
+) -> threading.Thread:
+    """Record, per batch, when its last record arrived."""
+    from airflow_logstore.follow import follow
+    from airflow_logstore.reader import LogReader
+
+    def run() -> None:
+        for record in follow(LogReader(handle, consistency=consistency), "earliest", stop=stop):
+            now = time.time()
+            sink[record.meta.batch_id] = now
+            per_record.append(now - record.timestamp_ms / 1000)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def transactional_baseline(bootstrap: str, batches: int, rows: int, interval: float) -> list[float]:
+    """Produce ``rows`` per transaction, commit every ``interval`` s; latency seen by read_committed."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    from airflow_logstore import kafka_client
+
+    topic = f"txn-baseline-{int(time.time())}"
+    config = kafka_client.client_config(bootstrap)
+    kafka_client.ensure_topic(config, topic, partitions=3, replication_factor=1, topic_configs={})
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-tx", "linger.ms": 5})
+    producer.init_transactions(30)
+    latencies: list[float] = []
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"{topic}-g",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(3)])
+    stop = threading.Event()
+
+    def consume() -> None:
+        while not stop.is_set():
+            for message in consumer.consume(1000, 0.05):
+                if message.error() is None:
+                    latencies.append(time.time() - message.timestamp()[1] / 1000)
+
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+    for batch in range(batches):
+        producer.begin_transaction()
+        for row in range(rows):
+            producer.produce(topic, key=f"{row}".encode(), value=f"{batch}".encode())
+        time.sleep(interval)  # the work between checkpoints
+        producer.commit_transaction(30)
+    deadline = time.time() + 30
+    while len(latencies) < batches * rows and time.time() < deadline:
+        time.sleep(0.1)
+    stop.set()
+    reader.join(5)
+    consumer.close()
+    return latencies
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batches", type=int, default=200)
+    parser.add_argument("--rows", type=int, default=10)
+    args = parser.parse_args()
+
+    from airflow_logstore.spark.dual_write import open_writer
+    from airflow_logstore.spark.session import build_spark_session
+    from airflow_logstore.testing.environment import logstore_environment
+    from airflow_logstore.testing.tables import make_table, write_jsonl
+    from bench.common import machine, save
+
+    with logstore_environment() as env:
+        spark = build_spark_session("bench-latency")
+        handle = make_table(env, prefix="latency")
+        writer = open_writer(spark, str(handle.name), writer_id="latency")
+        work = Path(tempfile.mkdtemp(prefix="bench-latency-"))
+        stop = threading.Event()
+        eventual_seen: dict[int, float] = {}
+        consistent_seen: dict[int, float] = {}
+        eventual_records: list[float] = []
+        consistent_records: list[float] = []
+        threads = [
+            follow_into(handle, "eventual", eventual_seen, stop, eventual_records),
+            follow_into(handle, "transactional", consistent_seen, stop, consistent_records),
+        ]
+        publisher = Publisher(handle)
+        publisher.start()
+        committed_at: dict[int, float] = {}
+        produced_at: dict[int, float] = {}
+        durations = []
+        for batch in range(1, args.batches + 1):
+            rows = [
+                {"id": (batch * args.rows + i) % 5000, "name": f"b{batch}", "amount": i}
+                for i in range(args.rows)
+            ]
+            path = write_jsonl(work / f"b{batch}.jsonl", rows)
+            started = time.time()
+            result = writer.write_path(str(path), batch)
+            durations.append(time.time() - started)
+            snapshot = handle.load().snapshot_by_id(result.snapshot_id)
+            committed_at[batch] = snapshot.timestamp_ms / 1000
+            produced_at[batch] = started
+            if batch % 20 == 0:
+                print(f"batch {batch}/{args.batches}", flush=True)
+        deadline = time.time() + 60
+        while len(consistent_seen) < args.batches and time.time() < deadline:
+            time.sleep(0.1)
+        stop.set()
+        publisher.stop.set()
+        for thread in threads:
+            thread.join(10)
+        interval = statistics.mean(durations)
+        baseline = transactional_baseline(env.bootstrap, args.batches, args.rows, interval)
+        spark.stop()
+
+    commit_to_consistent = [
+        consistent_seen[b] - committed_at[b] for b in committed_at if b in consistent_seen
+    ]
+    produce_to_eventual = eventual_records
+    report = {
+        "batches": args.batches,
+        "rows_per_batch": args.rows,
+        "machine": machine(),
+        "mean_batch_seconds": round(interval, 2),
+        "produce_to_eventual_reader": summarize(produce_to_eventual),
+        "commit_to_consistent_reader": summarize(commit_to_consistent),
+        "consistent_records_age_since_produce": summarize(consistent_records),
+        "kafka_transactions_read_committed": summarize(baseline),
+        "missing_consistent_batches": args.batches - len(commit_to_consistent),
+    }
+    for key, value in report.items():
+        print(f"{key}: {value}")
+    save("latency", report)
+
+
+if __name__ == "__main__":
+    main()

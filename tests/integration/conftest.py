@@ -1,0 +1,25 @@
+"""Session fixtures: one real Kafka broker, one real SparkSession, one real SQLite Iceberg catalog."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from airflow_logstore.testing.environment import LogStoreTestEnv, logstore_environment
+
+
+@pytest.fixture(scope="session")
+def env() -> Iterator[LogStoreTestEnv]:
+    with logstore_environment() as environment:
+        yield environment
+
+
+@pytest.fixture(scope="session")
+def spark(env: LogStoreTestEnv) -> Iterator[Any]:
+    from airflow_logstore.spark.session import build_spark_session
+
+    session = build_spark_session("logstore-tests")
+    yield session
+    session.stop()

@@ -1,0 +1,294 @@
+"""Dual write on the real broker, real Spark and real Iceberg."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_logstore.core.changes import apply_final, plan_batch
+from airflow_logstore.core.codec import RowKind
+from airflow_logstore.core.summary import CommitInfo
+from airflow_logstore.exceptions import BadInputError, OptionError, SchemaMismatchError
+from airflow_logstore.publish import publish_visible_offsets
+from airflow_logstore.reader import read_log
+from airflow_logstore.spark.dual_write import open_writer
+from airflow_logstore.spark.jobs import parse_result
+from airflow_logstore.tables import snapshot_commits
+from airflow_logstore.testing.tables import eventual_log, fold_log, make_table, table_state, write_jsonl
+
+BATCHES: list[list[dict[str, Any]]] = [
+    [{"id": i, "name": f"n{i}", "amount": i * 10} for i in range(1, 7)],
+    [
+        {"id": 1, "name": "n1-b", "amount": 11, "op": "update"},
+        {"id": 2, "op": "delete"},
+        {"id": 7, "name": "n7", "amount": 70, "op": "insert"},
+        {"id": 7, "name": "n7-b", "amount": 71, "op": "update"},
+        {"id": 99, "op": "delete"},
+    ],
+    [
+        {"id": 1, "op": "delete"},
+        {"id": 2, "name": "n2-again", "amount": 22, "op": "insert"},
+        {"id": 3, "name": "n3-c", "amount": 33, "op": "upsert"},
+    ],
+]
+
+
+def _expected(batches: list[list[dict[str, Any]]]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    state: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for rows in batches:
+        full = [{"name": None, "amount": None, **row} for row in rows]
+        state = apply_final(state, plan_batch(full, ["id"], state).final)
+    return state
+
+
+def _plain(state: dict[tuple[Any, ...], dict[str, Any]]) -> dict[int, tuple[Any, Any]]:
+    return {key[0]: (row["name"], row["amount"]) for key, row in state.items()}
+
+
+@pytest.fixture
+def table(env):
+    return make_table(env)
+
+
+def test_three_batches_reach_both_stores(env, spark, table, tmp_path: Path) -> None:
+    writer = open_writer(spark, str(table.name), writer_id="it-writer")
+    results = []
+    for number, rows in enumerate(BATCHES, start=1):
+        results.append(writer.write_path(str(write_jsonl(tmp_path / f"b{number}.jsonl", rows)), number))
+
+    assert _plain(table_state(table)) == _plain(_expected(BATCHES))
+    assert [r.noop_deletes for r in results] == [0, 1, 0]
+
+    log = eventual_log(table)
+    by_batch: dict[int, list[Any]] = defaultdict(list)
+    for record in log.records:
+        assert record.meta.writer_id == "it-writer"
+        assert record.meta.epoch == writer.epoch
+        assert json.loads(record.key or b"null") == [record.row["id"]]
+        by_batch[record.meta.batch_id].append(record)
+    # Batch 2: update of 1 (-U/+U), delete of 2 (-D), insert+update of 7 (+I, -U, +U), no-op delete of 99.
+    kinds_2 = sorted((r.row["id"], r.kind.value) for r in by_batch[2])
+    assert kinds_2 == [(1, "+U"), (1, "-U"), (2, "-D"), (7, "+I"), (7, "+U"), (7, "-U")]
+    per_key_order = [r.kind for r in sorted(by_batch[2], key=lambda r: r.offset) if r.row["id"] == 7]
+    assert per_key_order == [RowKind.INSERT, RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER]
+
+    commits = {c.batch_id: c for c in snapshot_commits(table.load())}
+    assert sorted(commits) == [1, 2, 3]
+    for batch_id, records in by_batch.items():
+        spans: dict[int, list[int]] = defaultdict(list)
+        for record in records:
+            spans[record.partition].append(record.offset)
+        expected = {p: (min(offsets), max(offsets)) for p, offsets in spans.items()}
+        assert commits[batch_id].offsets == expected
+        assert commits[batch_id].epoch == writer.epoch
+        assert commits[batch_id].record_count == len(records)
+    # The log, applied in order, equals the table (both fold semantics).
+    assert _plain(fold_log(log, ["id"])) == _plain(table_state(table))
+    assert _plain(fold_log(log, ["id"], "upsert")) == _plain(table_state(table))
+
+
+def test_retried_committed_batch_writes_nothing(env, spark, table, tmp_path: Path) -> None:
+    path = str(write_jsonl(tmp_path / "b1.jsonl", BATCHES[0]))
+    first = open_writer(spark, str(table.name), writer_id="retry-writer").write_path(path, 1)
+    records_before = len(eventual_log(table).records)
+    snapshots_before = len(table.load().snapshots())
+
+    retry = open_writer(spark, str(table.name), writer_id="retry-writer")
+    again = retry.write_path(path, 1)
+
+    assert again.skipped and again.snapshot_id == first.snapshot_id and again.epoch == first.epoch
+    assert retry.epoch > first.epoch
+    assert len(eventual_log(table).records) == records_before
+    assert len(table.load().snapshots()) == snapshots_before
+
+
+def test_crash_after_log_then_restart(env, table, tmp_path: Path) -> None:
+    b1 = write_jsonl(tmp_path / "b1.jsonl", BATCHES[0])
+    b2 = write_jsonl(tmp_path / "b2.jsonl", BATCHES[1])
+    base = ["--table", str(table.name), "--writer-id", "crashy"]
+    ok = env.run_job("dual_write.py", [*base, "--input", str(b1), "--batch-id", "1"])
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    crashed = env.run_job(
+        "dual_write.py", [*base, "--input", str(b2), "--batch-id", "2", "--crash-at", "after-log:2"]
+    )
+    assert crashed.returncode in (-9, 137), crashed.stderr[-3000:]
+    dead_epoch = table.control().read().latest_epoch("crashy")
+
+    restarted = env.run_job("dual_write.py", [*base, "--input", str(b2), "--batch-id", "2"])
+    assert restarted.returncode == 0, restarted.stderr[-3000:]
+    result = parse_result(restarted.stdout)
+    assert result is not None and not result["skipped"]
+    assert dead_epoch is not None and result["epoch"] > dead_epoch
+
+    commits = [c for c in snapshot_commits(table.load()) if c.batch_id == 2]
+    assert len(commits) == 1 and commits[0].epoch == result["epoch"]
+    batch_2 = [r for r in eventual_log(table).records if r.meta.batch_id == 2]
+    by_epoch: dict[int, int] = defaultdict(int)
+    for record in batch_2:
+        by_epoch[record.meta.epoch] += 1
+    assert by_epoch == {dead_epoch: 6, result["epoch"]: 6}  # the dead attempt's copy waits for reconciliation
+    assert _plain(table_state(table)) == _plain(_expected(BATCHES[:2]))
+
+    # A consistent reader never returns the dead attempt's records.
+    publish_visible_offsets(table)
+    consistent = read_log(table, consistency="transactional")
+    assert {r.meta.epoch for r in consistent.records if r.meta.batch_id == 2} == {result["epoch"]}
+    assert _plain(fold_log(consistent, ["id"])) == _plain(table_state(table))
+
+
+def test_crash_after_commit_retry_skips(env, table, tmp_path: Path) -> None:
+    b1 = write_jsonl(tmp_path / "b1.jsonl", BATCHES[0])
+    base = ["--table", str(table.name), "--writer-id", "late-crash", "--input", str(b1), "--batch-id", "1"]
+    crashed = env.run_job("dual_write.py", [*base, "--crash-at", "after-commit:1"])
+    assert crashed.returncode in (-9, 137)
+    retried = env.run_job("dual_write.py", base)
+    result = parse_result(retried.stdout)
+    assert retried.returncode == 0 and result is not None and result["skipped"] is True
+    assert len([c for c in snapshot_commits(table.load()) if c.batch_id == 1]) == 1
+    assert len(eventual_log(table).records) == len(BATCHES[0])
+
+
+@pytest.mark.parametrize(
+    ("rows", "error", "fragment"),
+    [
+        (
+            [{"id": 1, "name": "a", "amount": 1}, {"id": 2, "name": "b", "amount": "lots"}],
+            BadInputError,
+            "row 2, column 'amount': value does not fit type bigint",
+        ),
+        (
+            [{"id": 1, "name": "a", "amount": 1}, {"name": "no key", "amount": 2}],
+            BadInputError,
+            "row 2, column 'id': primary key value is missing",
+        ),
+        (
+            [{"id": 1, "name": "a", "amount": 1, "op": "merge"}],
+            BadInputError,
+            "row 1, column 'op': unknown change kind",
+        ),
+        (
+            [{"id": 1, "name": "a", "amount": 1, "colour": "red"}],
+            SchemaMismatchError,
+            "input column 'colour' is not in the table",
+        ),
+    ],
+)
+def test_bad_input_fails_before_anything_is_written(
+    env, spark, table, tmp_path: Path, rows, error, fragment
+) -> None:
+    writer = open_writer(spark, str(table.name), writer_id="bad-input")
+    with pytest.raises(error, match=fragment.replace("(", r"\(").replace(")", r"\)")):
+        writer.write_path(str(write_jsonl(tmp_path / "bad.jsonl", rows)), 1)
+    assert table.load().snapshots() == []
+    assert eventual_log(table).records == []
+
+
+def test_malformed_json_line_is_named(env, spark, table, tmp_path: Path) -> None:
+    path = tmp_path / "broken.jsonl"
+    path.write_text('{"id": 1, "name": "a", "amount": 1}\n{"id": 2, "name": \n')
+    writer = open_writer(spark, str(table.name), writer_id="broken")
+    with pytest.raises(BadInputError, match="row 2, column '\\(line\\)': the line is not a JSON object"):
+        writer.write_path(str(path), 1)
+    assert table.load().snapshots() == []
+
+
+def test_emit_modes(env, spark, table, tmp_path: Path) -> None:
+    from airflow_logstore.core.properties import emit_mode_from_options
+
+    path = str(write_jsonl(tmp_path / "b.jsonl", BATCHES[0][:3]))
+    writer = open_writer(spark, str(table.name), writer_id="emit")
+    writer.emit_mode = emit_mode_from_options({"arctic.emit.mode": "log"}, writer.config)
+    log_only = writer.write_path(path, 1)
+    assert log_only.snapshot_id is None and log_only.log_records == 3
+    assert table.load().snapshots() == []
+    assert all(r.meta.log_only for r in eventual_log(table).records)
+
+    writer.emit_mode = emit_mode_from_options({"mixed-format.emit.mode": "file"}, writer.config)
+    file_only = writer.write_path(path, 2)
+    assert file_only.snapshot_id is not None and file_only.log_records == 0
+    assert len(eventual_log(table).records) == 3
+
+    publish_visible_offsets(table)
+    assert read_log(table, consistency="transactional").records == []  # log-only records never become visible
+    with pytest.raises(OptionError, match=r"mixed-format\.emit\.mode"):
+        emit_mode_from_options({"mixed-format.emit.mode": "kafka"}, writer.config)
+
+
+def test_keyless_table_appends(env, spark, tmp_path: Path) -> None:
+    table = make_table(env, schema="event string, value long", primary_key=())
+    writer = open_writer(spark, str(table.name), writer_id="events")
+    rows = [{"event": "click", "value": 1}, {"event": "click", "value": 1}, {"event": "view", "value": 2}]
+    writer.write_path(str(write_jsonl(tmp_path / "e.jsonl", rows)), 1)
+    writer.write_path(str(write_jsonl(tmp_path / "e2.jsonl", rows[:1])), 2)
+    assert sorted(r["event"] for r in table.load().scan().to_arrow().to_pylist()) == ["click"] * 3 + ["view"]
+    records = eventual_log(table).records
+    assert len(records) == 4 and {r.kind for r in records} == {RowKind.INSERT} and records[0].key is None
+    with pytest.raises(BadInputError, match="accept inserts only"):
+        writer.write_path(
+            str(write_jsonl(tmp_path / "d.jsonl", [{"event": "x", "value": 1, "op": "delete"}])), 3
+        )
+
+
+def test_csv_and_parquet_inputs(env, spark, table, tmp_path: Path) -> None:
+    csv = tmp_path / "b.csv"
+    csv.write_text("id,name,amount,op\n1,a,5,insert\n2,b,6,insert\n")
+    parquet = tmp_path / "b.parquet"
+    spark.createDataFrame([(1, "a2", 7, "update")], "id int, name string, amount long, op string").coalesce(
+        1
+    ).write.parquet(str(parquet))
+    writer = open_writer(spark, str(table.name), writer_id="formats")
+    writer.write_path(str(csv), 1)
+    writer.write_path(str(parquet), 2)
+    assert _plain(table_state(table)) == {1: ("a2", 7), 2: ("b", 6)}
+
+
+def test_streaming_micro_batches(env, spark, table, tmp_path: Path) -> None:
+    from airflow_logstore import kafka_client
+    from airflow_logstore.spark.streaming import run_stream
+
+    source = env.unique("source")
+    config = kafka_client.client_config(env.bootstrap)
+    kafka_client.ensure_topic(config, source, partitions=1, replication_factor=1, topic_configs={})
+    producer = kafka_client.producer(config)
+    rows = [*BATCHES[0], *BATCHES[1]]
+    for row in rows:
+        producer.produce(source, value=json.dumps(row).encode())
+    assert producer.flush(30) == 0
+
+    writer = open_writer(spark, str(table.name), writer_id="stream-it")
+    results = run_stream(
+        writer,
+        source_topic=source,
+        bootstrap=None,
+        checkpoint=str(tmp_path / "ckpt"),
+        trigger="available-now",
+        max_offsets_per_trigger=4,
+    )
+    assert len(results) >= 2
+    assert [r.batch_id for r in results] == sorted({r.batch_id for r in results})
+    assert _plain(table_state(table)) == _plain(_expected([rows]))
+    commits = [c for c in snapshot_commits(table.load()) if c.writer_id == "stream-it"]
+    assert sorted(c.batch_id for c in commits) == [r.batch_id for r in results]
+
+    # A restart from the same checkpoint replays nothing.
+    again = run_stream(
+        writer,
+        source_topic=source,
+        bootstrap=None,
+        checkpoint=str(tmp_path / "ckpt"),
+        trigger="available-now",
+    )
+    assert [r for r in again if not r.skipped] == []
+
+
+def test_commit_info_is_in_ledger(env, spark, table, tmp_path: Path) -> None:
+    writer = open_writer(spark, str(table.name), writer_id="ledger")
+    result = writer.write_path(str(write_jsonl(tmp_path / "b.jsonl", BATCHES[0])), 5)
+    ledger = table.control().read().committed("ledger", 5)
+    assert isinstance(ledger, CommitInfo)
+    assert ledger.snapshot_id == result.snapshot_id and ledger.epoch == writer.epoch
+    assert {str(p): list(s) for p, s in ledger.offsets.items()} == result.offsets

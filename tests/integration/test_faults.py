@@ -1,0 +1,174 @@
+"""Faults survived, nothing lost: the broker going away mid-write, the catalog locked during a commit."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_logstore.core.changes import apply_final, plan_batch
+from airflow_logstore.publish import publish_visible_offsets
+from airflow_logstore.reader import read_log
+from airflow_logstore.services.local import BrokerOptions, LocalBroker
+from airflow_logstore.spark.jobs import parse_result
+from airflow_logstore.tables import LogStoreTable, create_table, snapshot_commits
+from airflow_logstore.testing.environment import free_port_pair
+from airflow_logstore.testing.tables import fold_log, table_state, write_jsonl
+
+FAST_FAILING_KAFKA = json.dumps({"message.timeout.ms": 8000, "socket.timeout.ms": 4000})
+BATCH_1 = [{"id": i, "name": f"n{i}", "amount": i} for i in range(1, 401)]
+BATCH_2 = [{"id": i, "name": f"m{i}", "amount": -i, "op": "update"} for i in range(1, 401, 2)] + [
+    {"id": i, "op": "delete"} for i in range(2, 401, 4)
+]
+
+
+def _expected(*batches: list[dict[str, Any]]) -> dict[int, tuple[Any, Any]]:
+    state: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for rows in batches:
+        full = [{"name": None, "amount": None, **row} for row in rows]
+        state = apply_final(state, plan_batch(full, ["id"], state).final)
+    return {key[0]: (row["name"], row["amount"]) for key, row in state.items()}
+
+
+def _plain(state: dict[Any, dict[str, Any]]) -> dict[int, tuple[Any, Any]]:
+    return {row["id"]: (row["name"], row["amount"]) for row in state.values()}
+
+
+def _reconcile(handle: LogStoreTable) -> dict[str, Any]:
+    from airflow_logstore.reconciler import reconcile
+
+    return reconcile(handle).to_dict()
+
+
+def _assert_three_views_agree(handle: LogStoreTable, expected: dict[int, tuple[Any, Any]]) -> None:
+    assert _plain(table_state(handle)) == expected
+    publish_visible_offsets(handle)
+    assert _plain(fold_log(read_log(handle, consistency="transactional"), ["id"])) == expected
+    eventual = read_log(handle, consistency="eventual")
+    assert _plain(fold_log(eventual, ["id"])) == expected
+    assert _plain(fold_log(eventual, ["id"], "upsert")) == expected
+
+
+@pytest.fixture
+def own_broker(env) -> Iterator[LocalBroker]:
+    """A broker this test may stop and start (the session broker serves other tests)."""
+    broker = LocalBroker(
+        env.settings,
+        options=BrokerOptions(port=free_port_pair()),
+        state_dir=env.settings.home / f"kafka-{env.unique('outage')}",
+    )
+    broker.up()
+    yield broker
+    broker.down()
+
+
+def _wait_for(process: subprocess.Popen[str], needle: str, timeout: float, seen: list[str]) -> None:
+    deadline = time.monotonic() + timeout
+    assert process.stdout is not None
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if needle in line:
+            return
+    raise AssertionError(f"'{needle}' not seen; output: {''.join(seen[-30:])}")
+
+
+def test_broker_outage_mid_write(env, own_broker: LocalBroker, tmp_path: Path) -> None:
+    name = env.unique("outage")
+    handle = LogStoreTable.open(f"faults.{name}")
+    create_table(
+        handle,
+        "id int, name string, amount long",
+        primary_key=["id"],
+        properties={
+            "log-store.enabled": "true",
+            "log-store.topic": f"{name}_log",
+            "log-store.address": own_broker.bootstrap,
+        },
+    )
+    base = ["--table", str(handle.name), "--writer-id", "outage"]
+    b1, b2 = write_jsonl(tmp_path / "b1.jsonl", BATCH_1), write_jsonl(tmp_path / "b2.jsonl", BATCH_2)
+    assert env.run_job("dual_write.py", [*base, "--input", str(b1), "--batch-id", "1"]).returncode == 0
+
+    job = env.popen_job(
+        "dual_write.py",
+        [*base, "--input", str(b2), "--batch-id", "2"],
+        extra_env={"LOGSTORE_KAFKA_CONFIG": FAST_FAILING_KAFKA},
+    )
+    output: list[str] = []
+    _wait_for(job, "starts epoch", 120, output)
+    own_broker.down()  # the broker dies while the batch is being planned and produced
+    rest, _ = job.communicate(timeout=300)
+    output.append(rest)
+    text = "".join(output)
+    assert job.returncode == 1, text[-3000:]
+    assert "dual_write: error:" in text and (
+        "delivery failed" in text or "not acknowledged" in text or "did not answer" in text
+    ), text[-3000:]
+    assert [c.batch_id for c in snapshot_commits(handle.load())] == [1]  # nothing half-committed
+
+    own_broker.up()
+    retried = env.run_job("dual_write.py", [*base, "--input", str(b2), "--batch-id", "2"])
+    assert retried.returncode == 0, retried.stderr[-3000:]
+    assert parse_result(retried.stdout)["skipped"] is False
+    _reconcile(handle)
+    _assert_three_views_agree(handle, _expected(BATCH_1, BATCH_2))
+
+
+def _hold_lock(database: Path, seconds: float, locked: threading.Event) -> None:
+    connection = sqlite3.connect(database, timeout=60, isolation_level=None)
+    connection.execute("BEGIN EXCLUSIVE")
+    locked.set()
+    time.sleep(seconds)
+    connection.execute("COMMIT")
+    connection.close()
+
+
+@pytest.mark.parametrize("lock_seconds, commits", [(5.0, True), (45.0, False)])
+def test_catalog_locked_during_the_commit(env, tmp_path: Path, lock_seconds: float, commits: bool) -> None:
+    name = env.unique("locked")
+    handle = LogStoreTable.open(f"faults.{name}")
+    create_table(
+        handle,
+        "id int, name string, amount long",
+        primary_key=["id"],
+        properties=env.log_properties(f"{name}_log"),
+    )
+    base = ["--table", str(handle.name), "--writer-id", "locked"]
+    b1 = write_jsonl(tmp_path / "b1.jsonl", BATCH_1)
+    job = env.popen_job("dual_write.py", [*base, "--input", str(b1), "--batch-id", "1"])
+    output: list[str] = []
+    _wait_for(job, "log records flushed", 240, output)
+    locked = threading.Event()
+    holder = threading.Thread(target=_hold_lock, args=(env.settings.catalog_db, lock_seconds, locked))
+    holder.start()
+    assert locked.wait(30)
+    rest, _ = job.communicate(timeout=400)
+    holder.join()
+    text = "".join(output) + rest
+    if commits:  # a short lock: the commit waits (busy timeout) and succeeds
+        assert job.returncode == 0, text[-3000:]
+    else:  # a lock longer than the busy timeout: the batch fails clearly, nothing half-committed
+        assert job.returncode != 0, text[-3000:]
+        assert "locked" in text.lower() or "busy" in text.lower(), text[-3000:]
+        assert snapshot_commits(handle.load()) == []
+        retried = env.run_job("dual_write.py", [*base, "--input", str(b1), "--batch-id", "1"])
+        assert retried.returncode == 0, retried.stderr[-3000:]
+        _reconcile(handle)
+    commits_1 = [c for c in snapshot_commits(handle.load()) if c.batch_id == 1]
+    assert len(commits_1) == 1
+    # No snapshot summary points at offsets that were never written: every offset range is in the log.
+    records = read_log(handle, consistency="eventual").records
+    written = {(r.partition, r.offset) for r in records if r.meta.epoch == commits_1[0].epoch}
+    for partition, (first, last) in commits_1[0].offsets.items():
+        assert (partition, first) in written and (partition, last) in written
+    _assert_three_views_agree(handle, _expected(BATCH_1))

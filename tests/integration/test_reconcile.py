@@ -1,0 +1,674 @@
+"""Failover reconciliation on the real broker, Spark and Iceberg: reversals, idempotence, leases, retention.
+
+Writer failovers are real: a writer process SIGKILLed by ``--crash-at`` or at a random moment, or an
+attempt fenced by a newer epoch of the same writer (it produced its records, then found a newer epoch
+and stopped before committing — what a zombie attempt does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_logstore import kafka_client, reconcile_scan
+from airflow_logstore.cli import build_parser
+from airflow_logstore.core import control
+from airflow_logstore.core import reconcile as core
+from airflow_logstore.core.changes import apply_final, plan_batch
+from airflow_logstore.core.codec import RecordType
+from airflow_logstore.core.visibility import Decision, classify
+from airflow_logstore.deadletter import dead_letter_topic_name
+from airflow_logstore.exceptions import FencedError
+
+# imported at collection: importing Airflow binds its log handler to the stdout of that moment
+from airflow_logstore.operators.reconcile import LogStoreReconcileOperator
+from airflow_logstore.publish import publish_visible_offsets
+from airflow_logstore.reader import LogRead, read_log
+from airflow_logstore.reconciler import LEASE_NAME, PythonEngine, ReconcileReport, reconcile
+from airflow_logstore.spark.dual_write import open_writer
+from airflow_logstore.spark.jobs import parse_result
+from airflow_logstore.tables import LogStoreTable, create_table, merged_state
+from airflow_logstore.testing.environment import REPO_ROOT
+from airflow_logstore.testing.tables import fold_log, table_state, write_jsonl
+
+SCHEMA = "id int, name string, amount long"
+BATCHES: list[list[dict[str, Any]]] = [
+    [{"id": i, "name": f"n{i}", "amount": i} for i in range(1, 13)],
+    [{"id": i, "name": f"b{i}", "amount": 10 * i, "op": "update"} for i in range(1, 7)]
+    + [{"id": 7, "op": "delete"}, {"id": 8, "op": "delete"}, {"id": 13, "name": "n13", "amount": 13}],
+    [
+        {"id": 1, "name": "c1", "amount": 100, "op": "update"},
+        {"id": 2, "name": "c2", "amount": 200, "op": "update"},
+        {"id": 13, "op": "delete"},
+        {"id": 7, "name": "again7", "amount": 7},
+    ],
+    [
+        {"id": 1, "name": "d1", "amount": 1000, "op": "update"},
+        {"id": 2, "op": "delete"},
+        {"id": 8, "name": "again8", "amount": 8},
+    ],
+    [
+        {"id": 1, "name": "e1", "amount": 1, "op": "update"},
+        {"id": 3, "name": "e3", "amount": 3, "op": "update"},
+    ],
+]
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+
+def new_table(env: Any, prefix: str, **properties: str) -> LogStoreTable:
+    name = env.unique(prefix)
+    handle = LogStoreTable.open(f"rec.{name}")
+    create_table(
+        handle, SCHEMA, primary_key=["id"], properties=env.log_properties(f"{name}_log", **properties)
+    )
+    return handle
+
+
+def expected(*batches: list[dict[str, Any]]) -> dict[int, tuple[Any, Any]]:
+    state: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for rows in batches:
+        full = [{"name": None, "amount": None, **row} for row in rows]
+        state = apply_final(state, plan_batch(full, ["id"], state).final)
+    return {key[0]: (row["name"], row["amount"]) for key, row in state.items()}
+
+
+def plain(state: dict[Any, dict[str, Any]]) -> dict[int, tuple[Any, Any]]:
+    return {row["id"]: (row["name"], row["amount"]) for row in state.values()}
+
+
+def assert_views_agree(handle: LogStoreTable, want: dict[int, tuple[Any, Any]]) -> LogRead:
+    """Iceberg == want; consistent reader (after publish) == want; eventual + reversals == want (2 ways)."""
+    assert plain(table_state(handle)) == want
+    publish_visible_offsets(handle)
+    assert plain(fold_log(read_log(handle, consistency="transactional"), ["id"])) == want
+    eventual = read_log(handle, consistency="eventual")
+    assert plain(fold_log(eventual, ["id"])) == want, "eventual reader, retract semantics"
+    assert plain(fold_log(eventual, ["id"], "upsert")) == want, "eventual reader, upsert semantics"
+    return eventual
+
+
+def reversals(read: LogRead) -> Counter[tuple[int, int]]:
+    found: Counter[tuple[int, int]] = Counter()
+    for record in read.records:
+        if record.meta.record_type is RecordType.REVERSAL:
+            assert record.meta.reverses is not None
+            found[record.meta.reverses] += 1
+    return found
+
+
+def data_records(read: LogRead, *, batch: int, epochs: set[int]) -> set[tuple[int, int]]:
+    return {
+        (r.partition, r.offset)
+        for r in read.records
+        if r.meta.record_type is RecordType.DATA and r.meta.batch_id == batch and r.meta.epoch in epochs
+    }
+
+
+def write_args(handle: LogStoreTable, writer: str, path: Path, batch: int, *extra: str) -> list[str]:
+    return [
+        "--table",
+        str(handle.name),
+        "--writer-id",
+        writer,
+        "--input",
+        str(path),
+        "--batch-id",
+        str(batch),
+        *extra,
+    ]
+
+
+def crash_writer(env: Any, handle: LogStoreTable, writer: str, path: Path, batch: int, point: str) -> int:
+    """Run the writer as its own process with ``--crash-at``; return the epoch that died."""
+    done = env.run_job("dual_write.py", write_args(handle, writer, path, batch, "--crash-at", point))
+    assert done.returncode in (-9, 137), done.stderr[-3000:]
+    epoch = handle.control().read().latest_epoch(writer)
+    assert epoch is not None
+    return epoch
+
+
+def fenced_attempts(
+    spark: Any, handle: LogStoreTable, writer: str, path: Path, batch: int, dead: int
+) -> list[int]:
+    """``dead`` attempts of a batch that produce their records and are fenced before committing, then
+    the attempt that commits; return the dead epochs."""
+    writers = [writer_for(spark, handle, writer) for _ in range(dead + 1)]
+    for attempt in writers[:-1]:
+        with pytest.raises(FencedError):
+            attempt.write_path(str(path), batch)
+    result = writers[-1].write_path(str(path), batch)
+    assert not result.skipped and result.snapshot_id is not None
+    return [w.epoch for w in writers[:-1]]
+
+
+def writer_for(spark: Any, handle: LogStoreTable, writer: str) -> Any:
+    """A new in-process writer attempt (a new epoch). The session's catalog caches table metadata: it is
+    refreshed first, since writer processes of these tests commit behind its back."""
+    spark.catalog.refreshTable(handle.spark_name())
+    return open_writer(spark, str(handle.name), writer_id=writer)
+
+
+def control_state(handle: LogStoreTable) -> control.ControlState:
+    return handle.control().read()
+
+
+# --- one failover ----------------------------------------------------------------------------------
+
+
+def test_one_failover_reversed_exactly_and_eventual_reader_converges(env, spark, tmp_path: Path) -> None:
+    handle = new_table(env, "one")
+    paths = [write_jsonl(tmp_path / f"b{n}.jsonl", rows) for n, rows in enumerate(BATCHES[:2], start=1)]
+    writer_for(spark, handle, "w").write_path(str(paths[0]), 1)
+    dead_epoch = crash_writer(env, handle, "w", paths[1], 2, "after-log:2")
+    restarted = env.run_job("dual_write.py", write_args(handle, "w", paths[1], 2))  # same writer, same batch
+    assert restarted.returncode == 0, restarted.stderr[-3000:]
+    assert parse_result(restarted.stdout)["epoch"] > dead_epoch
+
+    before = read_log(handle, consistency="eventual")
+    dead = data_records(before, batch=2, epochs={dead_epoch})
+    assert len(dead) == 15  # 6 updates (-U/+U), 2 deletes, 1 insert
+    report = reconcile(handle)
+    assert report.status == "reconciled" and report.progress_recorded
+    assert report.redundant == report.reversed == len(dead)
+    assert report.redundant_by_attempt == {f"w/2/{dead_epoch}": len(dead)}
+    assert report.redundant_by_writer == {"w": len(dead)} and report.redundant_by_batch == {"w/2": len(dead)}
+    assert report.reasserted == 9  # one pair per key the retry changed again after the dead attempt
+    assert report.skipped_in_flight == 0 and report.dead_lettered == 0 and report.gaps == []
+    assert report.positions_after == report.safe_point
+    after = assert_views_agree(handle, expected(*BATCHES[:2]))
+    assert reversals(after) == Counter({record: 1 for record in dead})  # exactly the dead attempt, once
+
+    again = reconcile(handle)
+    assert (again.scanned, again.reversed, again.reasserted) == (len(dead) + 18, 0, 0)  # only our output
+    assert reversals(read_log(handle, consistency="eventual")) == Counter({record: 1 for record in dead})
+
+
+# --- several failovers, updates and deletes of the same keys ---------------------------------------
+
+
+def test_several_failovers_in_a_row_with_updates_and_deletes(env, spark, tmp_path: Path) -> None:
+    handle = new_table(env, "several")
+    paths = [write_jsonl(tmp_path / f"b{n}.jsonl", rows) for n, rows in enumerate(BATCHES, start=1)]
+    writer = "w"
+    writer_for(spark, handle, writer).write_path(str(paths[0]), 1)
+    dead_2 = crash_writer(env, handle, writer, paths[1], 2, "after-log:2")
+    writer_for(spark, handle, writer).write_path(str(paths[1]), 2)  # the restart
+    middle = reconcile(handle)
+    assert middle.reversed == 15 and middle.redundant_by_epoch == {f"{writer}/{dead_2}": 15}
+
+    crash_writer(env, handle, writer, paths[2], 3, "after-commit:3")  # committed, ledger not written
+    retry = writer_for(spark, handle, writer).write_path(str(paths[2]), 3)
+    assert retry.skipped  # nothing redundant: the crash came after the commit
+    dead_4 = fenced_attempts(spark, handle, writer, paths[3], 4, dead=2)  # two failovers of one batch
+    dead_5 = fenced_attempts(spark, handle, writer, paths[4], 5, dead=1)
+
+    log_before = read_log(handle, consistency="eventual")
+    dead = data_records(log_before, batch=4, epochs=set(dead_4)) | data_records(
+        log_before, batch=5, epochs=set(dead_5)
+    )
+    assert len(dead) == 2 * 4 + 4  # batch 4: -U/+U, -D, +I per attempt; batch 5: two -U/+U
+    final = reconcile(handle)
+    assert final.reversed == len(dead) and final.already_reversed == 0
+    assert set(final.redundant_by_attempt) == {
+        f"{writer}/{b}/{e}" for b, es in ((4, dead_4), (5, dead_5)) for e in es
+    }
+    log_after = assert_views_agree(handle, expected(*BATCHES))
+    found = reversals(log_after)
+    assert set(found) == dead | data_records(log_before, batch=2, epochs={dead_2})
+    assert max(found.values()) == 1
+    assert reconcile(handle).reversed == 0
+
+
+# --- idempotence: re-runs, a crash between the reversals and the progress record -------------------
+
+
+def test_reconcile_killed_between_reversals_and_progress_then_rerun(env, spark, tmp_path: Path) -> None:
+    handle = new_table(env, "killed")
+    paths = [write_jsonl(tmp_path / f"b{n}.jsonl", rows) for n, rows in enumerate(BATCHES[:3], start=1)]
+    writer_for(spark, handle, "w").write_path(str(paths[0]), 1)
+    dead_2 = fenced_attempts(spark, handle, "w", paths[1], 2, dead=1)
+    writer_for(spark, handle, "w").write_path(str(paths[2]), 3)
+    dead = data_records(read_log(handle, consistency="eventual"), batch=2, epochs=set(dead_2))
+
+    command = [
+        sys.executable,
+        "-m",
+        "airflow_logstore.cli",
+        "reconcile",
+        str(handle.name),
+        "--lease-ttl",
+        "3",
+    ]
+    killed = subprocess.run(
+        [*command, "--crash-at", "output-flushed"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ,
+    )
+    assert killed.returncode in (-9, 137), killed.stderr[-3000:]
+    state = control_state(handle)
+    assert state.reconcile_progress is None  # killed before its progress record
+    written = reversals(read_log(handle, consistency="eventual"))
+    assert set(written) == dead  # ... but after its reversals were flushed
+
+    held = reconcile(handle)  # the dead run's lease is still live for a moment
+    assert held.status == "lease-held" and held.reversed == 0
+    time.sleep(3.5)
+    rerun = reconcile(handle)
+    assert rerun.status == "reconciled" and rerun.reversed == 0 and rerun.already_reversed == len(dead)
+    assert rerun.reasserted == 0 and rerun.progress_recorded
+    log_after = assert_views_agree(handle, expected(*BATCHES[:3]))
+    assert reversals(log_after) == Counter({record: 1 for record in dead})  # nothing twice, nothing missed
+
+
+def test_dry_run_and_scan_workers_report_the_same_and_write_nothing(env, spark, tmp_path: Path) -> None:
+    handle = new_table(env, "dry")
+    paths = [write_jsonl(tmp_path / f"b{n}.jsonl", rows) for n, rows in enumerate(BATCHES[:2], start=1)]
+    writer_for(spark, handle, "w").write_path(str(paths[0]), 1)
+    fenced_attempts(spark, handle, "w", paths[1], 2, dead=1)
+    config = handle.config()
+    cons = kafka_client.consumer(handle.kafka_config(config))
+    try:
+        log_before = kafka_client.partition_offsets(cons, config.topic or "", config.partitions)
+        control_before = kafka_client.partition_offsets(cons, config.control_topic or "", 1)
+        dry = reconcile(handle, dry_run=True)
+        assert kafka_client.partition_offsets(cons, config.topic or "", config.partitions) == log_before
+        assert kafka_client.partition_offsets(cons, config.control_topic or "", 1) == control_before
+    finally:
+        cons.close()
+    assert dry.status == "dry-run" and dry.dry_run and dry.lease_id is None and not dry.progress_recorded
+    in_workers = reconcile(handle, dry_run=True, engine=PythonEngine(workers=2, parallel_min_records=0))
+    real = reconcile(handle)
+    for name in ("scanned", "redundant", "reversed", "reasserted", "redundant_by_attempt", "positions_after"):
+        assert getattr(in_workers, name) == getattr(real, name), name
+    for name in ("scanned", "redundant", "reversed", "reasserted", "redundant_by_attempt", "positions_after"):
+        assert getattr(dry, name) == getattr(real, name), name
+
+
+# --- the lease: two reconcilers at once ------------------------------------------------------------
+
+
+def _failover_table(
+    env: Any, spark: Any, tmp_path: Path, prefix: str
+) -> tuple[LogStoreTable, set[tuple[int, int]]]:
+    handle = new_table(env, prefix)
+    paths = [
+        write_jsonl(tmp_path / f"{prefix}{n}.jsonl", rows) for n, rows in enumerate(BATCHES[:2], start=1)
+    ]
+    writer_for(spark, handle, "w").write_path(str(paths[0]), 1)
+    dead_epochs = fenced_attempts(spark, handle, "w", paths[1], 2, dead=1)
+    return handle, data_records(read_log(handle, consistency="eventual"), batch=2, epochs=set(dead_epochs))
+
+
+def test_two_reconcilers_at_once_only_one_reverses(env, spark, tmp_path: Path) -> None:
+    handle, dead = _failover_table(env, spark, tmp_path, "two")
+    has_lease, other_done = threading.Event(), threading.Event()
+    results: dict[str, ReconcileReport] = {}
+
+    def pause(stage: str) -> None:
+        if stage == "lease-acquired":
+            has_lease.set()
+            assert other_done.wait(120)
+
+    first = threading.Thread(target=lambda: results.setdefault("first", reconcile(handle, stage_hook=pause)))
+    first.start()
+    assert has_lease.wait(120)
+    second = reconcile(handle)  # runs while the first one holds the lease
+    other_done.set()
+    first.join(300)
+    assert second.status == "lease-held" and second.reversed == 0 and not second.progress_recorded
+    assert second.lease_holder is not None and second.lease_holder["owner"] == results["first"].owner
+    assert results["first"].status == "reconciled" and results["first"].reversed == len(dead)
+    assert reversals(read_log(handle, consistency="eventual")) == Counter({record: 1 for record in dead})
+
+    # racing for real: whoever loses writes nothing, the other finds everything reversed
+    racers: list[ReconcileReport] = []
+    barrier = threading.Barrier(2)
+    threads = [
+        threading.Thread(target=lambda: (barrier.wait(), racers.append(reconcile(handle)))) for _ in "ab"
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert len(racers) == 2 and sum(r.reversed for r in racers) == 0
+    assert reversals(read_log(handle, consistency="eventual")) == Counter({record: 1 for record in dead})
+
+
+def test_a_reconciler_that_lost_its_lease_is_fenced(env, spark, tmp_path: Path) -> None:
+    handle, dead = _failover_table(env, spark, tmp_path, "fence")
+    planned, resume = threading.Event(), threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def pause(stage: str) -> None:
+        if stage == "planned":
+            planned.set()
+            assert resume.wait(120)
+
+    def slow() -> None:
+        try:
+            outcome["report"] = reconcile(handle, stage_hook=pause)
+        except FencedError as exc:
+            outcome["fenced"] = exc
+
+    thread = threading.Thread(target=slow)
+    thread.start()
+    assert planned.wait(120)
+    holder = control_state(handle).live_lease(LEASE_NAME, int(time.time() * 1000))
+    assert holder is not None
+    handle.control().append(control.lease_key(LEASE_NAME), {"release": holder.lease_id})  # lost (expired)
+    other = reconcile(handle)  # takes the lease and does the work
+    resume.set()
+    thread.join(300)
+    assert other.status == "reconciled" and other.reversed == len(dead)
+    assert "fenced" in outcome and "no longer held" in str(outcome["fenced"])
+    assert reversals(read_log(handle, consistency="eventual")) == Counter({record: 1 for record in dead})
+
+
+# --- retention -------------------------------------------------------------------------------------
+
+
+def test_records_deleted_by_retention_before_reconcile_are_reported_as_a_gap(
+    env, spark, tmp_path: Path
+) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    name = env.unique("retention")
+    topic = f"{name}_log"
+    kafka_config = kafka_client.client_config(env.bootstrap)
+    # a tiny retention and segments that roll every 300 ms: old records go while the writer works
+    kafka_client.ensure_topic(
+        kafka_config,
+        topic,
+        partitions=1,
+        replication_factor=1,
+        topic_configs={"retention.ms": "2000", "segment.ms": "300", "cleanup.policy": "delete"},
+    )
+    handle = LogStoreTable.open(f"rec.{name}")
+    created = create_table(
+        handle,
+        SCHEMA,
+        primary_key=["id"],
+        properties=env.log_properties(
+            topic, **{"log-store.partitions": "1", "log-store.retention.ms": "2000"}
+        ),
+    )
+    assert any("shorter than 3 reconcile intervals" in w for w in created.warnings)
+    paths = [write_jsonl(tmp_path / f"b{n}.jsonl", rows) for n, rows in enumerate(BATCHES[:3], start=1)]
+    writer_for(spark, handle, "w").write_path(str(paths[0]), 1)
+    fenced_attempts(spark, handle, "w", paths[1], 2, dead=1)
+    time.sleep(0.5)
+    writer_for(spark, handle, "w").write_path(str(paths[2]), 3)  # rolls the segment
+
+    cons = kafka_client.consumer(kafka_config)
+    try:
+        assert kafka_client.wait_until(lambda: kafka_client.partition_offsets(cons, topic, 1)[0][0] > 0, 60)
+        admin = kafka_client.admin_client(kafka_config)  # keep what is left for the rest of the test
+        resource = ConfigResource(
+            ConfigResource.Type.TOPIC,
+            topic,
+            incremental_configs=[
+                ConfigEntry("retention.ms", "-1", incremental_operation=AlterConfigOpType.SET)
+            ],
+        )
+        admin.incremental_alter_configs([resource])[resource].result(30)
+        log_start, end = kafka_client.partition_offsets(cons, topic, 1)[0]
+    finally:
+        cons.close()
+
+    report = reconcile(handle)  # no OffsetOutOfRange, no crash
+    assert report.status == "reconciled"
+    assert report.gaps == [
+        {"partition": 0, "from": 0, "to": log_start, "count": log_start, "detected": "log-start"}
+    ]
+    assert report.log_start == {"0": log_start} and report.positions_after == {"0": end}
+    assert report.scanned == end - log_start
+    gap = control_state(handle).gaps[0]
+    assert (gap["from"], gap["to"], gap["count"]) == (0, log_start, log_start)
+    assert "hybrid re-read" in gap["action"]
+    again = reconcile(handle)
+    assert again.gaps == [] and again.reversed == 0
+
+    # records deleted while a scan runs: the consumer resets to the log start, the gap is reported
+    task = reconcile_scan.ScanTask(topic, kafka_config, {0: 0}, {0: end}, control_state(handle), {}, None)
+    plans = reconcile_scan.scan_task(task)
+    assert plans[0].stats.first_offset == log_start and plans[0].stats.scanned == end - log_start
+    assert [g.to_dict() for g in core.scan_gaps([plans[0].stats])] == [
+        {"partition": 0, "from": 0, "to": log_start, "count": log_start, "detected": "scan"}
+    ]
+
+
+def test_table_creation_sets_the_topic_retention_and_warns_when_short(env) -> None:
+    short = new_table(env, "short", **{"log-store.retention.ms": "60000"})
+    config = short.config()
+    info = kafka_client.describe_topic(short.kafka_config(config), config.topic or "")
+    assert info is not None and info.configs["retention.ms"] == "60000"
+    name = env.unique("shortw")
+    warned = create_table(
+        LogStoreTable.open(f"rec.{name}"),
+        SCHEMA,
+        primary_key=["id"],
+        properties=env.log_properties(
+            f"{name}_log", **{"log-store.retention.ms": "60000", "log-store.reconcile.interval.ms": "600000"}
+        ),
+    )
+    assert len(warned.warnings) == 1 and "log-store.retention.ms=60000" in warned.warnings[0]
+    default = new_table(env, "default")
+    config = default.config()
+    info = kafka_client.describe_topic(default.kafka_config(config), config.topic or "")
+    assert info is not None and info.configs["retention.ms"] == str(7 * 24 * 3600 * 1000)
+
+
+# --- dead letters ----------------------------------------------------------------------------------
+
+
+def test_undecodable_records_are_dead_lettered_and_counted(env, spark, tmp_path: Path) -> None:
+    handle, dead = _failover_table(env, spark, tmp_path, "dlq")
+    config = handle.config()
+    kafka_config = handle.kafka_config(config)
+    prod = kafka_client.producer(kafka_config)
+    tracker = kafka_client.DeliveryTracker()
+    prod.produce(config.topic, key=b"[1]", value=b"not a logstore record", partition=0, on_delivery=tracker)
+    prod.produce(
+        config.topic,
+        key=b"[2]",
+        value=b'{"kind":"+I","row":{}}',
+        headers=[("format-version", b"1"), ("writer-id", b"w"), ("epoch", b"NaN"), ("batch-id", b"1")],
+        partition=1,
+        on_delivery=tracker,
+    )
+    kafka_client.flush(prod, tracker, 2, "foreign records")
+    report = reconcile(handle)
+    assert report.dead_lettered == 2 and report.reversed == len(dead)
+    assert report.dead_letter_topic == dead_letter_topic_name(config.topic or "")
+    cons = kafka_client.consumer(kafka_config)
+    try:
+        entries = [
+            json.loads(m.value())
+            for batch in kafka_client.scan(cons, report.dead_letter_topic, {0: 0}, {0: 2})
+            for m in batch
+        ]
+    finally:
+        cons.close()
+    assert sorted(e["partition"] for e in entries) == [0, 1]
+    assert any("no LogStore headers" in e["reason"] for e in entries)
+    assert any("not an integer" in e["reason"] for e in entries)
+
+
+# --- the operator and the CLI ----------------------------------------------------------------------
+
+
+def _printed_json(out: str) -> dict[str, Any]:
+    """The JSON document the CLI printed (log lines may share stdout inside a test process)."""
+    start = out.index("{\n")
+    return json.loads(out[start : out.rindex("\n}") + 2])  # type: ignore[no-any-return]
+
+
+def test_operator_and_cli_return_the_report(
+    env, spark, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def main(argv: list[str]) -> int:  # cli.main without its logging set-up (pytest owns the streams)
+        args = build_parser().parse_args(argv)
+        return int(args.handler(args) or 0)
+
+    handle, dead = _failover_table(env, spark, tmp_path, "op")
+    capsys.readouterr()
+    assert main(["reconcile", str(handle.name), "--dry-run"]) == 0
+    printed = _printed_json(capsys.readouterr().out)
+    assert printed["dry_run"] and printed["reversed"] == len(dead) and printed["status"] == "dry-run"
+
+    operator = LogStoreReconcileOperator(task_id="reconcile", table=str(handle.name), dry_run="False")
+    xcom = operator.execute(context={})
+    assert xcom["status"] == "reconciled" and xcom["reversed"] == len(dead)
+    assert json.loads(json.dumps(xcom)) == xcom  # JSON-serializable for XCom
+
+    capsys.readouterr()
+    assert main(["reconcile", str(handle.name)]) == 0
+    assert _printed_json(capsys.readouterr().out)["reversed"] == 0
+
+
+# --- the PySpark job -------------------------------------------------------------------------------
+
+
+def test_spark_reconcile_job(env, spark, tmp_path: Path) -> None:
+    handle = new_table(env, "sparkjob")
+    paths = [write_jsonl(tmp_path / f"b{n}.jsonl", rows) for n, rows in enumerate(BATCHES[:4], start=1)]
+    writer_for(spark, handle, "w").write_path(str(paths[0]), 1)
+    dead = set()
+    for batch in (2, 3, 4):
+        epochs = fenced_attempts(spark, handle, "w", paths[batch - 1], batch, dead=1)
+        dead |= data_records(read_log(handle, consistency="eventual"), batch=batch, epochs=set(epochs))
+    config = handle.config()
+    prod = kafka_client.producer(handle.kafka_config(config))
+    tracker = kafka_client.DeliveryTracker()
+    prod.produce(config.topic, key=b"[5]", value=b"garbage", partition=2, on_delivery=tracker)
+    kafka_client.flush(prod, tracker, 1, "a foreign record")
+
+    done = env.run_job("reconcile.py", ["--table", str(handle.name)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = parse_result(done.stdout)
+    assert report is not None and report["engine"] == "spark" and report["status"] == "reconciled"
+    assert report["reversed"] == len(dead) and report["dead_lettered"] == 1 and report["progress_recorded"]
+    log_after = assert_views_agree(handle, expected(*BATCHES[:4]))
+    assert reversals(log_after) == Counter({record: 1 for record in dead})
+    # the Python engine agrees: nothing left to do
+    assert reconcile(handle).reversed == 0
+
+
+# --- chaos -----------------------------------------------------------------------------------------
+
+
+def _chaos_rows(rng: random.Random, batch: int, keys: int = 200) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for _ in range(rng.randint(300, 600)):
+        key = rng.randint(1, keys)
+        op = rng.choice(["insert", "update", "update", "delete"])
+        if op == "delete":
+            rows.append({"id": key, "op": "delete"})
+        else:
+            rows.append(
+                {"id": key, "name": f"b{batch}-{rng.randint(0, 9)}", "amount": rng.randint(0, 999), "op": op}
+            )
+    return rows
+
+
+def _kill_at_random(args: list[str], rng: random.Random) -> str:
+    """Run a writer process; SIGKILL its whole process group (driver, JVM, Python workers) at a random
+    moment of its batch: half the time 0 to 25 s after it claimed its epoch (planning, producing,
+    committing: a batch takes 15-30 s on a busy 2-core machine), half the time 0 to 2 s after its log
+    records were flushed (the commit and the ledger record).
+
+    Returns what it had done: "killed before flush", "killed after flush" (log records flushed, maybe
+    committed) or "finished".
+    """
+    process = subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "spark_jobs" / "dual_write.py"), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ},
+        start_new_session=True,
+    )
+    lines: list[str] = []
+    started = threading.Event()
+
+    def drain() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.append(line)
+            if "starts epoch" in line:
+                started.set()
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    started.wait(180)
+    if rng.random() < 0.5:  # a moment anywhere in the batch
+        delay = rng.uniform(0.0, 25.0)
+    else:  # a moment between the flush of its log records and the end (commit, ledger)
+        delay = rng.uniform(0.0, 2.0)
+        deadline = time.monotonic() + 120
+        while not any("log records flushed" in x for x in lines) and process.poll() is None:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    try:
+        process.wait(timeout=delay)
+        outcome = "finished"
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        flushed = any("log records flushed" in x for x in lines)
+        outcome = "killed after flush" if flushed else "killed before flush"
+    reader.join(30)
+    return outcome
+
+
+def test_chaos_random_kills_then_reconcile(env, spark, tmp_path: Path) -> None:
+    seed = int(os.environ.get("LOGSTORE_CHAOS_SEED", "1123"))
+    rng = random.Random(seed)
+    handle = new_table(env, "chaos")
+    batches: list[list[dict[str, Any]]] = []
+    outcomes: Counter[str] = Counter()
+    for batch in range(1, 5):
+        rows = _chaos_rows(rng, batch)
+        batches.append(rows)
+        path = write_jsonl(tmp_path / f"chaos{batch}.jsonl", rows)
+        for _ in range(1 + (rng.random() < 0.25)):
+            outcomes[_kill_at_random(write_args(handle, "chaos", path, batch), rng)] += 1
+        writer_for(spark, handle, "chaos").write_path(str(path), batch)  # the restart (skips if committed)
+        if rng.random() < 0.5:
+            reconcile(handle)
+    report = reconcile(handle)
+    total = read_log(handle, consistency="eventual")
+    all_reversals = reversals(total)
+    kills = outcomes["killed before flush"] + outcomes["killed after flush"]
+    print(
+        f"\nchaos seed={seed}: batches={len(batches)} writer processes={sum(outcomes.values())} "
+        f"kills={kills} {dict(outcomes)}; log records={len(total.records)}, "
+        f"reversals={sum(all_reversals.values())}, final run reversed={report.reversed} "
+        f"reasserted={report.reasserted}"
+    )
+    assert report.skipped_in_flight == 0
+    assert_views_agree(handle, expected(*batches))
+    assert max(all_reversals.values(), default=1) == 1
+    state = merged_state(handle.load(), control_state(handle))
+    redundant = {
+        (r.partition, r.offset)
+        for r in total.records
+        if classify(r.meta, r.partition, r.offset, state) is Decision.REDUNDANT
+    }
+    assert redundant == set(all_reversals)  # every redundant record reversed, and nothing else

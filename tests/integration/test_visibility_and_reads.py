@@ -1,0 +1,362 @@
+"""Snapshot-gated visibility and the read modes on the real broker, Spark and Iceberg."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_logstore import kafka_client
+from airflow_logstore.core import control
+from airflow_logstore.core.codec import RowKind
+from airflow_logstore.core.summary import CommitInfo
+from airflow_logstore.publish import publish_visible_offsets
+from airflow_logstore.reader import LogReader, read_file, read_hybrid, read_log, run_read
+from airflow_logstore.spark.dual_write import open_writer
+from airflow_logstore.spark.jobs import parse_result
+from airflow_logstore.testing.tables import eventual_log, fold_log, make_table, table_state, write_jsonl
+
+ROWS = [
+    [{"id": i, "name": f"v{i}", "amount": i} for i in range(1, 9)],
+    [
+        {"id": 1, "name": "v1-b", "amount": 100, "op": "update"},
+        {"id": 2, "op": "delete"},
+        {"id": 9, "name": "v9", "amount": 9},
+    ],
+    [
+        {"id": 3, "name": "v3-c", "amount": 300, "op": "update"},
+        {"id": 9, "op": "delete"},
+        {"id": 10, "name": "v10", "amount": 10},
+    ],
+    [{"id": 1, "op": "delete"}, {"id": 4, "name": "v4-d", "amount": 400, "op": "update"}],
+]
+
+
+def _plain(state: dict[Any, dict[str, Any]]) -> dict[int, tuple[Any, Any]]:
+    return {row["id"]: (row["name"], row["amount"]) for row in state.values()}
+
+
+def _write_all(spark: Any, table: Any, tmp_path: Path, writer_id: str = "vis") -> list[Any]:
+    writer = open_writer(spark, str(table.name), writer_id=writer_id)
+    return [
+        writer.write_path(str(write_jsonl(tmp_path / f"{writer_id}{n}.jsonl", rows)), n)
+        for n, rows in enumerate(ROWS, start=1)
+    ]
+
+
+def test_consistent_reader_is_gated_by_commit_and_publish(env, table_with_crash) -> None:
+    table, dead_epoch, base, b2 = table_with_crash
+    # Before the retry: batch 2 exists only as the dead attempt's records.
+    eventual = eventual_log(table)
+    assert any(r.meta.batch_id == 2 and r.meta.epoch == dead_epoch for r in eventual.records)
+    publish_visible_offsets(table)
+    consistent = read_log(table, consistency="transactional")
+    assert [r for r in consistent.records if r.meta.batch_id == 2] == []
+    assert consistent.report.by_decision.get("committed") == len(ROWS[0])
+
+    retried = env.run_job("dual_write.py", [*base, "--input", str(b2), "--batch-id", "2"])
+    epoch = parse_result(retried.stdout)["epoch"]
+    before_publish = read_log(table, consistency="transactional")
+    assert [r for r in before_publish.records if r.meta.batch_id == 2] == []  # committed, not yet published
+    assert before_publish.report.not_yet_visible > 0
+
+    report = publish_visible_offsets(table)
+    assert report.advanced and f"vis-crash/2/{epoch}" in report.newly_visible
+    after = read_log(table, consistency="transactional")
+    batch_2 = [r for r in after.records if r.meta.batch_id == 2]
+    assert {r.meta.epoch for r in batch_2} == {epoch} and len(batch_2) == 4  # exactly once
+    assert after.report.by_decision.get("redundant") == 4  # the dead attempt's copy is filtered
+    assert _plain(fold_log(after, ["id"])) == _plain(table_state(table))
+
+
+@pytest.fixture
+def table_with_crash(env, tmp_path: Path):
+    table = make_table(env)
+    b1 = write_jsonl(tmp_path / "b1.jsonl", ROWS[0])
+    b2 = write_jsonl(tmp_path / "b2.jsonl", ROWS[1])
+    base = ["--table", str(table.name), "--writer-id", "vis-crash"]
+    assert env.run_job("dual_write.py", [*base, "--input", str(b1), "--batch-id", "1"]).returncode == 0
+    crashed = env.run_job(
+        "dual_write.py", [*base, "--input", str(b2), "--batch-id", "2", "--crash-at", "after-log:2"]
+    )
+    assert crashed.returncode in (-9, 137)
+    return table, table.control().read().latest_epoch("vis-crash"), base, b2
+
+
+def test_eventual_reader_sees_records_before_the_commit(env, table_with_crash) -> None:
+    table, dead_epoch, _, _ = table_with_crash
+    records = eventual_log(table).records
+    uncommitted = [r for r in records if r.meta.batch_id == 2]
+    assert len(uncommitted) == 4 and all(r.meta.epoch == dead_epoch for r in uncommitted)
+    assert table.control().read().committed("vis-crash", 2) is None
+
+
+def test_watermark_is_monotonic_and_idempotent(env, spark, tmp_path: Path) -> None:
+    table = make_table(env)
+    _write_all(spark, table, tmp_path)
+    first = publish_visible_offsets(table)
+    again = publish_visible_offsets(table)
+    assert first.advanced and not again.advanced
+    assert again.watermark_after == first.watermark_after
+    # An older watermark published later (a late, stale publisher) never moves it backwards.
+    table.control().append(control.K_WATERMARK, {"offsets": {p: 0 for p in first.watermark_after}})
+    state = table.control().read()
+    assert {str(p): o for p, o in state.watermark.items()} == first.watermark_after
+
+
+def test_hybrid_equals_file_for_every_split_point(env, spark, tmp_path: Path) -> None:
+    table = make_table(env)
+    results = _write_all(spark, table, tmp_path)
+    publish_visible_offsets(table)
+    final = _plain(table_state(table))
+    for result in [None, *results]:
+        snapshot = result.snapshot_id if result else None
+        if result is None:  # split before any data: the hybrid read is the whole log
+            hybrid_log = read_log(table, consistency="transactional")
+            assert _plain(fold_log(hybrid_log, ["id"])) == final
+            continue
+        hybrid = read_hybrid(table, snapshot, consistency="transactional")
+        state = {(row["id"],): row for row in hybrid.file_rows.to_pylist()}
+        for record in hybrid.log.records:
+            key = (record.row["id"],)
+            if record.kind.is_addition:
+                state[key] = record.row
+            else:
+                assert state.pop(key, None) == record.row  # no gap, no overlap: the retracted row is there
+        assert _plain(state) == final, f"split at snapshot {snapshot}"
+
+
+def test_start_positions_and_changelog_modes(env, spark, tmp_path: Path) -> None:
+    table = make_table(env)
+    _write_all(spark, table, tmp_path)
+    everything = eventual_log(table)
+    latest = read_log(table, "latest", consistency="eventual")
+    assert latest.records == []
+    middle = everything.records[len(everything.records) // 2]
+    by_time = read_log(table, f"timestamp:{middle.timestamp_ms}", consistency="eventual")
+    assert by_time.records and all(r.timestamp_ms >= middle.timestamp_ms for r in by_time.records)
+    snapshots = sorted(table.load().snapshots(), key=lambda s: s.sequence_number)
+    from_second = read_log(table, f"snapshot:{snapshots[1].snapshot_id}", consistency="eventual")
+    assert {r.meta.batch_id for r in from_second.records} == {3, 4}
+
+    append_only = read_log(table, consistency="eventual", changelog_mode="append-only")
+    assert {r.kind for r in append_only.records} == {RowKind.INSERT}
+    counted = sum(append_only.report.skipped_kinds.values())
+    assert counted + len(append_only.records) == len(everything.records)
+    assert append_only.report.skipped_kinds["-D"] == 3
+    hinted = LogReader(
+        table,
+        options={
+            "log.consumer.changelog.modes": "append-only",
+            "log-store.consistency-guarantee.enabled": "false",
+        },
+    ).read()
+    assert len(hinted.records) == len(append_only.records)
+
+
+def test_undecodable_records_are_dead_lettered_and_counted(env, spark, tmp_path: Path) -> None:
+    table = make_table(env)
+    writer = open_writer(spark, str(table.name), writer_id="dlq")
+    writer.write_path(str(write_jsonl(tmp_path / "a.jsonl", ROWS[0][:2])), 1)
+    topic = table.config().topic
+    producer = kafka_client.producer(table.kafka_config())
+    producer.produce(topic, key=b"x", value=b"not ours", partition=0)
+    producer.produce(
+        topic,
+        key=b"y",
+        value=b'{"kind":"+I","row":{}}',
+        partition=1,
+        headers=[("format-version", b"1"), ("writer-id", b"w"), ("epoch", b"one"), ("batch-id", b"1")],
+    )
+    producer.produce(
+        topic,
+        key=b"z",
+        value=b'{"kind":"+I","row":{"id":',
+        partition=2,
+        headers=[("format-version", b"1"), ("writer-id", b"w"), ("epoch", b"1"), ("batch-id", b"1")],
+    )
+    assert producer.flush(30) == 0
+    writer.write_path(str(write_jsonl(tmp_path / "b.jsonl", ROWS[0][2:4])), 2)
+
+    dead_letter = tmp_path / "dlq.jsonl"
+    from airflow_logstore.deadletter import DeadLetterFile
+
+    read = LogReader(table, consistency="eventual", dead_letter=DeadLetterFile(dead_letter)).read()
+    assert read.report.dead_lettered == 3 and len(read.records) == 4
+    entries = [json.loads(line) for line in dead_letter.read_text().splitlines()]
+    assert sorted(e["reason"][:30] for e in entries) == sorted(
+        [
+            "record has no LogStore headers"[:30],
+            "header 'epoch' is not an integ"[:30],
+            "value is not JSON (JSONDecodeE"[:30],
+        ]
+    )
+    assert all("offset" in e and "partition" in e for e in entries)
+    publish = publish_visible_offsets(table)
+    # Two have no readable headers; the third claims a writer that never claimed an epoch: foreign.
+    assert publish.undecodable == 2 and publish.advanced and publish.blocked_by == {}
+    consistent = read_log(table, consistency="transactional")
+    assert len(consistent.records) == 4
+
+
+def test_normalize_sees_each_change_once(env, table_with_crash, tmp_path: Path) -> None:
+    table, _, base, b2 = table_with_crash
+    assert env.run_job("dual_write.py", [*base, "--input", str(b2), "--batch-id", "2"]).returncode == 0
+    plain = eventual_log(table)
+    normalized = eventual_log(table, normalize=True)
+    assert normalized.report.normalized_dropped >= 3  # the retried batch repeats the dead attempt's changes
+    assert len(normalized.records) < len(plain.records)
+    state: dict[int, dict[str, Any]] = {}
+    for record in normalized.records:
+        if record.kind in (RowKind.INSERT, RowKind.UPDATE_AFTER):
+            assert state.get(record.row["id"]) != record.row  # never the same change twice
+            state[record.row["id"]] = record.row
+        elif record.kind is RowKind.DELETE:
+            state.pop(record.row["id"])
+    assert {k: (v["name"], v["amount"]) for k, v in state.items()} == _plain(table_state(table))
+
+
+def test_run_read_modes_write_jsonl(env, spark, tmp_path: Path) -> None:
+    table = make_table(env)
+    _write_all(spark, table, tmp_path)
+    publish_visible_offsets(table)
+    out = tmp_path / "hybrid.jsonl"
+    summary = run_read(
+        table,
+        mode="hybrid",
+        consistency="transactional",
+        output_path=str(out),
+        snapshot_id=sorted(table.load().snapshots(), key=lambda s: s.sequence_number)[1].snapshot_id,
+    )
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert summary["file_rows"] + summary["log_records"] == len(lines)
+    assert {line["_source"] for line in lines} == {"file", "log"}
+    assert run_read(table, mode="file")["rows"] == read_file(table).num_rows
+
+
+def test_spark_read_job_matches_python_reader(env, spark, tmp_path: Path) -> None:
+    table = make_table(env)
+    _write_all(spark, table, tmp_path)
+    publish_visible_offsets(table)
+    for mode in ("file", "log", "hybrid"):
+        out = tmp_path / f"spark_{mode}"
+        done = env.run_job(
+            "read_table.py",
+            [
+                "--table",
+                str(table.name),
+                "--mode",
+                mode,
+                "--consistency",
+                "transactional",
+                "--output",
+                str(out),
+            ],
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        result = parse_result(done.stdout)
+        if mode == "file":
+            assert result["file_rows"] == read_file(table).num_rows
+        if mode == "log":
+            python_read = read_log(table, consistency="transactional")
+            assert result["log_records"] == len(python_read.records) and result["dead_lettered"] == 0
+            rows = spark.read.parquet(str(out)).orderBy("_partition", "_offset").collect()
+            assert [(r["_partition"], r["_offset"], r["_kind"], r["id"]) for r in rows] == [
+                (r.partition, r.offset, r.kind.value, r.row["id"])
+                for r in sorted(python_read.records, key=lambda r: (r.partition, r.offset))
+            ]
+        if mode == "hybrid":
+            hybrid = read_hybrid(table, consistency="transactional")
+            assert result["file_rows"] == hybrid.file_rows.num_rows
+            assert result["log_records"] == len(hybrid.log.records)
+
+
+def test_snapshot_commit_trigger_fires_on_the_batch_not_on_compaction(env, spark, tmp_path: Path) -> None:
+    from airflow_logstore.triggers.snapshot_commit import SnapshotCommitTrigger
+
+    table = make_table(env)
+    writer = open_writer(spark, str(table.name), writer_id="sensed")
+    first = writer.write_path(str(write_jsonl(tmp_path / "a.jsonl", ROWS[0])), 1)
+    writer.write_path(str(write_jsonl(tmp_path / "b.jsonl", ROWS[1])), 2)
+    spark.sql(
+        f"CALL logstore.system.rewrite_data_files(table => '{table.name}', "
+        "options => map('min-input-files','1','rewrite-all','true'))"
+    )
+    latest = table.load().current_snapshot()
+    assert CommitInfo.from_summary(latest.summary.additional_properties) is None  # a compaction snapshot
+
+    async def first_event(trigger: SnapshotCommitTrigger) -> dict[str, Any]:
+        async for event in trigger.run():
+            return event.payload
+        raise AssertionError("trigger ended without an event")
+
+    # Only the compaction snapshot is newer than the current one: the trigger must not fire.
+    waiting = SnapshotCommitTrigger(
+        table=str(table.name), after_snapshot_id=latest.snapshot_id, poll_interval=0.2, timeout=1.5
+    )
+    classpath, kwargs = waiting.serialize()
+    assert classpath == "airflow_logstore.triggers.snapshot_commit.SnapshotCommitTrigger"
+    rebuilt = SnapshotCommitTrigger(**kwargs)
+    event = asyncio.run(first_event(rebuilt))
+    assert event["status"] == "timeout" and event["polls"] >= 2
+
+    # A batch committed while the trigger waits: it fires on exactly that snapshot.
+    async def wait_and_write() -> dict[str, Any]:
+        trigger = SnapshotCommitTrigger(
+            table=str(table.name), writer_id="sensed", batch_id=3, poll_interval=0.2, timeout=300
+        )
+        task = asyncio.ensure_future(first_event(trigger))
+        await asyncio.sleep(0.5)
+        assert not task.done()
+        await asyncio.to_thread(writer.write_path, str(write_jsonl(tmp_path / "c.jsonl", ROWS[2])), 3)
+        return await task
+
+    fired = asyncio.run(wait_and_write())
+    assert fired["status"] == "success"
+    commit = fired["commit"]
+    assert commit["batch_id"] == 3 and commit["writer_id"] == "sensed" and commit["epoch"] == writer.epoch
+    assert commit["snapshot_id"] == table.load().current_snapshot().snapshot_id
+    assert commit["offsets"] and first.snapshot_id != commit["snapshot_id"]
+    started = time.monotonic()
+    done = asyncio.run(first_event(SnapshotCommitTrigger(table=str(table.name), batch_id=1, poll_interval=5)))
+    assert done["commit"]["snapshot_id"] == first.snapshot_id and time.monotonic() - started < 5
+
+
+def test_followers_eventual_at_once_consistent_after_publish(env, spark, tmp_path: Path) -> None:
+    import threading
+
+    from airflow_logstore.follow import follow
+
+    table = make_table(env)
+    writer = open_writer(spark, str(table.name), writer_id="follow")
+    seen: dict[str, list[Any]] = {"eventual": [], "consistent": []}
+    stop = threading.Event()
+
+    def run(kind: str) -> None:
+        consistency = "transactional" if kind == "consistent" else "eventual"
+        for record in follow(LogReader(table, consistency=consistency), "earliest", stop=stop):
+            seen[kind].append(record)
+
+    threads = [threading.Thread(target=run, args=(mode,), daemon=True) for mode in ("eventual", "consistent")]
+    for thread in threads:
+        thread.start()
+    writer.write_path(str(write_jsonl(tmp_path / "f1.jsonl", ROWS[0])), 1)
+    deadline = time.monotonic() + 30
+    while len(seen["eventual"]) < len(ROWS[0]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(seen["eventual"]) == len(ROWS[0])
+    time.sleep(1.0)
+    assert seen["consistent"] == []  # committed but not yet published
+    publish_visible_offsets(table)
+    deadline = time.monotonic() + 30
+    while len(seen["consistent"]) < len(ROWS[0]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stop.set()
+    for thread in threads:
+        thread.join(10)
+    assert sorted(r.row["id"] for r in seen["consistent"]) == sorted(r["id"] for r in ROWS[0])
+    assert all(r.decision is not None and r.decision.value == "committed" for r in seen["consistent"])

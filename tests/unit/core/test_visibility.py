@@ -1,0 +1,265 @@
+"""Classifying log records against the control state, and moving the visibility watermark."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_logstore.core.codec import RecordMeta, RecordType
+from airflow_logstore.core.control import ControlState
+from airflow_logstore.core.summary import CommitInfo
+from airflow_logstore.core.visibility import (
+    Decision,
+    WatermarkScan,
+    classify,
+    count_decisions,
+    merge_watermarks,
+    newly_visible_commits,
+    visible_to_consistent_reader,
+)
+
+W = "job-a"
+
+
+def state_with(epochs: dict[str, int] | None = None, commits: list[CommitInfo] | None = None) -> ControlState:
+    return ControlState(epochs=dict(epochs or {}), commits={c.key: c for c in commits or []})
+
+
+# Writer job-a: epoch 5 committed batch 1 (partition 0, offsets 10..19, tasks 0.0 and 1.0); epoch 9 is the
+# newest claim; nothing committed batch 2 yet.
+STATE = state_with(
+    epochs={W: 9},
+    commits=[CommitInfo(W, 1, 5, offsets={0: (10, 19)}, tasks=frozenset({"0.0", "1.0"}))],
+)
+
+
+def meta(epoch: int, batch: int, task: str = "0.0", **extra: object) -> RecordMeta:
+    return RecordMeta(W, epoch, batch, task=task, **extra)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("record", "partition", "offset", "state", "expected"),
+    [
+        # committed: same epoch, covered offset and task
+        (meta(5, 1), 0, 10, STATE, Decision.COMMITTED),
+        (meta(5, 1, "1.0"), 0, 19, STATE, Decision.COMMITTED),
+        # redundant: committed by another epoch (older or newer attempt of the same batch)
+        (meta(4, 1), 0, 12, STATE, Decision.REDUNDANT),
+        (meta(6, 1), 0, 25, STATE, Decision.REDUNDANT),
+        # redundant: same epoch, outside the committed offsets / partition
+        (meta(5, 1), 0, 9, STATE, Decision.REDUNDANT),
+        (meta(5, 1), 0, 20, STATE, Decision.REDUNDANT),
+        (meta(5, 1), 1, 15, STATE, Decision.REDUNDANT),
+        # redundant: same epoch and offsets, another task attempt (a retried Spark task)
+        (meta(5, 1, "0.1"), 0, 15, STATE, Decision.REDUNDANT),
+        # in flight: newest epoch, batch not committed
+        (meta(9, 2), 0, 30, STATE, Decision.IN_FLIGHT),
+        # dead pending: older epoch, no newer epoch committed past the batch
+        (meta(7, 2), 0, 30, STATE, Decision.DEAD_PENDING),
+        # foreign: epoch never claimed, or writer unknown
+        (meta(10, 2), 0, 30, STATE, Decision.FOREIGN),
+        (RecordMeta("stranger", 1, 1), 0, 30, STATE, Decision.FOREIGN),
+        # log-only
+        (meta(9, 2, log_only=True), 0, 30, STATE, Decision.LOG_ONLY),
+        (meta(3, 2, log_only=True), 0, 30, STATE, Decision.LOG_ONLY),
+        (RecordMeta("stranger", 1, 1, log_only=True), 0, 30, STATE, Decision.LOG_ONLY),
+        (meta(5, 1, log_only=True), 0, 15, STATE, Decision.LOG_ONLY),
+        (meta(4, 1, log_only=True), 0, 15, STATE, Decision.REDUNDANT),
+        # written by reconciliation
+        (
+            RecordMeta("logstore-reconciler", 1, 1, record_type=RecordType.REVERSAL, reverses=(0, 3)),
+            0,
+            40,
+            STATE,
+            Decision.REVERSAL,
+        ),
+        (
+            RecordMeta("logstore-reconciler", 1, 1, record_type=RecordType.REASSERT),
+            0,
+            41,
+            STATE,
+            Decision.REASSERT,
+        ),
+        # the record type wins over any ledger entry
+        (meta(5, 1, record_type=RecordType.REASSERT), 0, 15, STATE, Decision.REASSERT),
+    ],
+)
+def test_classify(
+    record: RecordMeta, partition: int, offset: int, state: ControlState, expected: Decision
+) -> None:
+    assert classify(record, partition, offset, state) is expected
+
+
+def test_commit_without_task_list_covers_every_task() -> None:
+    state = state_with(epochs={W: 2}, commits=[CommitInfo(W, 1, 2, offsets={0: (0, 5)}, tasks=None)])
+    assert classify(meta(2, 1, "7.3"), 0, 3, state) is Decision.COMMITTED
+
+
+@pytest.mark.parametrize(
+    ("successor_batch", "expected"),
+    [
+        (None, Decision.DEAD_PENDING),
+        (2, Decision.DEAD_PENDING),
+        (3, Decision.REDUNDANT),
+        (4, Decision.REDUNDANT),
+    ],
+)
+def test_dead_epoch_is_redundant_once_a_newer_epoch_committed_past_its_batch(
+    successor_batch: int | None, expected: Decision
+) -> None:
+    commits = [CommitInfo(W, 1, 2)]  # an older commit by the dead epoch itself does not count
+    if successor_batch is not None:
+        commits.append(CommitInfo(W, successor_batch, 8))
+    state = state_with(epochs={W: 8}, commits=commits)
+    assert classify(meta(2, 3), 0, 0, state) is expected
+
+
+def test_newer_commits_of_another_writer_do_not_make_a_dead_epoch_redundant() -> None:
+    state = state_with(epochs={W: 8, "other": 9}, commits=[CommitInfo("other", 99, 9)])
+    assert classify(meta(2, 3), 0, 0, state) is Decision.DEAD_PENDING
+
+
+def test_older_epoch_commit_past_the_batch_does_not_count() -> None:
+    # epoch 3 committed batch 10 before epoch 5 was claimed; a record of epoch 5 (dead, 7 is newest)
+    # for batch 4 still waits for a successor newer than 5.
+    state = state_with(epochs={W: 7}, commits=[CommitInfo(W, 10, 3)])
+    assert classify(meta(5, 4), 0, 0, state) is Decision.DEAD_PENDING
+
+
+@pytest.mark.parametrize(
+    ("decision", "undecided"),
+    [(Decision.IN_FLIGHT, True), (Decision.DEAD_PENDING, True)]
+    + [(d, False) for d in Decision if d not in (Decision.IN_FLIGHT, Decision.DEAD_PENDING)],
+)
+def test_undecided(decision: Decision, undecided: bool) -> None:
+    assert decision.undecided is undecided
+
+
+# --- watermark scan --------------------------------------------------------------------------------
+
+
+def test_scan_blocks_at_first_undecided_record() -> None:
+    scan = WatermarkScan({})
+    scan.observe(0, 0, Decision.COMMITTED)
+    scan.observe(0, 1, Decision.REDUNDANT)
+    scan.observe(0, 2, Decision.IN_FLIGHT)
+    scan.observe(0, 3, Decision.COMMITTED)
+    scan.observe(0, 4, Decision.DEAD_PENDING)
+    assert scan.blocked == {0: 2}
+    assert scan.finish({0: 5}) == {0: 1}
+
+
+def test_scan_without_undecided_records_reaches_the_end() -> None:
+    scan = WatermarkScan({0: 3})
+    for offset in range(4, 10):
+        scan.observe(0, offset, Decision.COMMITTED if offset % 2 else Decision.FOREIGN)
+    assert scan.finish({0: 10}) == {0: 9}
+
+
+def test_scan_partitions_are_independent() -> None:
+    scan = WatermarkScan({})
+    scan.observe(0, 0, Decision.DEAD_PENDING)
+    scan.observe(1, 0, Decision.COMMITTED)
+    scan.observe(1, 1, Decision.LOG_ONLY)
+    scan.observe(2, 5, Decision.REVERSAL)
+    assert scan.finish({0: 3, 1: 2, 2: 6}) == {0: -1, 1: 1, 2: 5}
+
+
+def test_undecodable_record_counts_as_decided() -> None:
+    scan = WatermarkScan({})
+    scan.observe(0, 0, None)
+    scan.observe(0, 1, Decision.COMMITTED)
+    assert scan.blocked == {}
+    assert scan.decided_up_to == {0: 1}
+    assert scan.finish({0: 2}) == {0: 1}
+
+
+@pytest.mark.parametrize(
+    ("previous", "blocked_at", "end", "expected"),
+    [
+        ({0: 10}, 5, 20, 10),  # blocked below the previous watermark: stays
+        ({0: 10}, 11, 20, 10),  # blocked right after it: stays
+        ({0: 10}, 15, 20, 14),
+        ({0: 10}, None, 8, 10),  # end below previous: stays
+        ({}, None, 0, -1),  # empty partition
+        ({}, 0, 5, -1),
+    ],
+)
+def test_watermark_never_moves_backwards(
+    previous: dict[int, int], blocked_at: int | None, end: int, expected: int
+) -> None:
+    scan = WatermarkScan(previous)
+    if blocked_at is not None:
+        scan.observe(0, blocked_at, Decision.IN_FLIGHT)
+    assert scan.finish({0: end}) == {0: expected}
+
+
+def test_scan_keeps_previous_partitions_not_scanned() -> None:
+    scan = WatermarkScan({0: 4, 7: 9})
+    assert scan.finish({0: 8}) == {0: 7, 7: 9}
+
+
+def test_scan_does_not_mutate_its_input() -> None:
+    previous = {0: 4}
+    WatermarkScan(previous).finish({0: 8})
+    assert previous == {0: 4}
+
+
+def test_replayed_scan_from_classify() -> None:
+    """A partition's records in order, classified against the control state, give the watermark."""
+    state = state_with(
+        epochs={W: 9, "b": 3},
+        commits=[CommitInfo(W, 1, 5, offsets={0: (0, 1)}), CommitInfo("b", 1, 3, offsets={0: (3, 3)})],
+    )
+    log = [meta(5, 1), meta(5, 1), meta(4, 1), RecordMeta("b", 3, 1), meta(9, 2), RecordMeta("b", 3, 2)]
+    scan = WatermarkScan({})
+    for offset, record in enumerate(log):
+        scan.observe(0, offset, classify(record, 0, offset, state))
+    assert scan.finish({0: len(log)}) == {0: 3}
+
+
+# --- newly visible commits and consistent readers --------------------------------------------------
+
+
+def test_newly_visible_commits() -> None:
+    state = state_with(
+        commits=[
+            CommitInfo("a", 1, 1, offsets={0: (0, 4)}),
+            CommitInfo("a", 2, 1, offsets={0: (5, 9)}),
+            CommitInfo("b", 7, 3, offsets={1: (0, 2)}),
+            CommitInfo("c", 1, 1, offsets={}),  # no log records: never "becomes visible"
+        ]
+    )
+    assert newly_visible_commits(state, {}, {0: 4}) == ["a/1/1"]
+    assert newly_visible_commits(state, {0: 4}, {0: 9, 1: 2}) == ["a/2/1", "b/7/3"]
+    assert newly_visible_commits(state, {0: 9, 1: 2}, {0: 20, 1: 20}) == []
+    assert newly_visible_commits(state, {0: 3}, {0: 8}) == ["a/1/1"]
+
+
+def test_commit_spanning_partitions_is_visible_only_when_every_partition_is() -> None:
+    state = state_with(commits=[CommitInfo("a", 1, 1, offsets={0: (0, 4), 1: (0, 9)})])
+    assert newly_visible_commits(state, {}, {0: 4, 1: 3}) == []
+    assert newly_visible_commits(state, {0: 4, 1: 3}, {0: 4, 1: 9}) == ["a/1/1"]
+    # reported once: already visible before
+    assert newly_visible_commits(state, {0: 4, 1: 9}, {0: 10, 1: 10}) == []
+
+
+def test_visible_to_consistent_reader() -> None:
+    watermark = {0: 15}
+    assert visible_to_consistent_reader(meta(5, 1), 0, 15, STATE, watermark) is True
+    assert visible_to_consistent_reader(meta(5, 1), 0, 16, STATE, watermark) is False  # past the watermark
+    assert visible_to_consistent_reader(meta(5, 1), 0, 10, STATE, {}) is False  # no watermark yet
+    assert visible_to_consistent_reader(meta(4, 1), 0, 12, STATE, watermark) is False  # redundant
+    assert visible_to_consistent_reader(meta(9, 2), 0, 12, STATE, watermark) is False  # in flight
+    assert visible_to_consistent_reader(meta(5, 1, log_only=True), 0, 12, STATE, watermark) is False
+    assert visible_to_consistent_reader(meta(5, 1), 1, 12, STATE, {0: 100, 1: 100}) is False
+
+
+def test_merge_watermarks() -> None:
+    assert merge_watermarks() == {}
+    assert merge_watermarks({0: 5, 1: 2}, {0: 3, 2: 7}, {1: 9}) == {0: 5, 1: 9, 2: 7}
+
+
+def test_count_decisions() -> None:
+    decisions = [Decision.COMMITTED, Decision.REDUNDANT, Decision.COMMITTED, Decision.IN_FLIGHT]
+    assert count_decisions(decisions) == {"committed": 2, "redundant": 1, "in-flight": 1}
+    assert count_decisions([]) == {}

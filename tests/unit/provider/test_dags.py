@@ -1,0 +1,63 @@
+"""Every example DAG imports without errors, and the pipeline's trigger form is usable."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_logstore.testing.environment import REPO_ROOT
+
+
+@pytest.fixture(scope="module")
+def dagbag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(REPO_ROOT / "dags"))
+
+
+def test_no_import_errors(dagbag) -> None:
+    assert dagbag.import_errors == {}
+    assert {"logstore_pipeline", "logstore_reconcile", "logstore_compaction", "logstore_downstream"} <= set(
+        dagbag.dag_ids
+    )
+
+
+def test_pipeline_params_have_types_defaults_and_validation(dagbag) -> None:
+    dag = dagbag.dags["logstore_pipeline"]
+    params = dag.params
+    schema = {name: params.get_param(name).schema for name in params}
+    assert schema["batch_id"]["type"] == "integer" and schema["batch_id"]["minimum"] == 1
+    assert schema["read_mode"]["enum"] == ["file", "log", "hybrid"]
+    assert schema["consistency"]["enum"] == ["transactional", "eventual"]
+    assert "pattern" in schema["table"]
+    assert params["table"] == "demo.orders" and params["batch_id"] == 1
+    for name in params:
+        assert params.get_param(name).description, f"param {name} has no description"
+
+    from airflow.sdk.exceptions import ParamValidationError
+
+    for name, value, message in (
+        ("batch_id", 0, "less than the minimum"),
+        ("batch_id", "seven", "not of type 'integer'"),
+        ("table", "orders; DROP TABLE x", "does not match"),
+        ("read_mode", "stream", "is not one of"),
+        ("consistency", "strong", "is not one of"),
+    ):
+        with pytest.raises(ParamValidationError, match=message):
+            params.get_param(name).resolve(value)
+
+
+def test_pipeline_shape(dagbag) -> None:
+    dag = dagbag.dags["logstore_pipeline"]
+    assert dag.schedule is None or str(dag.timetable.summary) in ("None", "Never")
+    wait = dag.get_task("wait_for_snapshot")
+    assert wait.deferrable is True
+    assert dag.get_task("publish_visible_offsets").upstream_task_ids == {"dual_write", "wait_for_snapshot"}
+    assert {type(o).__name__ for o in dag.get_task("dual_write").outlets} == {"AssetAlias"}
+
+
+def test_maintenance_dags_are_scheduled_without_catchup(dagbag) -> None:
+    reconcile = dagbag.dags["logstore_reconcile"]
+    assert reconcile.timetable.summary == "*/10 * * * *"
+    assert reconcile.catchup is False and reconcile.max_active_runs == 1
+    compaction = dagbag.dags["logstore_compaction"]
+    assert compaction.catchup is False and compaction.max_active_runs == 1

@@ -1,0 +1,59 @@
+"""LogStoreReconcileOperator and `logstore reconcile` without services: arguments, templating, errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from airflow_logstore.cli import build_parser
+from airflow_logstore.exceptions import OptionError
+from airflow_logstore.operators.reconcile import LogStoreReconcileOperator, as_bool
+from airflow_logstore.reconciler import ReconcileReport
+
+
+@pytest.mark.parametrize(
+    ("value", "flag"),
+    [(True, True), (False, False), ("True", True), ("false", False), ("1", True), ("0", False), ("", False)],
+)
+def test_dry_run_accepts_rendered_templates(value: Any, flag: bool) -> None:
+    assert as_bool(value) is flag
+
+
+def test_dry_run_refuses_other_values() -> None:
+    with pytest.raises(OptionError, match="dry_run"):
+        as_bool("maybe")
+
+
+def test_operator_fields_and_no_io_in_init() -> None:
+    operator = LogStoreReconcileOperator(task_id="r", table="db.t", dry_run="{{ params.dry_run }}")
+    assert set(operator.template_fields) == {"table", "dry_run_flag", "engine"}
+    assert operator.dry_run_flag == "{{ params.dry_run }}"
+    assert callable(operator.dry_run)  # BaseOperator.dry_run() stays a method
+
+
+def test_operator_runs_the_library_and_returns_the_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[dict[str, Any]] = []
+
+    def fake_reconcile(handle: Any, **kwargs: Any) -> ReconcileReport:
+        calls.append({"table": str(handle.name), **kwargs})
+        return ReconcileReport(str(handle.name), status="dry-run", dry_run=True, reversed=3)
+
+    monkeypatch.setattr("airflow_logstore.reconciler.reconcile", fake_reconcile)
+    operator = LogStoreReconcileOperator(task_id="r", table="db.t", dry_run="True", lease_ttl_s=30)
+    result = operator.execute(context={})
+    assert result["reversed"] == 3 and result["dry_run"] is True
+    assert calls == [{"table": "db.t", "dry_run": True, "lease_ttl_s": 30}]
+
+
+def test_operator_refuses_an_unknown_engine() -> None:
+    operator = LogStoreReconcileOperator(task_id="r", table="db.t", engine="flink")
+    with pytest.raises(OptionError, match="engine"):
+        operator.execute(context={})
+
+
+def test_cli_subcommand() -> None:
+    args = build_parser().parse_args(["reconcile", "db.t", "--dry-run", "--lease-ttl", "30"])
+    assert (args.table, args.dry_run, args.lease_ttl, args.crash_at) == ("db.t", True, 30.0, None)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["reconcile", "db.t", "--crash-at", "somewhere"])
