@@ -30,18 +30,30 @@ def test_every_operator_twice(env, spark_connection: None, tmp_path: Path) -> No
 
     name = env.unique("retry")
     table = f"retries.{name}"
-    create = LogStoreCreateTableOperator(task_id="create", table=table, schema="id int, name string, amount long",
-                                         primary_key=["id"], properties=env.log_properties(f"{name}_log"))
+    create = LogStoreCreateTableOperator(
+        task_id="create",
+        table=table,
+        schema="id int, name string, amount long",
+        primary_key=["id"],
+        properties=env.log_properties(f"{name}_log"),
+    )
     first, second = _twice(create)
     assert first["created"] and first["topic_created"]
-    assert not second["created"] and not second["topic_created"] and second["partitions"] == first["partitions"]
+    assert (
+        not second["created"] and not second["topic_created"] and second["partitions"] == first["partitions"]
+    )
 
     rows = [{"id": i, "name": f"n{i}", "amount": i} for i in range(1, 31)]
     updates = [{"id": i, "name": f"u{i}", "amount": -i, "op": "update"} for i in range(1, 31, 3)]
     handle = LogStoreTable.open(table)
     for batch, data in ((1, rows), (2, updates)):
-        write = LogStoreDualWriteOperator(task_id="write", table=table, batch_id=batch, writer_id="retry-writer",
-                                          input_path=str(write_jsonl(tmp_path / f"b{batch}.jsonl", data)))
+        write = LogStoreDualWriteOperator(
+            task_id="write",
+            table=table,
+            batch_id=batch,
+            writer_id="retry-writer",
+            input_path=str(write_jsonl(tmp_path / f"b{batch}.jsonl", data)),
+        )
         done, again = _twice(write)
         assert not done["skipped"] and again["skipped"]
         assert again["snapshot_id"] == done["snapshot_id"] and again["epoch"] == done["epoch"]
@@ -60,7 +72,9 @@ def test_every_operator_twice(env, spark_connection: None, tmp_path: Path) -> No
     compacted, recompacted = _twice(LogStoreCompactionOperator(task_id="compact", table=table))
     expected = {k: (v["name"], v["amount"]) for k, v in table_state(handle).items()}
     assert len(expected) == 30
-    assert {k: (v["name"], v["amount"]) for k, v in fold_log(read_log(handle, consistency="transactional"),
-                                                                ["id"]).items()} == expected
+    assert {
+        k: (v["name"], v["amount"])
+        for k, v in fold_log(read_log(handle, consistency="transactional"), ["id"]).items()
+    } == expected
     assert len(read_log(handle, consistency="eventual").records) == records + reconciled["reversed"]
     assert compacted is not None and recompacted is not None

@@ -57,7 +57,7 @@ def test_pipeline_shape(dagbag) -> None:
 
 def test_maintenance_dags_are_scheduled_without_catchup(dagbag) -> None:
     reconcile = dagbag.dags["logstore_reconcile"]
-    assert reconcile.timetable.summary == "*/10 * * * *"
+    assert reconcile.schedule == "*/10 * * * *"
     assert reconcile.catchup is False and reconcile.max_active_runs == 1
     compaction = dagbag.dags["logstore_compaction"]
     assert compaction.catchup is False and compaction.max_active_runs == 1
