@@ -254,6 +254,13 @@ def show_table(handle: LogStoreTable) -> dict[str, Any]:
             result["log_store"]["watermark"] = {str(p): o for p, o in sorted(state.watermark.items())}
             result["log_store"]["ledger_commits"] = len(state.commits)
             result["log_store"]["writers"] = dict(sorted(state.epochs.items()))
+            result["log_store"]["reconciled_positions"] = {
+                str(p): o for p, o in sorted(state.reconcile_positions.items())
+            }
+            if state.gaps:
+                # retention deleted records before reconciliation scanned them (see reconciler.py)
+                result["log_store"]["retention_gaps"] = {str(p): gap for p, gap in sorted(state.gaps.items())}
+                result["log_store"]["needs_hybrid_reread"] = True
     return result
 
 

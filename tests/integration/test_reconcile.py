@@ -38,7 +38,7 @@ from airflow_logstore.reader import LogRead, read_log
 from airflow_logstore.reconciler import LEASE_NAME, PythonEngine, ReconcileReport, reconcile
 from airflow_logstore.spark.dual_write import open_writer
 from airflow_logstore.spark.jobs import parse_result
-from airflow_logstore.tables import LogStoreTable, create_table, merged_state
+from airflow_logstore.tables import LogStoreTable, create_table, merged_state, show_table
 from airflow_logstore.testing.environment import REPO_ROOT
 from airflow_logstore.testing.tables import fold_log, table_state, write_jsonl
 
@@ -440,6 +440,8 @@ def test_records_deleted_by_retention_before_reconcile_are_reported_as_a_gap(
     gap = control_state(handle).gaps[0]
     assert (gap["from"], gap["to"], gap["count"]) == (0, log_start, log_start)
     assert "hybrid re-read" in gap["action"]
+    shown = show_table(handle)["log_store"]
+    assert shown["needs_hybrid_reread"] is True and shown["retention_gaps"]["0"]["count"] == log_start
     again = reconcile(handle)
     assert again.gaps == [] and again.reversed == 0
 
