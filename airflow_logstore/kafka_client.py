@@ -258,13 +258,19 @@ def partition_offsets(
     cons: Consumer, topic: str, partitions: int, timeout: float = DEFAULT_TIMEOUT_S
 ) -> dict[int, tuple[int, int]]:
     """Per partition (log start offset, end offset)."""
-    from confluent_kafka import TopicPartition
+    from confluent_kafka import KafkaException, TopicPartition
 
     result = {}
     for partition in range(partitions):
-        low, high = cons.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=timeout, cached=False
-        )
+        try:
+            low, high = cons.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=timeout, cached=False
+            )
+        except KafkaException as exc:
+            raise KafkaUnavailableError(
+                f"Kafka did not answer for the offsets of '{topic}' partition {partition}: "
+                f"{exc.args[0].str() if exc.args else exc}"
+            ) from exc
         result[partition] = (low, high)
     return result
 
