@@ -7,6 +7,7 @@ API server reads the log files from the shared local folder). The metadata DB is
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -127,7 +128,8 @@ class LocalAirflow:
         return {"url": self.url, "pids": {name: self._pid(name) for name in COMPONENTS}, "health": health}
 
     def down(self, timeout: float = 30.0) -> list[str]:
-        stopped = []
+        """SIGTERM every component's process group at once; SIGKILL what is left after ``timeout``."""
+        groups: dict[str, int] = {}
         for name in COMPONENTS:
             pid = self._pid(name)
             if pid is None:
@@ -135,23 +137,35 @@ class LocalAirflow:
             try:
                 os.killpg(pid, signal.SIGTERM)
             except ProcessLookupError:
+                (self.pid_dir / f"{name}.pid").unlink(missing_ok=True)
                 continue
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline and self._alive_group(pid):
-                time.sleep(0.3)
+            groups[name] = pid
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(self._alive_group(pid) for pid in groups.values()):
+            time.sleep(0.3)
+        for name, pid in groups.items():
             if self._alive_group(pid):
                 os.killpg(pid, signal.SIGKILL)
             (self.pid_dir / f"{name}.pid").unlink(missing_ok=True)
-            stopped.append(name)
-        return stopped
+        return list(groups)
 
     @staticmethod
     def _alive_group(pgid: int) -> bool:
+        """Whether a process of the group still runs (zombies, waiting to be reaped, do not count)."""
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pgid, os.WNOHANG)  # reap the leader when we started it
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:
             return False
-        return True
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                return True
+        return False
 
     def wait_healthy(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

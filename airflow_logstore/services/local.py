@@ -8,6 +8,7 @@ and is stopped by its own pid.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -58,6 +59,23 @@ def fetch_jars(
     marker = target / ".complete"
     if marker.exists():
         return target
+    settings.jars_dir.mkdir(parents=True, exist_ok=True)
+    # one download at a time per cache (parallel test workers, a demo next to a test run)
+    with open(settings.jars_dir / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.exists():
+            return target
+        return _download(name, coordinates, transitive, settings, target, marker)
+
+
+def _download(
+    name: str,
+    coordinates: Sequence[str],
+    transitive: bool,
+    settings: LocalSettings,
+    target: Path,
+    marker: Path,
+) -> Path:
     mvn = shutil.which("mvn")
     if mvn is None:
         raise ServiceError("Maven ('mvn') is needed once to download the Kafka and Iceberg jars; install it")

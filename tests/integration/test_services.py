@@ -1,0 +1,70 @@
+"""`logstore services up | status | down` through the CLI users run: idempotent, and nothing left behind."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from airflow_logstore.testing.environment import free_port_pair
+
+
+def _logstore(args: list[str], home: Path, port: int) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "LOGSTORE_HOME": str(home), "LOGSTORE_KAFKA_PORT": str(port)}
+    return subprocess.run(
+        [sys.executable, "-m", "airflow_logstore.cli", "services", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text.encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return [pid for pid in found if pid != os.getpid()]
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(1)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _pid(status_line: str) -> int:
+    match = re.search(r"running \(pid (\d+)\)", status_line)
+    assert match, status_line
+    return int(match.group(1))
+
+
+def test_services_up_is_idempotent_and_down_leaves_no_process(env, tmp_path: Path) -> None:
+    home, port = tmp_path / "home", free_port_pair()
+    first = _logstore(["up"], home, port)
+    assert first.returncode == 0, first.stderr[-2000:]
+    status = _logstore(["status"], home, port)
+    assert status.returncode == 0, status.stdout + status.stderr[-2000:]
+    pid = _pid(status.stdout)
+    assert f"127.0.0.1:{port}" in status.stdout and _listening(port)
+    started = time.monotonic()
+    again = _logstore(["up"], home, port)  # already running: the same broker, no second one
+    assert again.returncode == 0 and time.monotonic() - started < 60
+    assert _pid(_logstore(["status"], home, port).stdout) == pid
+    assert _processes_mentioning(str(home)) == [pid]
+
+    down = _logstore(["down"], home, port)
+    assert down.returncode == 0 and "stopped" in down.stdout, down.stderr[-2000:]
+    assert _processes_mentioning(str(home)) == []
+    assert not _listening(port) and not _listening(port + 1)
+    stopped = _logstore(["status"], home, port)
+    assert stopped.returncode == 3 and "stopped" in stopped.stdout
+    assert "was not running" in _logstore(["down"], home, port).stdout
