@@ -1,52 +1,34 @@
 """The main job end to end on the embedded default: what ``./dev demo`` (``logstore demo``) runs.
 
 1. starts the local Kafka broker and fetches Spark's jars (once);
-2. runs the example DAG ``logstore_pipeline`` with Airflow (``airflow dags test``: real operators,
-   spark-submit, the deferrable sensor's trigger) for batch 1;
+2. starts a real local Airflow (api-server, scheduler, dag-processor, triggerer on 127.0.0.1) and
+   triggers the example DAG ``logstore_pipeline`` through its REST API with params, as the UI's
+   Trigger button does (real operators, spark-submit, the sensor deferred to the triggerer), batch 1;
 3. simulates a failover: a writer attempt of batch 2 is SIGKILLed after its log records are flushed,
    before its Iceberg commit; then the DAG runs batch 2 (the retry) and batch 3;
-4. runs the ``logstore_reconcile`` DAG, which reverses the dead attempt's records;
-5. prints what happened: rows in the table, records in the log, watermark, reversals, where to look.
+4. triggers the ``logstore_reconcile`` DAG, which reverses the dead attempt's records;
+5. stops Airflow and prints what happened: rows in the table, records in the log, watermark,
+   reversals, where to look. The broker keeps running (``logstore services down`` stops it).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.services.local import LocalBroker, spark_jars
 from airflow_logstore.settings import LocalSettings, local_settings
 
+if TYPE_CHECKING:
+    from airflow_logstore.services.airflow_local import LocalAirflow
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TABLE = "demo.orders"
-
-
-def airflow_env(settings: LocalSettings, dags_folder: Path) -> dict[str, str]:
-    """Environment of an Airflow that uses the embedded default (SQLite metadata DB, local Spark)."""
-    home = settings.home / "airflow"
-    home.mkdir(parents=True, exist_ok=True)
-    bin_dir = str(Path(sys.executable).parent)
-    return {
-        **os.environ,
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
-        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-        "AIRFLOW_VAR_LOGSTORE_KAFKA_ADDRESS": settings.kafka_bootstrap,
-        "LOGSTORE_HOME": str(settings.home),
-        "LOGSTORE_CACHE": str(settings.cache),
-        "LOGSTORE_KAFKA_PORT": str(settings.kafka_port),
-        "PYSPARK_PYTHON": sys.executable,
-    }
 
 
 def _run(
@@ -65,18 +47,28 @@ def _run(
     return done
 
 
-def _dags_test(dag_id: str, conf: Mapping[str, Any], env: Mapping[str, str], log_file: Path) -> None:
-    done = _run(
-        [sys.executable, "-m", "airflow", "dags", "test", dag_id, "-c", json.dumps(conf)],
-        env,
-        log_file,
-        f"airflow dags test {dag_id} {json.dumps(conf)}",
+def _trigger(airflow: LocalAirflow, dag_id: str, conf: Mapping[str, Any], log_file: Path) -> None:
+    """Trigger a run through the REST API (the UI's Trigger button), wait, and say how it went."""
+    started = time.monotonic()
+    print(f"[demo] trigger {dag_id} {json.dumps(conf)} ...", flush=True)
+    airflow.wait_for_dag(dag_id)
+    run_id = airflow.trigger(dag_id, conf)
+    state = airflow.wait_for_run(dag_id, run_id, timeout=1200)
+    tasks = {task: ti["state"] for task, ti in airflow.task_instances(dag_id, run_id).items()}
+    with log_file.open("a") as out:
+        out.write(f"===== {dag_id} {run_id}: {state} {json.dumps(tasks)}\n")
+    print(
+        f"[demo]   {state} in {time.monotonic() - started:.0f}s (run {run_id}; tasks "
+        f"{', '.join(f'{t}={s}' for t, s in tasks.items())})",
+        flush=True,
     )
-    if done.returncode != 0 or "state=failed" in done.stdout + done.stderr:
-        raise SystemExit(f"[demo] {dag_id} failed; see {log_file}")
+    if state != "success":
+        raise SystemExit(f"[demo] {dag_id} {state}; task logs in {airflow.home}/logs, UI at {airflow.url}")
 
 
 def run_demo(dags_folder: Path | None = None) -> dict[str, Any]:
+    from airflow_logstore.services.airflow_local import local_airflow
+
     settings = local_settings()
     dags_folder = dags_folder or REPO_ROOT / "dags"
     data = dags_folder / "data"
@@ -88,42 +80,51 @@ def run_demo(dags_folder: Path | None = None) -> dict[str, Any]:
     status = LocalBroker(settings).up()
     print(f"[demo] {status.describe()}", flush=True)
     print(f"[demo] spark jars: {len(spark_jars(settings))} in {settings.jars_dir}", flush=True)
-    env = airflow_env(settings, dags_folder)
-    migrated = _run([sys.executable, "-m", "airflow", "db", "migrate"], env, log_file, "airflow db migrate")
-    if migrated.returncode != 0:
-        raise SystemExit(f"[demo] airflow db migrate failed; see {log_file}")
+    airflow = local_airflow(dags_folder)
+    started = time.monotonic()
+    print(f"[demo] starting Airflow (api-server, scheduler, dag-processor, triggerer) at {airflow.url} ...")
+    airflow.up(timeout=300)
+    print(f"[demo]   up in {time.monotonic() - started:.0f}s; logs in {airflow.home}", flush=True)
+    try:
+        batch = {n: str(data / f"orders_batch_{n}.jsonl") for n in (1, 2, 3)}
+        _trigger(
+            airflow, "logstore_pipeline", {"table": TABLE, "input_path": batch[1], "batch_id": 1}, log_file
+        )
+        crashed = _run(
+            [
+                sys.executable,
+                "-m",
+                "airflow_logstore.cli",
+                "write",
+                TABLE,
+                "--input",
+                batch[2],
+                "--batch-id",
+                "2",
+                "--writer-id",
+                "logstore_pipeline",
+                "--crash-at",
+                "after-log:2",
+            ],
+            airflow.env(),
+            log_file,
+            "failover: a writer attempt of batch 2 dies after its log records are flushed",
+        )
+        if crashed.returncode not in (-9, 137):
+            raise SystemExit(f"[demo] the simulated failover did not crash as expected; see {log_file}")
+        _trigger(
+            airflow, "logstore_pipeline", {"table": TABLE, "input_path": batch[2], "batch_id": 2}, log_file
+        )
+        _trigger(
+            airflow, "logstore_pipeline", {"table": TABLE, "input_path": batch[3], "batch_id": 3}, log_file
+        )
+        _trigger(airflow, "logstore_reconcile", {"table": TABLE}, log_file)
+    finally:
+        airflow.down()
+    return summarize(settings, log_file, airflow.home)
 
-    batch = {n: str(data / f"orders_batch_{n}.jsonl") for n in (1, 2, 3)}
-    _dags_test("logstore_pipeline", {"table": TABLE, "input_path": batch[1], "batch_id": 1}, env, log_file)
-    crashed = _run(
-        [
-            sys.executable,
-            "-m",
-            "airflow_logstore.cli",
-            "write",
-            TABLE,
-            "--input",
-            batch[2],
-            "--batch-id",
-            "2",
-            "--writer-id",
-            "logstore_pipeline",
-            "--crash-at",
-            "after-log:2",
-        ],
-        env,
-        log_file,
-        "failover: a writer attempt of batch 2 dies after its log records are flushed",
-    )
-    if crashed.returncode not in (-9, 137):
-        raise SystemExit(f"[demo] the simulated failover did not crash as expected; see {log_file}")
-    _dags_test("logstore_pipeline", {"table": TABLE, "input_path": batch[2], "batch_id": 2}, env, log_file)
-    _dags_test("logstore_pipeline", {"table": TABLE, "input_path": batch[3], "batch_id": 3}, env, log_file)
-    _dags_test("logstore_reconcile", {"table": TABLE}, env, log_file)
-    return summarize(settings, log_file)
 
-
-def summarize(settings: LocalSettings, log_file: Path) -> dict[str, Any]:
+def summarize(settings: LocalSettings, log_file: Path, airflow_home: Path | None = None) -> dict[str, Any]:
     from airflow_logstore.core.changelog import apply_retract, apply_upsert
     from airflow_logstore.core.codec import RecordType
     from airflow_logstore.reader import read_log
@@ -154,10 +155,11 @@ def summarize(settings: LocalSettings, log_file: Path) -> dict[str, Any]:
         and fold(eventual.records, upsert=True) == table_state,
         "where_to_look": {
             "demo_output": str(log_file),
-            "airflow_logs": str(settings.home / "airflow" / "logs"),
+            "airflow_logs": str((airflow_home or settings.home / "airflow") / "logs"),
             "broker_log": str(settings.broker_dir / "broker.log"),
             "warehouse": str(settings.warehouse),
             "try": f"logstore table show {TABLE} | logstore read {TABLE} --mode hybrid --format jsonl",
+            "airflow_ui": "logstore airflow up, then http://127.0.0.1:8080 (Trigger logstore_pipeline)",
         },
     }
     print("\n[demo] what happened")
