@@ -132,6 +132,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--rows", type=int, default=10)
+    parser.add_argument(
+        "--primary-key",
+        action="store_true",
+        help="a primary-key table (each batch a MERGE, slower as the table grows); default: append-only",
+    )
     args = parser.parse_args()
 
     from airflow_logstore.spark.dual_write import open_writer
@@ -142,7 +147,8 @@ def main() -> None:
 
     with logstore_environment() as env:
         spark = build_spark_session("bench-latency")
-        handle = make_table(env, prefix="latency")
+        # append-only by default: the batch interval stays constant over hundreds of batches
+        handle = make_table(env, prefix="latency", primary_key=("id",) if args.primary_key else ())
         writer = open_writer(spark, str(handle.name), writer_id="latency")
         work = Path(tempfile.mkdtemp(prefix="bench-latency-"))
         stop = threading.Event()
@@ -204,6 +210,7 @@ def main() -> None:
     report = {
         "batches": args.batches,
         "rows_per_batch": args.rows,
+        "table": "primary key (MERGE per batch)" if args.primary_key else "append-only",
         "machine": machine(),
         "mean_batch_seconds": round(statistics.mean(durations), 2),
         "baseline_commit_interval_seconds": round(interval, 2),
