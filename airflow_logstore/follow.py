@@ -18,6 +18,11 @@ from airflow_logstore.core.properties import Consistency
 from airflow_logstore.reader import LogReader, LogRecord, ReadReport, StartPosition
 from airflow_logstore.tables import merged_state
 
+#: A tailing reader keeps one fetch open per broker; the broker holds an empty fetch this long. The
+#: librdkafka default (500 ms) showed in the tail latency of a tailing consumer on the local broker (p99
+#: 1.09 s with it, 0.56 s with 50 ms, on a busy 2-core machine); the price is an empty fetch per 50 ms.
+TAILING_CONSUMER_SETTINGS = {"fetch.wait.max.ms": 50}
+
 
 class ControlFollower:
     """Keeps a ControlState current by tailing the control topic."""
@@ -27,7 +32,7 @@ class ControlFollower:
 
         _, _, control_topic = reader.config.require_log()
         self.state = merged_state(reader.table, ControlState())
-        self.consumer = kafka_client.consumer(reader.kafka_config)
+        self.consumer = kafka_client.consumer(reader.kafka_config, **TAILING_CONSUMER_SETTINGS)
         self.consumer.assign([TopicPartition(control_topic, 0, 0)])
 
     def poll(self, timeout: float = 0.0) -> bool:
@@ -62,7 +67,7 @@ def follow(
     report = ReadReport(
         str(reader.handle.name), "follow", reader.consistency.value, reader.changelog_mode.value
     )
-    cons = kafka_client.consumer(reader.kafka_config)
+    cons = kafka_client.consumer(reader.kafka_config, **TAILING_CONSUMER_SETTINGS)
     gated = ControlFollower(reader) if reader.consistency is Consistency.TRANSACTIONAL else None
     pending: dict[int, list[Any]] = {}
     normalizer = Normalizer() if reader.normalize else None
