@@ -8,9 +8,12 @@ transactional; keys are partitioned with murmur2 like the Java client.
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -84,8 +87,13 @@ def admin_client(config: Mapping[str, Any]) -> AdminClient:
 
 
 def producer(config: Mapping[str, Any], **overrides: Any) -> Producer:
+    """A new idempotent producer (for long runs; short appends use :func:`shared_producer`)."""
     from confluent_kafka import Producer
 
+    return Producer(producer_settings(config, **overrides))
+
+
+def producer_settings(config: Mapping[str, Any], **overrides: Any) -> dict[str, Any]:
     settings = _only(config, _CONSUMER_ONLY)
     settings.update(
         {
@@ -99,7 +107,84 @@ def producer(config: Mapping[str, Any], **overrides: Any) -> Producer:
     )
     settings.update(overrides)
     settings.pop("transactional.id", None)  # LogStore never uses Kafka transactions
-    return Producer(settings)
+    return settings
+
+
+@dataclass
+class _SharedProducer:
+    producer: Producer
+    lock: threading.Lock
+
+
+class _SharedProducers:
+    """This process's shared producers, one per configuration; forgotten (never destroyed) on fork."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.entries: dict[tuple[tuple[str, str], ...], _SharedProducer] = {}
+        # a forked child must not destroy its parent's clients: their threads do not exist there
+        self.orphans: list[_SharedProducer] = []
+
+    def get(self, settings: Mapping[str, Any]) -> tuple[tuple[tuple[str, str], ...], _SharedProducer]:
+        from confluent_kafka import Producer
+
+        key = tuple(sorted((name, repr(value)) for name, value in settings.items()))
+        with self.lock:
+            entry = self.entries.get(key)
+            if entry is None:
+                entry = self.entries[key] = _SharedProducer(Producer(dict(settings)), threading.Lock())
+            return key, entry
+
+    def discard(self, key: tuple[tuple[str, str], ...], entry: _SharedProducer) -> None:
+        with self.lock:
+            if self.entries.get(key) is entry:
+                del self.entries[key]
+        entry.producer.purge()  # nothing queued in it may be delivered later, out of its caller's sight
+
+    def close(self) -> None:
+        with self.lock:
+            entries, self.entries = list(self.entries.values()), {}
+        for entry in entries:
+            with entry.lock:  # after its current caller's flush
+                entry.producer.purge()
+
+    def forget_after_fork(self) -> None:
+        self.orphans.extend(self.entries.values())
+        self.entries = {}
+        self.lock = threading.Lock()
+
+
+_SHARED_PRODUCERS = _SharedProducers()
+
+
+def close_shared_producers() -> None:
+    """Drop this process's shared producers (before stopping the brokers they are connected to)."""
+    _SHARED_PRODUCERS.close()
+
+
+def _forget_shared_producers_after_fork() -> None:
+    _SHARED_PRODUCERS.forget_after_fork()
+
+
+os.register_at_fork(after_in_child=_forget_shared_producers_after_fork)
+
+
+@contextmanager
+def shared_producer(config: Mapping[str, Any], **overrides: Any) -> Iterator[Producer]:
+    """A producer kept for this process and configuration, lent to one caller at a time.
+
+    A new idempotent producer needs about half a second to get its producer id from the broker before
+    it sends anything; short, frequent appends (control records, each batch's log records in a Spark
+    worker) reuse one instead. The caller must flush before leaving the block. On any error the
+    producer is purged and dropped, so a later caller starts clean.
+    """
+    key, entry = _SHARED_PRODUCERS.get(producer_settings(config, **overrides))
+    with entry.lock:
+        try:
+            yield entry.producer
+        except BaseException:
+            _SHARED_PRODUCERS.discard(key, entry)
+            raise
 
 
 def consumer(config: Mapping[str, Any], **overrides: Any) -> Consumer:
@@ -425,11 +510,11 @@ class ControlTopic:
     def append(self, key: str, value: Mapping[str, Any] | None) -> int:
         """Write one record durably and return its offset."""
         tracker = DeliveryTracker()
-        prod = producer(self.config, **{"linger.ms": 0})
-        prod.produce(
-            self.topic, key=key.encode(), value=control.encode(value), partition=0, on_delivery=tracker
-        )
-        flush(prod, tracker, 1, f"control topic '{self.topic}'", timeout=60.0)
+        with shared_producer(self.config, **{"linger.ms": 0}) as prod:
+            prod.produce(
+                self.topic, key=key.encode(), value=control.encode(value), partition=0, on_delivery=tracker
+            )
+            flush(prod, tracker, 1, f"control topic '{self.topic}'", timeout=60.0)
         return tracker.offsets[0][0]
 
     def claim_epoch(self, writer_id: str, owner: str = "") -> int:

@@ -114,28 +114,29 @@ def produce_partition(batches: Iterable[pa.RecordBatch], ctx: ProduceContext) ->
     import pyarrow as pa
     from pyspark import TaskContext
 
-    from airflow_logstore.kafka_client import DeliveryTracker, flush, producer
+    from airflow_logstore.kafka_client import DeliveryTracker, flush, shared_producer
 
     task_context = TaskContext.get()
     task = f"{task_context.partitionId()}.{task_context.attemptNumber()}" if task_context else "0.0"
     headers = encode_headers(RecordMeta(ctx.writer_id, ctx.epoch, ctx.batch_id, task, log_only=ctx.log_only))
     tracker = DeliveryTracker()
-    prod = producer(ctx.kafka_config, **{"linger.ms": 50, "batch.size": 1_000_000})
     sent = 0
-    for batch in batches:
-        keys = batch.column(0).to_pylist()
-        values = batch.column(1).to_pylist()
-        for key, value in zip(keys, values, strict=True):
-            while True:
-                try:
-                    prod.produce(ctx.topic, value=value, key=key, headers=headers, on_delivery=tracker)
-                    break
-                except BufferError:
-                    prod.poll(0.05)
-            sent += 1
-            if sent % 5000 == 0:
-                prod.poll(0)
-    flush(prod, tracker, sent, f"producing batch {ctx.batch_id} to '{ctx.topic}'")
+    # the Python worker keeps its producer between tasks: a new one waits ~0.5 s for its producer id
+    with shared_producer(ctx.kafka_config, **{"linger.ms": 50, "batch.size": 1_000_000}) as prod:
+        for batch in batches:
+            keys = batch.column(0).to_pylist()
+            values = batch.column(1).to_pylist()
+            for key, value in zip(keys, values, strict=True):
+                while True:
+                    try:
+                        prod.produce(ctx.topic, value=value, key=key, headers=headers, on_delivery=tracker)
+                        break
+                    except BufferError:
+                        prod.poll(0.05)
+                sent += 1
+                if sent % 5000 == 0:
+                    prod.poll(0)
+        flush(prod, tracker, sent, f"producing batch {ctx.batch_id} to '{ctx.topic}'")
     offsets = json.dumps({str(p): list(span) for p, span in tracker.offsets.items()})
     yield pa.RecordBatch.from_pylist([{"task": task, "count": sent, "offsets": offsets}])
 

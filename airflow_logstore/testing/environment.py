@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from airflow_logstore import kafka_client
 from airflow_logstore.services.local import BrokerOptions, LocalBroker
 from airflow_logstore.settings import LocalSettings, local_settings
 
@@ -98,6 +99,7 @@ def logstore_environment(options: Mapping[str, Any] | None = None) -> Iterator[L
     try:
         yield LogStoreTestEnv(settings, broker, env)
     finally:
+        kafka_client.close_shared_producers()
         broker.down()
         for key, value in saved.items():
             if value is None:
