@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from airflow_logstore.testing.environment import LogStoreTestEnv, logstore_environment
+
+# py4j logs "Closing down clientserver connection" from __del__ at interpreter exit, after the test run's
+# log streams are closed ("--- Logging error ---" in the output); its INFO lines say nothing a test needs.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @pytest.fixture(scope="session")
