@@ -1,6 +1,6 @@
 """The main job end to end on the embedded default: what ``./dev demo`` (``logstore demo``) runs.
 
-1. starts the local Kafka broker and fetches Spark's jars (once);
+1. starts the local Kafka broker and fetches Spark's jars (once); drops an earlier demo's table and topics;
 2. starts a real local Airflow (api-server, scheduler, dag-processor, triggerer on 127.0.0.1) and
    triggers the example DAG ``logstore_pipeline`` through its REST API with params, as the UI's
    Trigger button does (real operators, spark-submit, the sensor deferred to the triggerer), batch 1;
@@ -66,6 +66,29 @@ def _trigger(airflow: LocalAirflow, dag_id: str, conf: Mapping[str, Any], log_fi
         raise SystemExit(f"[demo] {dag_id} {state}; task logs in {airflow.home}/logs, UI at {airflow.url}")
 
 
+def start_over(table_name: str = TABLE) -> list[str]:
+    """Drop an earlier demo's table (with its files) and its topics: every demo starts at batch 1."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from airflow_logstore import kafka_client
+    from airflow_logstore.deadletter import dead_letter_topic_name
+    from airflow_logstore.tables import LogStoreTable
+
+    handle = LogStoreTable.open(table_name)
+    try:
+        table = handle.load()
+    except NoSuchTableError:
+        return []
+    config = handle.config(table)
+    removed = []
+    if config.enabled and config.topic:
+        topic, _, control_topic = config.require_log()
+        topics = [topic, control_topic, dead_letter_topic_name(topic)]
+        removed = kafka_client.delete_topics(handle.kafka_config(config), topics)
+    handle.catalog.load().purge_table(handle.name.identifier)
+    return [table_name, *removed]
+
+
 def run_demo(dags_folder: Path | None = None) -> dict[str, Any]:
     from airflow_logstore.services.airflow_local import local_airflow
 
@@ -80,6 +103,9 @@ def run_demo(dags_folder: Path | None = None) -> dict[str, Any]:
     status = LocalBroker(settings).up()
     print(f"[demo] {status.describe()}", flush=True)
     print(f"[demo] spark jars: {len(spark_jars(settings))} in {settings.jars_dir}", flush=True)
+    removed = start_over()
+    if removed:
+        print(f"[demo] removed the previous demo's table and topics: {', '.join(removed)}", flush=True)
     airflow = local_airflow(dags_folder)
     started = time.monotonic()
     print(f"[demo] starting Airflow (api-server, scheduler, dag-processor, triggerer) at {airflow.url} ...")

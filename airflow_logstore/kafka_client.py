@@ -318,6 +318,28 @@ def ensure_topic(
     return created, True
 
 
+def delete_topics(
+    config: Mapping[str, Any], topics: list[str], timeout: float = DEFAULT_TIMEOUT_S
+) -> list[str]:
+    """Delete those of ``topics`` that exist and wait until they are gone; return the deleted ones."""
+    existing = [topic for topic in topics if describe_topic(config, topic, timeout) is not None]
+    if not existing:
+        return []
+    admin = admin_client(config)
+    for topic, future in admin.delete_topics(existing, operation_timeout=timeout).items():
+        try:
+            future.result(timeout=timeout)
+        except Exception as exc:
+            if "UNKNOWN_TOPIC" not in str(exc):
+                raise TopicError(f"cannot delete topic '{topic}': {exc}") from None
+    deadline = time.monotonic() + timeout
+    while any(describe_topic(config, topic, timeout) is not None for topic in existing):
+        if time.monotonic() > deadline:
+            raise TopicError(f"topics {existing} were deleted but still show up after {timeout:.0f}s")
+        time.sleep(0.2)
+    return existing
+
+
 def _wait_for_topic(config: Mapping[str, Any], topic: str, timeout: float) -> TopicInfo:
     deadline = time.monotonic() + timeout
     while True:
