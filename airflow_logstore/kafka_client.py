@@ -112,6 +112,7 @@ def producer_settings(config: Mapping[str, Any], **overrides: Any) -> dict[str, 
 
 @dataclass
 class _SharedProducer:
+    key: tuple[tuple[str, str], ...]
     producer: Producer
     lock: threading.Lock
 
@@ -125,20 +126,20 @@ class _SharedProducers:
         # a forked child must not destroy its parent's clients: their threads do not exist there
         self.orphans: list[_SharedProducer] = []
 
-    def get(self, settings: Mapping[str, Any]) -> tuple[tuple[tuple[str, str], ...], _SharedProducer]:
+    def get(self, settings: Mapping[str, Any]) -> _SharedProducer:
         from confluent_kafka import Producer
 
         key = tuple(sorted((name, repr(value)) for name, value in settings.items()))
         with self.lock:
             entry = self.entries.get(key)
             if entry is None:
-                entry = self.entries[key] = _SharedProducer(Producer(dict(settings)), threading.Lock())
-            return key, entry
+                entry = self.entries[key] = _SharedProducer(key, Producer(dict(settings)), threading.Lock())
+            return entry
 
-    def discard(self, key: tuple[tuple[str, str], ...], entry: _SharedProducer) -> None:
+    def discard(self, entry: _SharedProducer) -> None:
         with self.lock:
-            if self.entries.get(key) is entry:
-                del self.entries[key]
+            if self.entries.get(entry.key) is entry:
+                del self.entries[entry.key]
         entry.producer.purge()  # nothing queued in it may be delivered later, out of its caller's sight
 
     def close(self) -> None:
@@ -178,12 +179,12 @@ def shared_producer(config: Mapping[str, Any], **overrides: Any) -> Iterator[Pro
     worker) reuse one instead. The caller must flush before leaving the block. On any error the
     producer is purged and dropped, so a later caller starts clean.
     """
-    key, entry = _SHARED_PRODUCERS.get(producer_settings(config, **overrides))
+    entry = _SHARED_PRODUCERS.get(producer_settings(config, **overrides))
     with entry.lock:
         try:
             yield entry.producer
         except BaseException:
-            _SHARED_PRODUCERS.discard(key, entry)
+            _SHARED_PRODUCERS.discard(entry)
             raise
 
 
@@ -332,11 +333,8 @@ def delete_topics(
         except Exception as exc:
             if "UNKNOWN_TOPIC" not in str(exc):
                 raise TopicError(f"cannot delete topic '{topic}': {exc}") from None
-    deadline = time.monotonic() + timeout
-    while any(describe_topic(config, topic, timeout) is not None for topic in existing):
-        if time.monotonic() > deadline:
-            raise TopicError(f"topics {existing} were deleted but still show up after {timeout:.0f}s")
-        time.sleep(0.2)
+    if not wait_until(lambda: all(describe_topic(config, t, timeout) is None for t in existing), timeout):
+        raise TopicError(f"topics {existing} were deleted but still show up after {timeout:.0f}s")
     return existing
 
 
