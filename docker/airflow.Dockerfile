@@ -4,7 +4,6 @@ USER root
 RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-headless curl \
  && rm -rf /var/lib/apt/lists/*
 COPY airflow_logstore /opt/airflow-logstore/airflow_logstore
-COPY spark_jobs /opt/airflow-logstore/spark_jobs
 COPY pyproject.toml README.md /opt/airflow-logstore/
 COPY docker/fetch-jars.sh /opt/airflow-logstore/docker/fetch-jars.sh
 RUN /opt/airflow-logstore/docker/fetch-jars.sh /opt/logstore/jars && chown -R airflow /opt/airflow-logstore

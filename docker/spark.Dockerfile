@@ -3,7 +3,6 @@ FROM apache/spark:4.1.1-scala2.13-java17-python3-ubuntu
 USER root
 RUN apt-get update && apt-get install -y --no-install-recommends curl && rm -rf /var/lib/apt/lists/*
 COPY airflow_logstore /opt/airflow-logstore/airflow_logstore
-COPY spark_jobs /opt/airflow-logstore/spark_jobs
 COPY pyproject.toml README.md /opt/airflow-logstore/
 COPY docker/fetch-jars.sh /opt/airflow-logstore/docker/fetch-jars.sh
 RUN /opt/airflow-logstore/docker/fetch-jars.sh /opt/spark/jars

@@ -18,21 +18,16 @@ from typing import Any
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from airflow_logstore.catalog import CatalogSpec
+from airflow_logstore.spark.apps import application_path
 from airflow_logstore.spark.jobconf import job_properties
 from airflow_logstore.spark.jobs import parse_result
 from airflow_logstore.spark.session import base_conf
 
-SPARK_JOBS_DIR = Path(__file__).resolve().parents[2] / "spark_jobs"
-
 
 def job_path(script: str) -> str:
-    """Path of a ``spark_jobs/`` entry point (installed next to the package as ``spark_jobs``)."""
-    try:
-        import spark_jobs
-
-        return str(Path(spark_jobs.__file__).parent / script)
-    except ImportError:  # pragma: no cover - a source checkout without installation
-        return str(SPARK_JOBS_DIR / script)
+    """Path of a PySpark application (``dual_write.py``, ...) inside the installed package
+    (``airflow_logstore/spark/apps/``), so a wheel install submits a file that exists."""
+    return str(application_path(script))
 
 
 def default_jars() -> str:

@@ -1,0 +1,20 @@
+"""The PySpark applications that operators hand to ``spark-submit``, shipped inside the package.
+
+Each module here is a file ``spark-submit`` runs as its main program; it only calls an entry point in
+:mod:`airflow_logstore.spark`. They live inside ``airflow_logstore`` so an installed wheel carries them
+(no generic top-level package); the repository's ``spark_jobs/*.py`` call the same entry points.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+#: The application files, by the name operators and ``spark_jobs/`` use.
+APPLICATIONS: tuple[str, ...] = ("dual_write.py", "read_table.py", "compact.py", "reconcile.py")
+
+
+def application_path(script: str) -> Path:
+    """The installed file of application ``script`` (one of :data:`APPLICATIONS`)."""
+    if script not in APPLICATIONS:
+        raise ValueError(f"unknown LogStore Spark application {script!r}; known: {', '.join(APPLICATIONS)}")
+    return Path(__file__).resolve().parent / script

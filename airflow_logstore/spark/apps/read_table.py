@@ -1,0 +1,14 @@
+"""PySpark application: read a LogStore table (file, log consistent/eventual, hybrid) with Spark.
+
+The operators submit this file (``job_path("read_table.py")``);
+``spark_jobs/read_table.py`` in a checkout calls the same entry point.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from airflow_logstore.spark.jobs import read_table_main
+
+if __name__ == "__main__":
+    sys.exit(read_table_main())

@@ -1,0 +1,14 @@
+"""PySpark application: reconcile a LogStore table's log (big backlogs).
+
+The operators submit this file (``job_path("reconcile.py")``);
+``spark_jobs/reconcile.py`` in a checkout calls the same entry point.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from airflow_logstore.spark.reconcile_job import main
+
+if __name__ == "__main__":
+    sys.exit(main())

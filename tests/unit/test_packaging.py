@@ -1,0 +1,80 @@
+"""The distributions a user installs: build the sdist and the wheel as a release would, and look inside."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tarfile
+import zipfile
+from email.message import Message
+from email.parser import Parser
+from pathlib import Path
+
+import pytest
+
+import airflow_logstore
+from airflow_logstore.spark.apps import APPLICATIONS
+from airflow_logstore.testing.environment import REPO_ROOT
+
+
+@pytest.fixture(scope="module")
+def dists(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """``python -m build``: the sdist, then the wheel built from that sdist (as PyPI users get them)."""
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(out), str(REPO_ROOT)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    (sdist,) = out.glob("*.tar.gz")
+    (wheel,) = out.glob("*.whl")
+    return sdist, wheel
+
+
+def _wheel_metadata(wheel: Path) -> tuple[list[str], Message, str]:
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        info = f"airflow_logstore-{airflow_logstore.__version__}.dist-info"
+        metadata = Parser().parsestr(archive.read(f"{info}/METADATA").decode())
+        entry_points = archive.read(f"{info}/entry_points.txt").decode()
+    return names, metadata, entry_points
+
+
+def test_twine_check_passes_on_sdist_and_wheel(dists: tuple[Path, Path]) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", *map(str, dists)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("PASSED") == 2
+
+
+def test_wheel_has_no_top_level_spark_jobs_and_ships_the_applications(dists: tuple[Path, Path]) -> None:
+    names, _, _ = _wheel_metadata(dists[1])
+    top_levels = {name.split("/", 1)[0] for name in names}
+    assert top_levels == {"airflow_logstore", f"airflow_logstore-{airflow_logstore.__version__}.dist-info"}
+    assert "airflow_logstore/py.typed" in names
+    for app in APPLICATIONS:
+        assert f"airflow_logstore/spark/apps/{app}" in names
+
+
+def test_wheel_version_and_entry_points(dists: tuple[Path, Path]) -> None:
+    _, metadata, entry_points = _wheel_metadata(dists[1])
+    assert metadata["Version"] == airflow_logstore.__version__
+    assert airflow_logstore.get_provider_info()["versions"] == [airflow_logstore.__version__]
+    assert "[apache_airflow_provider]\nprovider_info = airflow_logstore:get_provider_info" in entry_points
+    assert "[console_scripts]\nlogstore = airflow_logstore.cli:main" in entry_points
+
+
+def test_sdist_carries_the_package_and_its_marker(dists: tuple[Path, Path]) -> None:
+    sdist = dists[0]
+    root = sdist.name.removesuffix(".tar.gz")
+    with tarfile.open(sdist) as archive:
+        names = set(archive.getnames())
+    for expected in ("pyproject.toml", "README.md", "PKG-INFO", "airflow_logstore/py.typed"):
+        assert f"{root}/{expected}" in names
+    assert f"{root}/airflow_logstore/spark/apps/dual_write.py" in names
