@@ -68,3 +68,12 @@ class FencedError(LogStoreError):
 
 class KafkaUnavailableError(LogStoreError):
     """The Kafka cluster did not answer, or refused the credentials."""
+
+
+class ConnectionUnavailableError(LogStoreError):
+    """A configured Airflow connection could not be loaded (not defined, or its secrets backend failed).
+
+    Retryable: a secrets backend that failed for a moment can answer on the next try.
+    """
+
+    retryable = True

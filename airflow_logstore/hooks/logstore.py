@@ -10,7 +10,14 @@ The catalog comes from a ``logstore`` connection:
 
 Kafka security settings (SASL, TLS) come from the Apache Kafka provider's connection
 (``kafka_config_id``, a librdkafka config dict); the bootstrap servers always come from the table.
-When the default connections do not exist, the embedded default (``LOGSTORE_*`` environment) is used.
+
+The embedded default (``LOGSTORE_*`` environment, a local SQLite catalog) is used only when no connection
+is configured: the id is empty, or it is the default id (``logstore_default``, ``kafka_default``) and
+Airflow reports it *not found*; the task log says so. Any other id that cannot be loaded, and any other
+error while loading (a secrets backend that failed), is a :class:`ConnectionUnavailableError` naming the
+id, never a silent switch to a different catalog. Airflow's secrets chain reports a backend that failed
+and a connection found nowhere else alike (*not found*); a deployment that must never fall back gives its
+connection an id of its own.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 
 from airflow_logstore.catalog import CatalogSpec, default_catalog
+from airflow_logstore.exceptions import ConnectionUnavailableError
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -64,23 +72,42 @@ class LogStoreHook(BaseHook):
     # -- connections ---------------------------------------------------------------------------------
 
     def _optional_connection(self, conn_id: str | None, default: str) -> Any | None:
+        """The connection ``conn_id``; None when none is configured (the embedded default applies).
+
+        :raises ConnectionUnavailableError: ``conn_id`` is configured but cannot be loaded.
+        """
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
         if not conn_id:
             return None
         try:
             return self.get_connection(conn_id)
-        except Exception:
+        except AirflowNotFoundException as exc:
             if conn_id == default:
-                return None  # the embedded default applies
-            raise
+                return None
+            raise ConnectionUnavailableError(
+                f"connection '{conn_id}' is not defined (the embedded default applies only to "
+                f"'{default}'): {exc}"
+            ) from exc
+        except Exception as exc:
+            raise ConnectionUnavailableError(
+                f"connection '{conn_id}' could not be loaded: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def catalog_spec(self) -> CatalogSpec:
-        """The catalog described by the connection (or the embedded default when it does not exist)."""
+        """The catalog described by the connection (or the embedded default when none is configured)."""
         conn = self._optional_connection(self.logstore_conn_id, self.default_conn_name)
         if conn is None:
-            self.log.info(
-                "connection '%s' not found: using the embedded default catalog", self.logstore_conn_id
+            spec = default_catalog()
+            self.log.warning(
+                "no LogStore connection configured ('%s' not defined): using the embedded default "
+                "%s catalog '%s', warehouse %s",
+                self.logstore_conn_id,
+                spec.type,
+                spec.name,
+                spec.warehouse,
             )
-            return default_catalog()
+            return spec
         extra = conn.extra_dejson or {}
         kind = str(extra.get("type", "rest" if str(conn.host or "").startswith("http") else "sql"))
         properties = {str(k): str(v) for k, v in (extra.get("properties") or {}).items()}
@@ -98,11 +125,16 @@ class LogStoreHook(BaseHook):
         )
 
     def kafka_extra(self) -> dict[str, Any]:
-        """librdkafka settings of the Kafka connection (security); empty when it does not exist."""
+        """librdkafka settings of the Kafka connection (security); from the environment without one."""
         from airflow_logstore.settings import extra_kafka_config
 
         conn = self._optional_connection(self.kafka_config_id, "kafka_default")
         if conn is None:
+            self.log.info(
+                "no Kafka connection configured ('%s' not defined): client settings from "
+                "LOGSTORE_KAFKA_CONFIG",
+                self.kafka_config_id,
+            )
             return extra_kafka_config()
         return dict(conn.extra_dejson or {})
 
