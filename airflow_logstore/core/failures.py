@@ -1,0 +1,70 @@
+"""Failure reports: what a Spark job leaves behind when a batch fails, for operators and sensors.
+
+A job's driver may run anywhere (cluster deploy mode), so its failure is not read from its output: the
+job writes a small JSON report next to the table's files, at a path that only depends on the table,
+the writer and the batch (:func:`failure_path`). The operator that submitted the job finds its own
+attempt's report by ``report_id``; a sensor waiting for the batch finds any report written since its
+run started. A later attempt of the same batch overwrites the report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+from urllib.parse import quote
+
+FAILURES_DIR = "logstore/failures"
+
+
+@dataclass(frozen=True)
+class JobFailure:
+    """One failed attempt of a batch.
+
+    :param error_class: the LogStore error it stands for (``BadInputError``, ``KafkaUnavailableError``)
+    :param retryable: whether another attempt can succeed (see :mod:`airflow_logstore.exceptions`)
+    :param epoch: the attempt's epoch when it had claimed one
+    :param report_id: chosen by whoever submitted the job, to recognise its own attempt
+    :param failed_at_ms: wall-clock time of the failure (the driver's clock)
+    """
+
+    writer_id: str
+    batch_id: int
+    error_class: str
+    message: str
+    retryable: bool
+    epoch: int | None = None
+    report_id: str | None = None
+    failed_at_ms: int = 0
+    job: str = "dual_write"
+
+    def describe(self) -> str:
+        """``BadInputError: row 1, column 'amount': ...``"""
+        return f"{self.error_class}: {self.message}"
+
+    def stops_wait_since(self, not_before_ms: int | None) -> bool:
+        """Whether a sensor that started waiting at ``not_before_ms`` must give up because of it."""
+        return not self.retryable and (not_before_ms is None or self.failed_at_ms >= not_before_ms)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> JobFailure:
+        epoch = data.get("epoch")
+        return cls(
+            writer_id=str(data["writer_id"]),
+            batch_id=int(data["batch_id"]),
+            error_class=str(data["error_class"]),
+            message=str(data["message"]),
+            retryable=bool(data["retryable"]),
+            epoch=None if epoch is None else int(epoch),
+            report_id=data.get("report_id"),
+            failed_at_ms=int(data.get("failed_at_ms", 0)),
+            job=str(data.get("job", "dual_write")),
+        )
+
+
+def failure_path(table_location: str, writer_id: str, batch_id: int) -> str:
+    """Where the report of (writer, batch) lives, under the table's location (any writer id is safe)."""
+    return f"{table_location.rstrip('/')}/{FAILURES_DIR}/{quote(writer_id, safe='')}/{int(batch_id)}.json"

@@ -1,0 +1,71 @@
+"""Write and read failure reports with the table's own FileIO (local folder, S3, ... as the warehouse)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from airflow_logstore.core.failures import JobFailure, failure_path
+from airflow_logstore.exceptions import classify, first_line
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+log = logging.getLogger(__name__)
+
+
+def write_failure(table: Table, failure: JobFailure) -> str:
+    """Write (or overwrite) the report of ``failure``; return its path."""
+    path = failure_path(table.location(), failure.writer_id, failure.batch_id)
+    with table.io.new_output(path).create(overwrite=True) as out:
+        out.write(json.dumps(failure.to_json(), sort_keys=True).encode())
+    return path
+
+
+def read_failure(table: Table, writer_id: str, batch_id: int) -> JobFailure | None:
+    """The latest report of (writer, batch), or None when no attempt reported a failure."""
+    source = table.io.new_input(failure_path(table.location(), writer_id, batch_id))
+    if not source.exists():
+        return None
+    with source.open() as stream:
+        return JobFailure.from_json(json.loads(stream.read()))
+
+
+def failure_of(
+    exc: BaseException,
+    *,
+    writer_id: str,
+    batch_id: int,
+    epoch: int | None,
+    report_id: str | None,
+    job: str = "dual_write",
+) -> JobFailure:
+    """The report of an attempt that raised ``exc``."""
+    error_class, retryable = classify(exc)
+    return JobFailure(
+        writer_id=writer_id,
+        batch_id=batch_id,
+        error_class=error_class,
+        message=first_line(exc),
+        retryable=retryable,
+        epoch=epoch,
+        report_id=report_id,
+        failed_at_ms=int(time.time() * 1000),
+        job=job,
+    )
+
+
+def report_failure(table: Table | None, failure: JobFailure) -> str | None:
+    """Best effort: write the report; a report that cannot be written is logged, never raised."""
+    if table is None:
+        log.warning("no failure report for %s: the table could not be loaded", failure.describe())
+        return None
+    try:
+        path = write_failure(table, failure)
+    except Exception as exc:  # the original failure matters more than its report
+        log.warning("could not write the failure report (%s): %s", first_line(exc), failure.describe())
+        return None
+    log.info("failure report written to %s", path)
+    return path
