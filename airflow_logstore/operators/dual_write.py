@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -100,27 +101,38 @@ class LogStoreDualWriteOperator(BaseOperator):
         return args
 
     def execute(self, context: Any) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowException
+
         from airflow_logstore.core.properties import parse_emit_mode
+        from airflow_logstore.operators._failures import fail_fast, job_failure
         from airflow_logstore.operators._spark import job_path, spark_submit_hook
         from airflow_logstore.snapshots import commit_xcom, find_commit
 
         writer_id = self.writer_id or f"{self.dag_id}.{self.task_id}"
-        batch_id = self._batch()
-        logstore = LogStoreHook(self.logstore_conn_id, self.kafka_config_id)
-        handle = logstore.table(self.table)
-        parse_emit_mode(self.emit_mode, handle.config())  # fail fast, before Spark starts
+        report_id = uuid.uuid4().hex
+        with fail_fast():  # a missing table or bad properties fail before Spark starts, without retries
+            batch_id = self._batch()
+            logstore = LogStoreHook(self.logstore_conn_id, self.kafka_config_id)
+            handle = logstore.table(self.table)
+            parse_emit_mode(self.emit_mode, handle.config())
         with spark_submit_hook(
             catalog=handle.catalog,
             kafka_extra=handle.kafka_extra,
             conn_id=self.spark_conn_id,
             name=f"logstore-dual-write-{self.table}-{batch_id}",
-            application_args=self.application_args(writer_id),
+            application_args=[*self.application_args(writer_id), "--report-id", report_id],
             jars=self.jars,
             python=self.python,
             conf=self.spark_conf,
         ) as hook:
             self._submit_hook = hook
-            hook.submit(job_path("dual_write.py"))
+            try:
+                hook.submit(job_path("dual_write.py"))
+            except AirflowException as exc:
+                # the job's own report says why; the spark-submit command line would only hide it
+                raise job_failure(
+                    handle, writer_id=writer_id, batch_id=batch_id, report_id=report_id, submit_error=exc
+                ) from None
             result = hook.result() or {}
         commit = find_commit(handle, writer_id=writer_id, batch_id=batch_id)
         value: dict[str, Any] = {

@@ -7,9 +7,13 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.exceptions import LogStoreError
+
+if TYPE_CHECKING:
+    from airflow_logstore.catalog import CatalogSpec
+    from airflow_logstore.spark.dual_write import DualWriter
 
 RESULT_PREFIX = "LOGSTORE_RESULT "
 log = logging.getLogger(__name__)
@@ -46,6 +50,9 @@ def dual_write_parser() -> argparse.ArgumentParser:
     parser.add_argument("--emit-mode", default=None, help="file,log (default), log or file")
     parser.add_argument("--crash-at", default=None, help="after-log:N or after-commit:N (tests)")
     parser.add_argument("--change-column", default="op")
+    parser.add_argument(
+        "--report-id", default=None, help="tag of this attempt's failure report (set by the operator)"
+    )
     batch = parser.add_argument_group("batch mode")
     batch.add_argument("--input", help="input file or folder (JSON lines, CSV, Parquet)")
     batch.add_argument("--input-format", default=None)
@@ -72,6 +79,8 @@ def dual_write_main(argv: Sequence[str] | None = None) -> int:
             "dual_write: pass exactly one of --input (batch) or --source-topic (streaming)", file=sys.stderr
         )
         return 2
+    writer: DualWriter | None = None
+    catalog: CatalogSpec | None = None
     try:
         crash_at = CrashPoint.parse(args.crash_at)
         spark = _session(f"logstore-dual-write-{args.table}")
@@ -103,11 +112,38 @@ def dual_write_main(argv: Sequence[str] | None = None) -> int:
                 max_offsets_per_trigger=args.max_offsets_per_trigger,
             )
             emit_result({"batches": [r.to_dict() for r in results]})
-    except LogStoreError as exc:
+    except Exception as exc:
+        _report_dual_write_failure(args, catalog, writer, exc)
+        if not isinstance(exc, LogStoreError):
+            raise
         print(f"dual_write: error: {exc}", file=sys.stderr)
         log.error("dual write failed: %s", exc)
         return 1
     return 0
+
+
+def _report_dual_write_failure(
+    args: argparse.Namespace, catalog: CatalogSpec | None, writer: DualWriter | None, exc: BaseException
+) -> None:
+    """Leave a failure report next to the table (batch mode with a known batch id only)."""
+    from airflow_logstore.failures import failure_of, report_failure
+    from airflow_logstore.tables import LogStoreTable
+
+    if not args.input or args.batch_id is None:
+        return
+    table = None
+    try:
+        table = writer.handle.load() if writer else LogStoreTable.open(args.table, catalog).load()
+    except Exception as load_error:  # the table itself is missing or unreachable: nothing to write next to
+        log.warning("table %s cannot be loaded for the failure report: %s", args.table, load_error)
+    failure = failure_of(
+        exc,
+        writer_id=writer.writer_id if writer else (args.writer_id or "logstore-cli"),
+        batch_id=args.batch_id,
+        epoch=writer.epoch if writer else None,
+        report_id=args.report_id,
+    )
+    report_failure(table, failure)
 
 
 def read_table_main(argv: Sequence[str] | None = None) -> int:

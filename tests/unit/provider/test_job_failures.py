@@ -1,0 +1,133 @@
+"""The dual-write operator turns a failed spark-submit and the job's failure report into the right error.
+
+The catalog and table are real (SQLite, pyiceberg, no log); only the edge to Spark is faked: ``submit``
+leaves the report a real job would leave, then fails as SparkSubmitHook does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_logstore.catalog import embedded_catalog
+from airflow_logstore.exceptions import BadInputError, JobFailedError, KafkaUnavailableError
+from airflow_logstore.failures import failure_of, report_failure
+from airflow_logstore.hooks.logstore import LogStoreHook
+from airflow_logstore.operators._spark import CapturingSparkSubmitHook
+from airflow_logstore.operators.dual_write import LogStoreDualWriteOperator
+from airflow_logstore.settings import local_settings
+from airflow_logstore.tables import LogStoreTable, create_table
+
+WRITER = "logstore_pipeline"
+BAD_ROW = BadInputError("value does not fit type bigint (file a3_bad.jsonl)", row=1, column="amount")
+
+
+@pytest.fixture
+def handle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LogStoreTable:
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    catalog = embedded_catalog(local_settings({"LOGSTORE_HOME": str(tmp_path)}))
+    table = LogStoreTable.open("db.orders", catalog)
+    create_table(table, "id int, amount long", primary_key=["id"])
+    monkeypatch.setattr(LogStoreHook, "table", lambda self, name: LogStoreTable.open(name, catalog))
+    return table
+
+
+def _fake_submit(
+    monkeypatch: pytest.MonkeyPatch,
+    handle: LogStoreTable,
+    error: BaseException | None,
+    *,
+    same_attempt: bool = True,
+) -> list[list[str]]:
+    """Make ``submit`` report ``error`` (None: no report) and fail like spark-submit; returns the calls."""
+    calls: list[list[str]] = []
+
+    def submit(self: CapturingSparkSubmitHook, application: str = "", **kwargs: Any) -> None:
+        args = list(self._application_args)
+        calls.append(args)
+        report_id = args[args.index("--report-id") + 1] if same_attempt else "an-earlier-attempt"
+        if error is not None:
+            failure = failure_of(error, writer_id=WRITER, batch_id=3, epoch=12, report_id=report_id)
+            report_failure(handle.load(), failure)
+        raise AirflowException(
+            f"Cannot execute: spark-submit --master local[2] {application}. Error code is: 1."
+        )
+
+    monkeypatch.setattr(CapturingSparkSubmitHook, "submit", submit)
+    return calls
+
+
+def _operator(table: str = "db.orders") -> LogStoreDualWriteOperator:
+    return LogStoreDualWriteOperator(
+        task_id="dual_write",
+        table=table,
+        input_path="/in/a3_bad.jsonl",
+        batch_id=3,
+        writer_id=WRITER,
+        jars="",
+    )
+
+
+def _raised(run: Callable[[], Any]) -> BaseException:
+    with pytest.raises(Exception) as caught:
+        run()
+    return caught.value
+
+
+def test_bad_input_fails_without_retry_and_names_the_row(
+    handle: LogStoreTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _fake_submit(monkeypatch, handle, BAD_ROW)
+    error = _raised(lambda: _operator().execute({}))
+    assert type(error) is AirflowFailException
+    assert str(error).startswith(
+        "BadInputError: row 1, column 'amount': value does not fit type bigint (file a3_bad.jsonl)"
+    )
+    assert "spark-submit" not in str(error) and error.__cause__ is None and error.__suppress_context__
+    assert "batch 3 of db.orders by writer 'logstore_pipeline'" in str(error) and "epoch 12" in str(error)
+    assert len(calls) == 1 and "--report-id" in calls[0]
+
+
+def test_a_transient_failure_keeps_airflow_retries(
+    handle: LogStoreTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fake_submit(monkeypatch, handle, KafkaUnavailableError("no broker answered at 127.0.0.1:19092"))
+    error = _raised(lambda: _operator().execute({}))
+    assert isinstance(error, JobFailedError) and not isinstance(error, AirflowException)
+    assert error.retryable and str(error) == "KafkaUnavailableError: no broker answered at 127.0.0.1:19092"
+
+
+@pytest.mark.parametrize("same_attempt", [False, True])
+def test_without_its_own_report_the_job_failure_is_short_and_retried(
+    handle: LogStoreTable, monkeypatch: pytest.MonkeyPatch, same_attempt: bool
+) -> None:
+    # an earlier attempt's report is not this attempt's cause; a job killed before reporting leaves none
+    _fake_submit(monkeypatch, handle, BAD_ROW if not same_attempt else None, same_attempt=same_attempt)
+    error = _raised(lambda: _operator().execute({}))
+    assert type(error) is AirflowException
+    assert "the Spark job failed without a failure report" in str(error) and len(str(error)) < 800
+
+
+def test_a_missing_table_fails_before_spark_starts(
+    handle: LogStoreTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _fake_submit(monkeypatch, handle, None)
+    error = _raised(lambda: _operator("db.nowhere").execute({}))
+    assert type(error) is AirflowFailException and str(error).startswith("TableNotFoundError: ")
+    assert "nowhere" in str(error) and calls == []
+
+
+def test_bad_table_properties_fail_before_spark_starts(
+    handle: LogStoreTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _fake_submit(monkeypatch, handle, None)
+    with handle.load().transaction() as tx:
+        tx.set_properties({"log-store.enabled": "maybe"})
+    error = _raised(lambda: _operator().execute({}))
+    assert type(error) is AirflowFailException
+    assert str(error).startswith("TablePropertyError: table property 'log-store.enabled'") and calls == []
