@@ -11,6 +11,7 @@ from email.parser import Parser
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 import airflow_logstore
 from airflow_logstore.spark.apps import APPLICATIONS
@@ -78,3 +79,15 @@ def test_sdist_carries_the_package_and_its_marker(dists: tuple[Path, Path]) -> N
     for expected in ("pyproject.toml", "README.md", "PKG-INFO", "airflow_logstore/py.typed"):
         assert f"{root}/{expected}" in names
     assert f"{root}/airflow_logstore/spark/apps/dual_write.py" in names
+
+
+def test_wheel_states_ranges_not_pins(dists: tuple[Path, Path]) -> None:
+    """Users install into their own Airflow with their own constraints: nothing is pinned exactly."""
+    _, metadata, _ = _wheel_metadata(dists[1])
+    requires = [Requirement(line) for line in metadata.get_all("Requires-Dist") or []]
+    runtime = [r for r in requires if r.marker is None]
+    assert {r.name for r in runtime} >= {"apache-airflow", "pyspark", "pyiceberg", "confluent-kafka"}
+    for requirement in runtime:
+        operators = {spec.operator for spec in requirement.specifier}
+        assert "==" not in operators and ">=" in operators, requirement
+    assert metadata["Requires-Python"] == ">=3.11"
