@@ -90,7 +90,9 @@ class CatalogSpec:
     def spark_conf(self) -> dict[str, str]:
         """All ``spark.sql.catalog.<name>.*`` settings, secrets included (see :meth:`split_secrets`)."""
         prefix = f"spark.sql.catalog.{self.name}"
-        conf = {prefix: "org.apache.iceberg.spark.SparkCatalog"}
+        # Not cached: batches are published by a compare-and-set outside Spark (pyiceberg), and every
+        # plan must see the table's current ``main``, not the one a cached table object remembers.
+        conf = {prefix: "org.apache.iceberg.spark.SparkCatalog", f"{prefix}.cache-enabled": "false"}
         if self.type == "sql":
             conf[f"{prefix}.type"] = "jdbc"
             conf[f"{prefix}.uri"] = self.jdbc_uri()

@@ -1,8 +1,9 @@
 """Tail a LogStore table's log: second-level latency for eventual reads, snapshot-gated for consistent ones.
 
 An eventual follower yields each record as soon as Kafka delivers it. A consistent follower also tails
-the control topic and holds records until the visibility watermark passes them; then it yields only
-the committed ones (exactly once). Memory is bounded by the records not yet visible.
+the control topic and holds records until the visibility watermark passes them *and* its own control
+state decides them; then it yields only the committed ones (exactly once). Its buffer is bounded: a
+partition whose buffer is full is paused until it drains.
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ from typing import Any
 from airflow_logstore import kafka_client
 from airflow_logstore.core import control
 from airflow_logstore.core.changelog import Normalizer
+from airflow_logstore.core.codec import decode_headers
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import Consistency
+from airflow_logstore.core.visibility import ReadFilter, classify
+from airflow_logstore.exceptions import RecordDecodeError
 from airflow_logstore.reader import LogReader, LogRecord, ReadReport, StartPosition
 from airflow_logstore.tables import merged_state
 
@@ -22,6 +26,12 @@ from airflow_logstore.tables import merged_state
 #: the librdkafka default (500 ms) it trims the tail a little (a kept producer, 600 records in batches of
 #: 10 on the local broker: p99 56 ms vs 78 ms); the price is an empty fetch per 50 ms.
 TAILING_CONSUMER_SETTINGS = {"fetch.wait.max.ms": 50}
+
+EVENTUAL = ReadFilter(None, consistent=False)
+
+#: A consistent follower buffers at most about this many records per partition that the watermark has
+#: not passed yet; a partition at the limit is paused until its buffer drains to half.
+MAX_PENDING_PER_PARTITION = 50_000
 
 
 class ControlFollower:
@@ -70,6 +80,7 @@ def follow(
     cons = kafka_client.consumer(reader.kafka_config, **TAILING_CONSUMER_SETTINGS)
     gated = ControlFollower(reader) if reader.consistency is Consistency.TRANSACTIONAL else None
     pending: dict[int, list[Any]] = {}
+    paused: set[int] = set()
     normalizer = Normalizer() if reader.normalize else None
     try:
         bounds = kafka_client.partition_offsets(cons, reader.topic, reader.config.partitions)
@@ -82,13 +93,14 @@ def follow(
                 if message.error() is not None:
                     continue
                 if gated is None:
-                    record = reader._decode(message, None, report)
+                    record = reader._decode(message, EVENTUAL, report)
                     if record is not None:
                         yield from reader._emit(record, normalizer, report)
                 else:
                     pending.setdefault(message.partition(), []).append(message)
             if gated is not None:
                 yield from _release(reader, gated.state, pending, report, normalizer)
+                _flow_control(cons, reader.topic, pending, paused)
     finally:
         cons.close()
         if gated is not None:
@@ -102,14 +114,39 @@ def _release(
     report: ReadReport,
     normalizer: Normalizer | None,
 ) -> Iterator[LogRecord]:
-    """Emit the buffered records the watermark has passed, in offset order per partition."""
+    """Emit the buffered records the watermark has passed, in offset order per partition.
+
+    A record the follower's own control state still finds undecided stays buffered, with everything
+    after it in its partition, until the state decides it: holding is always safe, dropping is not.
+    """
     for partition, messages in pending.items():
         mark = state.watermark.get(partition, -1)
         ready = 0
-        while ready < len(messages) and messages[ready].offset() <= mark:
+        while ready < len(messages) and messages[ready].offset() <= mark and _decided(messages[ready], state):
             ready += 1
         for message in messages[:ready]:
-            record = reader._decode(message, state, report)
+            record = reader._decode(message, ReadFilter(state, consistent=True), report)
             if record is not None:
                 yield from reader._emit(record, normalizer, report)
         del messages[:ready]
+
+
+def _decided(message: Any, state: ControlState) -> bool:
+    try:
+        meta = decode_headers(message.headers())
+    except RecordDecodeError:
+        return True  # dead-lettered when released
+    return not classify(meta, message.partition(), message.offset(), state).undecided
+
+
+def _flow_control(cons: Any, topic: str, pending: Mapping[int, list[Any]], paused: set[int]) -> None:
+    """Pause a partition whose buffer is full and resume it once it drained (bounded memory)."""
+    from confluent_kafka import TopicPartition
+
+    full = {p for p, messages in pending.items() if len(messages) >= MAX_PENDING_PER_PARTITION}
+    if full - paused:
+        cons.pause([TopicPartition(topic, p) for p in full - paused])
+    drained = {p for p in paused if len(pending.get(p, ())) < MAX_PENDING_PER_PARTITION // 2}
+    if drained:
+        cons.resume([TopicPartition(topic, p) for p in drained])
+    paused.symmetric_difference_update((full - paused) | drained)

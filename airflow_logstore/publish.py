@@ -4,7 +4,9 @@
 
 1. copies every LogStore commit of the live snapshots into the control topic's ledger (so expiring a
    snapshot never loses its batch -> epoch -> offsets);
-2. scans the log from the current watermark to its end (headers only) and classifies each record;
+2. reads the log's end offsets, *then* the control state (so no record below those ends belongs to an
+   epoch the state does not know), scans the log from the current watermark to those ends (headers
+   only) and classifies each record;
 3. moves the watermark per partition up to the first undecided record (a batch still in flight, or a
    dead epoch whose successor has not committed yet); never backwards.
 
@@ -23,6 +25,7 @@ from airflow_logstore.core import control
 from airflow_logstore.core.codec import decode_headers
 from airflow_logstore.core.visibility import Decision, WatermarkScan, classify, newly_visible_commits
 from airflow_logstore.exceptions import RecordDecodeError
+from airflow_logstore.pause import pause_point
 from airflow_logstore.tables import LogStoreTable, snapshot_commits
 
 log = logging.getLogger(__name__)
@@ -64,22 +67,24 @@ def sync_ledger(
 def publish_visible_offsets(handle: LogStoreTable) -> PublishReport:
     """Advance the table's visibility watermark as far as committed snapshots allow."""
     started = time.monotonic()
-    table = handle.load()
-    config = handle.config(table)
+    config = handle.config()
     topic, _, _ = config.require_log()
     ctl = handle.control(config)
-    state = ctl.read()
     report = PublishReport(str(handle.name))
-    snapshot = table.current_snapshot()
-    report.current_snapshot_id = snapshot.snapshot_id if snapshot else None
-    report.ledger_added = sync_ledger(handle, ctl, state, table)
-    previous = dict(state.watermark)
-    report.watermark_before = {str(p): o for p, o in sorted(previous.items())}
-
-    kafka_config = handle.kafka_config(config)
-    cons = kafka_client.consumer(kafka_config)
+    cons = kafka_client.consumer(handle.kafka_config(config))
     try:
+        # The log's end offsets first, the control state second: every record below those ends was
+        # produced after its epoch's claim was acknowledged, so the state read next knows that epoch
+        # and never mistakes the record for a foreign one (which would let the watermark pass it).
         bounds = kafka_client.partition_offsets(cons, topic, config.partitions)
+        pause_point("publish:offsets-read")
+        state = ctl.read()
+        table = handle.load()
+        snapshot = table.current_snapshot()
+        report.current_snapshot_id = snapshot.snapshot_id if snapshot else None
+        report.ledger_added = sync_ledger(handle, ctl, state, table)
+        previous = dict(state.watermark)
+        report.watermark_before = {str(p): o for p, o in sorted(previous.items())}
         start = {p: max(previous.get(p, -1) + 1, low) for p, (low, _) in bounds.items()}
         end = {p: high for p, (_, high) in bounds.items()}
         scan = WatermarkScan(previous)

@@ -6,7 +6,8 @@
   (writer, batch, epoch) was committed: every committed change exactly once, no Kafka transaction.
 - ``log`` eventual: every record at once, at-least-once, reconciliation's reversals included;
   ``normalize=True`` deduplicates per key with keyed state (costly: see BENCHMARKS.md).
-- ``hybrid``: a snapshot's rows, then the log from exactly that snapshot's log positions.
+- ``hybrid``: a snapshot's rows, then the log from that snapshot's log positions, without the records
+  the snapshot already holds (``core.visibility.hybrid_keeps``).
 
 Changelog modes: ``all-kinds`` returns +I/-U/+U/-D; ``append-only`` returns +I only and counts the
 other kinds in the report. Undecodable records go to a dead-letter file and are counted.
@@ -26,7 +27,7 @@ from airflow_logstore.core.codec import RecordMeta, RowKind, decode_headers, dec
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import ChangelogMode, Consistency, resolve_read_options
 from airflow_logstore.core.summary import S_POSITIONS, positions_from_json
-from airflow_logstore.core.visibility import Decision, classify
+from airflow_logstore.core.visibility import Decision, ReadFilter
 from airflow_logstore.deadletter import DeadLetterFile
 from airflow_logstore.exceptions import OptionError, RecordDecodeError
 from airflow_logstore.schema import field_types, primary_key_of
@@ -166,6 +167,12 @@ def snapshot_positions(table: Table, snapshot_id: int | None) -> tuple[int | Non
     return chosen, {}
 
 
+def snapshot_sequence(table: Table, snapshot_id: int | None) -> int:
+    """The sequence number of a snapshot (0 for none: a hybrid read of an empty table holds nothing)."""
+    snapshot = table.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
+    return snapshot.sequence_number or 0 if snapshot is not None else 0
+
+
 class LogReader:
     """One read of a table's log; see the module docstring for the modes."""
 
@@ -220,11 +227,17 @@ class LogReader:
         start: StartPosition | Mapping[int, int] | str = "earliest",
         end: Mapping[int, int] | None = None,
         limit: int | None = None,
+        *,
+        hybrid_sequence: int | None = None,
     ) -> LogRead:
-        """Read from ``start`` up to ``end`` (default: the log end now) into a list."""
+        """Read from ``start`` up to ``end`` (default: the log end now) into a list.
+
+        :param hybrid_sequence: the log part of a hybrid read of the snapshot with this sequence number
+            (``start`` is then that snapshot's positions): see ``core.visibility.hybrid_keeps``.
+        """
         records: list[LogRecord] = []
         report = ReadReport(str(self.handle.name), "log", self.consistency.value, self.changelog_mode.value)
-        for record in self.iterate(start, end, report=report):
+        for record in self.iterate(start, end, report=report, hybrid_sequence=hybrid_sequence):
             records.append(record)
             if limit is not None and len(records) >= limit:
                 break
@@ -237,6 +250,7 @@ class LogReader:
         end: Mapping[int, int] | None = None,
         *,
         report: ReadReport | None = None,
+        hybrid_sequence: int | None = None,
     ) -> Iterator[LogRecord]:
         """Stream the records from ``start`` to ``end`` without keeping them (constant memory)."""
         if isinstance(start, str):
@@ -255,8 +269,11 @@ class LogReader:
                 if end is None
                 else {p: min(int(end.get(p, bounds[p][1])), bounds[p][1]) for p in bounds}
             )
-            state = self.state() if self.consistency is Consistency.TRANSACTIONAL else None
-            if state is not None:
+            consistent = self.consistency is Consistency.TRANSACTIONAL
+            hybrid = isinstance(start, Mapping) and hybrid_sequence is not None
+            state = self.state() if consistent or hybrid else None
+            read_filter = ReadFilter(state, consistent, hybrid_sequence, dict(first) if hybrid else None)
+            if state is not None and consistent:
                 visible_end = {p: min(last[p], state.watermark.get(p, -1) + 1) for p in last}
                 report.not_yet_visible = sum(max(0, last[p] - max(visible_end[p], first[p])) for p in last)
                 report.watermark = {str(p): o for p, o in sorted(state.watermark.items())}
@@ -266,7 +283,7 @@ class LogReader:
             for batch in kafka_client.scan(cons, self.topic, first, last):
                 for message in batch:
                     report.scanned += 1
-                    record = self._decode(message, state, report)
+                    record = self._decode(message, read_filter, report)
                     if record is not None:
                         yield from self._emit(record, normalizer, report)
         finally:
@@ -275,15 +292,14 @@ class LogReader:
             if normalizer is not None:
                 report.normalized_dropped = normalizer.dropped
 
-    def _decode(self, message: Any, state: ControlState | None, report: ReadReport) -> LogRecord | None:
+    def _decode(self, message: Any, read_filter: ReadFilter, report: ReadReport) -> LogRecord | None:
         try:
             meta = decode_headers(message.headers())
-            decision = None
-            if state is not None:
-                decision = classify(meta, message.partition(), message.offset(), state)
+            keep, decision = read_filter.decide(meta, message.partition(), message.offset())
+            if decision is not None:
                 report.by_decision[decision.value] = report.by_decision.get(decision.value, 0) + 1
-                if decision is not Decision.COMMITTED:
-                    return None
+            if not keep:
+                return None
             kind, raw_row = decode_value(message.value())
             row = typed_row(raw_row, self.field_types)
         except RecordDecodeError as exc:
@@ -354,7 +370,7 @@ def read_hybrid(handle: LogStoreTable, snapshot_id: int | None = None, **options
     chosen, positions = snapshot_positions(reader.table, snapshot_id)
     file_rows = reader.table.scan(snapshot_id=chosen).to_arrow() if chosen is not None else _empty(reader)
     start = {p: positions.get(p, 0) for p in range(reader.config.partitions)}
-    log_read = reader.read(start)
+    log_read = reader.read(start, hybrid_sequence=snapshot_sequence(reader.table, chosen))
     log_read.report.mode = "hybrid"
     log_read.report.snapshot_id = chosen
     log_read.report.file_rows = file_rows.num_rows

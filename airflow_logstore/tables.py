@@ -75,9 +75,16 @@ class LogStoreTable:
 
 
 def snapshot_commits(table: Table) -> list[CommitInfo]:
-    """The LogStore commits recorded in the table's live snapshots, oldest first."""
+    """The LogStore commits in the live history of ``main``, oldest first.
+
+    Only ``main``'s ancestors count: a staging branch's snapshot (a commit attempt that lost its
+    compare-and-set, or died before it) is in the table's snapshot list until it expires, but it was
+    never committed.
+    """
+    from pyiceberg.table.snapshots import ancestors_of
+
     commits = []
-    for snapshot in sorted(table.snapshots(), key=lambda s: s.sequence_number or 0):
+    for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
         summary = snapshot.summary.additional_properties if snapshot.summary else {}
         commit = CommitInfo.from_summary(
             summary,
@@ -87,7 +94,7 @@ def snapshot_commits(table: Table) -> list[CommitInfo]:
         )
         if commit is not None:
             commits.append(commit)
-    return commits
+    return commits[::-1]
 
 
 def merged_state(table: Table, state: ControlState) -> ControlState:

@@ -2,14 +2,16 @@
 
 Summary properties of a dual-write snapshot::
 
-    logstore.operation      dual-write | compaction
+    logstore.operation      dual-write | compaction | base
     logstore.writer-id      the writer
     logstore.epoch          its attempt
     logstore.batch-id       the batch this snapshot commits
     logstore.log-offsets    {"<partition>": [first, last], ...}  offsets of this batch's records
-    logstore.task-attempts  "0.0,1.0,2.1"  the Spark task attempts whose records were committed
-    logstore.log-positions  {"<partition>": next, ...}  the log position after every batch committed
-                            so far (a hybrid read starts the log here)
+    logstore.task-attempts  "0.17,1.18,2.23"  the Spark task attempts whose records were committed:
+                            "<partition>.<task attempt id>", unique within the Spark application
+    logstore.log-positions  {"<partition>": next, ...}  where a hybrid read of this snapshot starts the
+                            log: below it every record was decided before the commit
+                            (``core.visibility.commit_positions``)
     logstore.log-records    number of log records of the batch
     logstore.emit-mode      file,log | file
 """
@@ -33,6 +35,7 @@ S_EMIT = "logstore.emit-mode"
 
 OP_DUAL_WRITE = "dual-write"
 OP_COMPACTION = "compaction"
+OP_BASE = "base"  # the empty snapshot an empty table gets before its first staged commit
 
 Offsets = dict[int, tuple[int, int]]
 

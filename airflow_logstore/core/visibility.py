@@ -22,6 +22,7 @@ The watermark of a partition is the highest offset below which no record is unde
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 
 from airflow_logstore.core.codec import RecordMeta, RecordType
@@ -138,3 +139,99 @@ def count_decisions(decisions: Iterable[Decision]) -> dict[str, int]:
     for decision in decisions:
         counts[decision.value] = counts.get(decision.value, 0) + 1
     return counts
+
+
+def commit_positions(previous: Mapping[int, int], watermark: Mapping[int, int]) -> dict[int, int]:
+    """Where a hybrid read of a new snapshot starts each partition's log (``logstore.log-positions``).
+
+    Below the visibility watermark every record is decided, and every committed one belongs to a commit
+    that reached ``main`` before the snapshot's base: the snapshot's data holds it. Above it, records
+    of other writers may still commit later, so the log must be read from there. The position is the
+    watermark + 1 read *before* the commit's base (never the batch's own last offset + 1: that would
+    jump over another writer's undecided records in the same partition).
+    """
+    positions = {p: o for p, o in previous.items()}
+    for partition, offset in watermark.items():
+        positions[partition] = max(positions.get(partition, 0), offset + 1)
+    return positions
+
+
+def in_snapshot(commit: CommitInfo | None, snapshot_sequence: int | None) -> bool:
+    """True when ``commit``'s data is part of the snapshot with sequence number ``snapshot_sequence``.
+
+    ``main`` only moves by compare-and-set, so its history is a line and a commit is in a snapshot
+    exactly when its own sequence number is not larger.
+    """
+    return (
+        commit is not None
+        and commit.sequence_number is not None
+        and snapshot_sequence is not None
+        and commit.sequence_number <= snapshot_sequence
+    )
+
+
+def hybrid_keeps(
+    meta: RecordMeta,
+    partition: int,
+    offset: int,
+    decision: Decision,
+    state: ControlState,
+    snapshot_sequence: int | None,
+    start: Mapping[int, int],
+    consistent: bool,
+) -> bool:
+    """Does a hybrid read (a snapshot's rows, then the log from ``start``) return this log record?
+
+    The log part returns what the snapshot does not hold: a committed record whose commit is in the
+    snapshot is already in its rows; a reversal of a record below ``start`` undoes something the read
+    never returned. A consistent read returns committed records only; an eventual one everything else
+    too (in-flight, redundant and their reversals, which cancel).
+    """
+    if offset < start.get(partition, 0):
+        return False
+    if decision in (Decision.COMMITTED, Decision.LOG_ONLY):
+        commit = state.commits.get((meta.writer_id, meta.batch_id))
+        if decision is Decision.COMMITTED and in_snapshot(commit, snapshot_sequence):
+            return False
+        return decision is Decision.COMMITTED or not consistent
+    if consistent:
+        return False
+    if decision is Decision.REVERSAL and meta.reverses is not None:
+        target_partition, target_offset = meta.reverses
+        return target_offset >= start.get(target_partition, 0)
+    return True
+
+
+@dataclass(frozen=True)
+class ReadFilter:
+    """Which log records a read returns: one rule for every reader (Python, Spark, follower).
+
+    :param state: the control state (None: an eventual log read, which returns every record).
+    :param consistent: return committed records only.
+    :param snapshot_sequence: for a hybrid read, the sequence number of the snapshot whose rows it
+        returns; ``start`` is where its log part starts (see :func:`hybrid_keeps`).
+    """
+
+    state: ControlState | None
+    consistent: bool
+    snapshot_sequence: int | None = None
+    start: Mapping[int, int] | None = None
+
+    def decide(self, meta: RecordMeta, partition: int, offset: int) -> tuple[bool, Decision | None]:
+        """(keep the record?, its decision, or None when no state was needed)."""
+        if self.state is None:
+            return True, None
+        decision = classify(meta, partition, offset, self.state)
+        if self.start is not None:
+            keep = hybrid_keeps(
+                meta,
+                partition,
+                offset,
+                decision,
+                self.state,
+                self.snapshot_sequence,
+                self.start,
+                self.consistent,
+            )
+            return keep, decision
+        return (decision is Decision.COMMITTED or not self.consistent), decision

@@ -24,17 +24,21 @@ import signal
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.catalog import CatalogSpec
-from airflow_logstore.core import summary as S
 from airflow_logstore.core.codec import RecordMeta, encode_headers
+from airflow_logstore.core.commit import Verdict, decide, staging_branch
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import EMIT_FILE, EMIT_LOG, LogStoreConfig, format_emit_mode
 from airflow_logstore.core.summary import CommitInfo
-from airflow_logstore.exceptions import FencedError, OptionError
+from airflow_logstore.core.visibility import commit_positions
+from airflow_logstore.exceptions import CommitConflictError, FencedError, OptionError
+from airflow_logstore.pause import pause_point
 from airflow_logstore.schema import primary_key_of
+from airflow_logstore.spark import staged_commit
+from airflow_logstore.spark.commit_retry import backoff_seconds, is_commit_conflict
 from airflow_logstore.spark.inputs import OP_COLUMN, ROW_COLUMN, read_raw, validated_changes
 from airflow_logstore.tables import LogStoreTable, merged_state
 
@@ -49,6 +53,7 @@ VALUE_COLUMN = "_logstore_value"
 SUB_COLUMN = "_logstore_sub"
 BEFORE_COLUMN = "_logstore_before"
 SUMMARY_CONF_PREFIX = "spark.sql.iceberg.snapshot-property."
+COMMIT_ATTEMPTS = 6
 JSON_OPTIONS = {
     "ignoreNullFields": "false",
     "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
@@ -117,7 +122,7 @@ def produce_partition(batches: Iterable[pa.RecordBatch], ctx: ProduceContext) ->
     from airflow_logstore.kafka_client import DeliveryTracker, flush, shared_producer
 
     task_context = TaskContext.get()
-    task = f"{task_context.partitionId()}.{task_context.attemptNumber()}" if task_context else "0.0"
+    task = task_identity(task_context.partitionId(), task_context.taskAttemptId()) if task_context else "0.0"
     headers = encode_headers(RecordMeta(ctx.writer_id, ctx.epoch, ctx.batch_id, task, log_only=ctx.log_only))
     tracker = DeliveryTracker()
     sent = 0
@@ -139,6 +144,16 @@ def produce_partition(batches: Iterable[pa.RecordBatch], ctx: ProduceContext) ->
         flush(prod, tracker, sent, f"producing batch {ctx.batch_id} to '{ctx.topic}'")
     offsets = json.dumps({str(p): list(span) for p, span in tracker.offsets.items()})
     yield pa.RecordBatch.from_pylist([{"task": task, "count": sent, "offsets": offsets}])
+
+
+def task_identity(partition_id: int, task_attempt_id: int) -> str:
+    """The tag of one Spark task attempt's records: ``<partition>.<task attempt id>``.
+
+    The task attempt id is unique within the application; the attempt *number* is not (Spark counts
+    it from 0 again when it resubmits a stage after a fetch failure), so a partial first run of a
+    task would share its tag with the run that committed.
+    """
+    return f"{partition_id}.{task_attempt_id}"
 
 
 class DualWriter:
@@ -202,23 +217,11 @@ class DualWriter:
         result = BatchResult(
             str(self.handle.name), self.writer_id, batch_id, self.epoch, format_emit_mode(self.emit_mode)
         )
-        state = self.state()
-        done = state.committed(self.writer_id, batch_id)
+        done = self.state().committed(self.writer_id, batch_id)
         if done is not None:
-            log.info(
-                "batch %s of writer %s is already committed (epoch %s, snapshot %s): skipped",
-                batch_id,
-                self.writer_id,
-                done.epoch,
-                done.snapshot_id,
-            )
-            result.skipped = True
-            result.epoch = done.epoch
-            result.snapshot_id = done.snapshot_id
-            result.offsets = {str(p): list(s) for p, s in done.offsets.items()}
-            return result
+            return _skipped(result, done)
 
-        target = self.spark.table(self.handle.spark_name())
+        target = self.spark.table(self.handle.spark_name())  # main as it is now (the catalog is uncached)
         changes = validated_changes(raw, target.schema, self.primary_key, self.change_column)
         try:
             planned, final = self._plan(changes, target)
@@ -235,24 +238,24 @@ class DualWriter:
                 log.info("batch %s: %s log records flushed, offsets %s", batch_id, produced, result.offsets)
                 if self.crash_at:
                     self.crash_at.hit("after-log", batch_id)
-                self._check_not_fenced()
                 commit = CommitInfo(
                     writer_id=self.writer_id,
                     batch_id=batch_id,
                     epoch=self.epoch,
                     offsets=offsets,
                     tasks=tasks,
-                    positions=S.advance_positions(_positions(state), offsets),
                     record_count=produced,
                     emit_mode=format_emit_mode(self.emit_mode),
                 )
                 if EMIT_FILE in self.emit_mode:
-                    result.snapshot_id = self._commit(final, commit)
+                    commit = self._commit(final, commit)
+                    result.snapshot_id = commit.snapshot_id
                     if self.crash_at:
                         self.crash_at.hit("after-commit", batch_id)
-                if self.config.enabled and (EMIT_FILE in self.emit_mode or produced):
-                    ledger = CommitInfo(**{**commit.__dict__, "snapshot_id": result.snapshot_id})
-                    self.control.record_commit(ledger.to_json(), self.writer_id, batch_id)
+                if commit.epoch != self.epoch:
+                    _skipped(result, commit)  # an older attempt's commit of this batch won the race
+                elif self.config.enabled and (EMIT_FILE in self.emit_mode or produced):
+                    self.control.record_commit(commit.to_json(), self.writer_id, batch_id)
             finally:
                 planned.unpersist()
         finally:
@@ -366,49 +369,108 @@ class DualWriter:
                 offsets[p] = (first, last) if span is None else (min(span[0], first), max(span[1], last))
         return offsets, frozenset(tasks), produced
 
-    def _check_not_fenced(self) -> None:
-        if not self.config.enabled:
-            return
-        latest = self.control.read().latest_epoch(self.writer_id)
-        if latest is not None and latest > self.epoch:
-            raise FencedError(
-                f"writer '{self.writer_id}' epoch {self.epoch} was fenced by epoch {latest}; "
-                "this attempt stops before committing (its records are left for reconciliation)"
-            )
-
     # -- the table -----------------------------------------------------------------------------------
 
-    def _commit(self, final: DataFrame, commit: CommitInfo) -> int | None:
-        properties = commit.to_summary()
-        # The frame's own session: a streaming micro-batch runs in a clone of the writer's session.
-        session = final.sparkSession
-        conf = session.conf
-        for key, value in properties.items():
-            conf.set(SUMMARY_CONF_PREFIX + key, value)
-        view = f"_logstore_batch_{uuid.uuid4().hex[:12]}"
-        final.createOrReplaceTempView(view)
-        sql = self._commit_sql(view, [f.name for f in final.schema.fields if f.name != OP_COLUMN])
-        from airflow_logstore.spark.commit_retry import retry_iceberg_commit
+    def _commit(self, final: DataFrame, commit: CommitInfo) -> CommitInfo:
+        """Commit the batch by compare-and-set on ``main`` (:mod:`.staged_commit`); return the commit
+        of this batch that is in the table afterwards (an older attempt's, if that one won).
 
-        try:
-            # A concurrent commit (e.g. a compaction rewriting the files this MERGE deletes from) fails
-            # validation: run the statement again against the new state, unless it committed after all.
-            retry_iceberg_commit(
-                lambda: session.sql(sql),
-                committed=lambda: (
-                    find_commit_snapshot(self.handle, self.writer_id, commit.batch_id, commit.epoch)
-                    is not None
-                ),
-                what=f"Iceberg commit of batch {commit.batch_id} (writer {self.writer_id})",
+        :raises FencedError: a newer epoch of the writer was claimed or has committed.
+        """
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            base = staged_commit.load_base(self.handle)
+            state = merged_state(base.table, self.control.read() if self.config.enabled else ControlState())
+            decision = decide(
+                state.commits.values(),
+                state.latest_epoch(self.writer_id),
+                self.writer_id,
+                commit.batch_id,
+                self.epoch,
             )
-        finally:
-            for key in properties:
-                conf.unset(SUMMARY_CONF_PREFIX + key)
-            session.catalog.dropTempView(view)
-        return find_commit_snapshot(self.handle, self.writer_id, commit.batch_id, commit.epoch)
+            pause_point("commit:decided")
+            if decision.verdict is Verdict.ALREADY_COMMITTED and decision.existing is not None:
+                log.info("batch %s: %s; nothing committed", commit.batch_id, decision.reason)
+                return decision.existing
+            if decision.verdict is Verdict.FENCED:
+                raise FencedError(
+                    f"writer '{self.writer_id}' epoch {self.epoch} was fenced ({decision.reason}); this "
+                    "attempt stops before committing (its records are left for reconciliation)"
+                )
+            staged = replace(commit, positions=commit_positions(_positions(state), state.watermark))
+            landed = self._try_publish(final, base, staged, attempt)
+            if landed is not None:
+                return landed
+            sleep_s = backoff_seconds(attempt)
+            log.warning(
+                "batch %s: main moved during commit attempt %s/%s; deciding again in %.1f s",
+                commit.batch_id,
+                attempt,
+                COMMIT_ATTEMPTS,
+                sleep_s,
+            )
+            time.sleep(sleep_s)
+        raise CommitConflictError(
+            f"Iceberg commit of batch {commit.batch_id} (writer {self.writer_id}): main moved during "
+            f"{COMMIT_ATTEMPTS} commit attempts in a row, giving up"
+        )
 
-    def _commit_sql(self, view: str, columns: list[str]) -> str:
-        target = self.handle.spark_name()
+    def _try_publish(
+        self, final: DataFrame, base: staged_commit.Base, commit: CommitInfo, attempt: int
+    ) -> CommitInfo | None:
+        """One staged commit attempt: the landed commit, or None when ``main`` moved meanwhile."""
+        branch = staging_branch(self.writer_id, commit.batch_id, self.epoch, attempt)
+        staged_commit.create_branch(base, branch)
+        try:
+            self._write_branch(final, branch, commit)
+            table, head = staged_commit.branch_head(self.handle, branch)
+            snapshot = table.snapshot_by_id(head)
+            if snapshot is None or snapshot.parent_snapshot_id != base.snapshot_id:
+                raise CommitConflictError(
+                    f"staging branch {branch} does not continue base {base.snapshot_id}"
+                )
+            written = CommitInfo.from_summary(
+                snapshot.summary.additional_properties if snapshot.summary else {}
+            )
+            if written is None or (written.writer_id, written.batch_id, written.epoch) != (
+                self.writer_id,
+                commit.batch_id,
+                self.epoch,
+            ):
+                raise CommitConflictError(f"staging branch {branch} holds another write's summary: {written}")
+            pause_point("commit:before-publish")
+            staged_commit.publish(base, head, branch, self.handle)
+        except Exception as exc:
+            staged_commit.drop_branch(self.handle, branch)
+            if staged_commit.is_lost_race(exc) or is_commit_conflict(exc):
+                return None
+            raise
+        return replace(
+            commit,
+            snapshot_id=head,
+            sequence_number=snapshot.sequence_number,
+            timestamp_ms=snapshot.timestamp_ms,
+        )
+
+    def _write_branch(self, final: DataFrame, branch: str, commit: CommitInfo) -> None:
+        """Write the batch to ``branch`` with its ``logstore.*`` summary, in a session of its own.
+
+        Summary properties are session settings in Iceberg's Spark writes: a session used by this one
+        write alone keeps a concurrent write of the application (another stream, a thread) from
+        committing with them.
+        """
+        session = final.sparkSession.newSession()
+        for key, value in commit.to_summary().items():
+            session.conf.set(SUMMARY_CONF_PREFIX + key, value)
+        view = f"_logstore_batch_{uuid.uuid4().hex[:12]}"
+        final.createOrReplaceGlobalTempView(view)
+        try:
+            columns = [f.name for f in final.schema.fields if f.name != OP_COLUMN]
+            session.sql(self._commit_sql(f"global_temp.{view}", columns, branch)).collect()
+        finally:
+            final.sparkSession.catalog.dropGlobalTempView(view)
+
+    def _commit_sql(self, view: str, columns: list[str], branch: str) -> str:
+        target = f"{self.handle.spark_name()}.branch_{branch}"
         quoted = [f"`{c}`" for c in columns]
         if not self.primary_key:
             return f"INSERT INTO {target} SELECT {', '.join(quoted)} FROM {view}"
@@ -423,6 +485,22 @@ class DualWriter:
         )
 
 
+def _skipped(result: BatchResult, done: CommitInfo) -> BatchResult:
+    """Report a batch that is already committed (by this writer's ``done.epoch``): nothing written."""
+    log.info(
+        "batch %s of writer %s is already committed (epoch %s, snapshot %s): skipped",
+        done.batch_id,
+        done.writer_id,
+        done.epoch,
+        done.snapshot_id,
+    )
+    result.skipped = True
+    result.epoch = done.epoch
+    result.snapshot_id = done.snapshot_id
+    result.offsets = {str(p): list(s) for p, s in done.offsets.items()}
+    return result
+
+
 def _value_json(kind: Any, row: Any) -> Any:
     from pyspark.sql import functions as F
 
@@ -435,20 +513,6 @@ def _positions(state: ControlState) -> dict[int, int]:
         for partition, position in commit.positions.items():
             positions[partition] = max(positions.get(partition, 0), position)
     return positions
-
-
-def find_commit_snapshot(handle: LogStoreTable, writer_id: str, batch_id: int, epoch: int) -> int | None:
-    """The snapshot that committed (writer, batch, epoch), or None."""
-    table = handle.load()
-    for snapshot in sorted(table.snapshots(), key=lambda s: -(s.sequence_number or 0)):
-        summary: Mapping[str, str] = snapshot.summary.additional_properties if snapshot.summary else {}
-        if (
-            summary.get(S.S_WRITER) == writer_id
-            and summary.get(S.S_BATCH) == str(batch_id)
-            and summary.get(S.S_EPOCH) == str(epoch)
-        ):
-            return snapshot.snapshot_id
-    return None
 
 
 def open_writer(

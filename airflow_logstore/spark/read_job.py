@@ -14,9 +14,8 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.core.codec import decode_headers, decode_value
-from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import ChangelogMode, Consistency
-from airflow_logstore.core.visibility import Decision, classify
+from airflow_logstore.core.visibility import ReadFilter
 from airflow_logstore.exceptions import RecordDecodeError
 
 if TYPE_CHECKING:
@@ -31,7 +30,7 @@ DECODED_SCHEMA = (
 )
 
 
-def decode_batches(batches: Iterable[pa.RecordBatch], state: ControlState | None) -> Iterator[pa.RecordBatch]:
+def decode_batches(batches: Iterable[pa.RecordBatch], read_filter: ReadFilter) -> Iterator[pa.RecordBatch]:
     """Executor side: Kafka rows (partition, offset, value, headers) -> decoded, classified rows."""
     import pyarrow as pa
 
@@ -45,8 +44,8 @@ def decode_batches(batches: Iterable[pa.RecordBatch], state: ControlState | None
             row: dict[str, Any] = {"_partition": partition, "_offset": offset}
             try:
                 meta = decode_headers([(h["key"], h["value"]) for h in raw_headers or []])
-                decision = classify(meta, partition, offset, state) if state is not None else None
-                if decision is not None and decision is not Decision.COMMITTED:
+                keep, decision = read_filter.decide(meta, partition, offset)
+                if not keep:
                     continue
                 kind, fields = decode_value(value)
                 row.update(
@@ -88,13 +87,23 @@ def _arrow_schema() -> pa.Schema:
 
 
 def read_log_frame(
-    spark: SparkSession, reader: LogReader, start: dict[int, int], end: dict[int, int]
+    spark: SparkSession,
+    reader: LogReader,
+    start: dict[int, int],
+    end: dict[int, int],
+    hybrid_sequence: int | None = None,
 ) -> tuple[DataFrame, DataFrame]:
-    """(records with the table's columns and _kind/_partition/... metadata, dead letters)."""
+    """(records with the table's columns and _kind/_partition/... metadata, dead letters).
+
+    :param hybrid_sequence: the log part of a hybrid read of the snapshot with this sequence number.
+    """
     from pyspark.sql import functions as F
 
-    state = reader.state() if reader.consistency is Consistency.TRANSACTIONAL else None
-    if state is not None:
+    consistent = reader.consistency is Consistency.TRANSACTIONAL
+    hybrid = hybrid_sequence is not None
+    state = reader.state() if consistent or hybrid else None
+    read_filter = ReadFilter(state, consistent, hybrid_sequence, dict(start) if hybrid else None)
+    if state is not None and consistent:
         end = {p: min(end[p], state.watermark.get(p, -1) + 1) for p in end}
     start = {p: min(start[p], end[p]) for p in end}
     table_schema = spark.table(reader.handle.spark_name()).schema
@@ -113,7 +122,7 @@ def read_log_frame(
     raw = (
         spark.read.format("kafka").options(**options).load().select("partition", "offset", "value", "headers")
     )
-    decoded = raw.mapInArrow(lambda batches: decode_batches(batches, state), DECODED_SCHEMA).persist()
+    decoded = raw.mapInArrow(lambda batches: decode_batches(batches, read_filter), DECODED_SCHEMA).persist()
     dead = decoded.where(F.col("_dead_reason").isNotNull()).select(
         "_partition", "_offset", "_dead_reason", "_row"
     )
@@ -145,7 +154,7 @@ def run(
     spark: SparkSession, args: argparse.Namespace, catalog: Any, kafka_extra: dict[str, Any]
 ) -> dict[str, Any]:
     from airflow_logstore import kafka_client
-    from airflow_logstore.reader import LogReader, StartPosition, snapshot_positions
+    from airflow_logstore.reader import LogReader, StartPosition, snapshot_positions, snapshot_sequence
     from airflow_logstore.tables import LogStoreTable
 
     handle = LogStoreTable.open(args.table, catalog, kafka_extra)
@@ -176,7 +185,8 @@ def run(
         finally:
             cons.close()
         end = {p: high for p, (_, high) in bounds.items()}
-        records, dead = read_log_frame(spark, reader, start, end)
+        hybrid_sequence = snapshot_sequence(reader.table, snapshot_id) if args.mode == "hybrid" else None
+        records, dead = read_log_frame(spark, reader, start, end, hybrid_sequence)
         result["log_records"] = records.count()
         result["dead_lettered"] = dead.count()
         result["consistency"] = reader.consistency.value

@@ -51,6 +51,7 @@ def test_spark_conf_of_sqlite_catalog() -> None:
     spec = CatalogSpec(uri="sqlite:////data/catalog.db?timeout=30", warehouse="file:///data/warehouse")
     assert spec.spark_conf() == {
         P: "org.apache.iceberg.spark.SparkCatalog",
+        f"{P}.cache-enabled": "false",
         f"{P}.type": "jdbc",
         f"{P}.uri": "jdbc:sqlite:/data/catalog.db",
         f"{P}.jdbc.schema-version": "V1",

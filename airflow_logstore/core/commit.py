@@ -1,0 +1,83 @@
+"""When a writer attempt may commit a batch: the condition every dual-write commit checks.
+
+A batch commit is a compare-and-set on the table's ``main`` ref: the attempt writes its batch to a
+staging branch started at a *base* snapshot, decides with :func:`decide` against the commits of that
+base (its lineage, plus the ledger), and moves ``main`` from the base to its branch head only if ``main``
+still is the base. Because the decision is made against exactly the state the compare-and-set
+requires, two invariants hold by construction, whatever the interleaving:
+
+- **C1 (once)**: ``main``'s lineage holds each (writer, batch) at most once.
+- **C2 (fencing)**: no attempt commits after a newer epoch of its writer has committed, and none
+  commits while the control topic already shows a newer epoch of its writer.
+
+A lost compare-and-set is retried from a new base, and every retry decides again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from airflow_logstore.core.summary import CommitInfo
+
+
+class Verdict(StrEnum):
+    PROCEED = "proceed"
+    ALREADY_COMMITTED = "already-committed"  # (writer, batch) is in the base: write nothing
+    FENCED = "fenced"  # a newer epoch of the writer exists: stop, leave the records to reconciliation
+
+
+@dataclass(frozen=True)
+class CommitDecision:
+    verdict: Verdict
+    reason: str
+    existing: CommitInfo | None = None  # the commit of (writer, batch) already in the base
+
+    @property
+    def proceed(self) -> bool:
+        return self.verdict is Verdict.PROCEED
+
+
+def decide(
+    commits: Iterable[CommitInfo],
+    latest_claimed_epoch: int | None,
+    writer_id: str,
+    batch_id: int,
+    epoch: int,
+) -> CommitDecision:
+    """May epoch ``epoch`` of ``writer_id`` commit ``batch_id`` on top of a base holding ``commits``?
+
+    :param commits: every commit the base holds (its lineage, and the ledger: the ledger only ever
+        records commits that reached ``main``).
+    :param latest_claimed_epoch: the writer's newest epoch in the control topic, read after the base.
+    """
+    newest_committed = 0
+    existing = None
+    for commit in commits:
+        if commit.writer_id != writer_id:
+            continue
+        newest_committed = max(newest_committed, commit.epoch)
+        if commit.batch_id == batch_id and existing is None:
+            existing = commit
+    if newest_committed > epoch:
+        return CommitDecision(
+            Verdict.FENCED, f"epoch {newest_committed} of writer '{writer_id}' has committed", existing
+        )
+    if latest_claimed_epoch is not None and latest_claimed_epoch > epoch:
+        return CommitDecision(
+            Verdict.FENCED, f"epoch {latest_claimed_epoch} of writer '{writer_id}' was claimed", existing
+        )
+    if existing is not None:
+        return CommitDecision(
+            Verdict.ALREADY_COMMITTED,
+            f"batch {batch_id} of writer '{writer_id}' is committed by epoch {existing.epoch}",
+            existing,
+        )
+    return CommitDecision(Verdict.PROCEED, "no commit of this batch and no newer epoch", None)
+
+
+def staging_branch(writer_id: str, batch_id: int, epoch: int, attempt: int) -> str:
+    """The name of the branch one commit attempt writes to (unique per attempt, Iceberg-safe)."""
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in writer_id)
+    return f"logstore_stage_{safe}_{batch_id}_{epoch}_{attempt}"
