@@ -1,0 +1,92 @@
+"""Hybrid positions and which log records a hybrid read returns (core.visibility)."""
+
+from __future__ import annotations
+
+from airflow_logstore.core.codec import RecordMeta, RecordType
+from airflow_logstore.core.control import ControlState
+from airflow_logstore.core.summary import CommitInfo
+from airflow_logstore.core.visibility import (
+    Decision,
+    ReadFilter,
+    commit_positions,
+    hybrid_keeps,
+    in_snapshot,
+)
+
+
+def state_with(*commits: CommitInfo, epochs: dict[str, int] | None = None) -> ControlState:
+    state = ControlState(epochs=dict(epochs or {}))
+    for c in commits:
+        state.commits[c.key] = c
+    return state
+
+
+A1 = CommitInfo("a", 1, 1, sequence_number=2, offsets={0: (0, 4)}, tasks=frozenset({"0.1"}))
+B1 = CommitInfo("b", 1, 2, sequence_number=3, offsets={0: (10, 14)}, tasks=frozenset({"0.2"}))
+
+
+def test_positions_follow_the_watermark_not_the_batch_end() -> None:
+    # another writer's undecided record sits at offset 5: the watermark stops at 4
+    assert commit_positions({0: 3}, {0: 4, 1: -1}) == {0: 5, 1: 0}
+
+
+def test_positions_never_move_backwards() -> None:
+    assert commit_positions({0: 9, 2: 4}, {0: 4}) == {0: 9, 2: 4}
+
+
+def test_in_snapshot_by_sequence_number() -> None:
+    assert in_snapshot(A1, 2) and in_snapshot(A1, 3)
+    assert not in_snapshot(A1, 1)
+    assert not in_snapshot(None, 5)
+    assert not in_snapshot(CommitInfo("a", 1, 1), 5)  # unknown sequence: not assumed held
+
+
+def test_hybrid_skips_committed_records_the_snapshot_holds() -> None:
+    state = state_with(A1, B1, epochs={"a": 1, "b": 2})
+    meta_a = RecordMeta("a", 1, 1, "0.1")
+    meta_b = RecordMeta("b", 2, 1, "0.2")
+    start = {0: 0}
+    # snapshot with sequence 2 holds A1 but not B1
+    assert not hybrid_keeps(meta_a, 0, 3, Decision.COMMITTED, state, 2, start, consistent=True)
+    assert hybrid_keeps(meta_b, 0, 12, Decision.COMMITTED, state, 2, start, consistent=True)
+
+
+def test_hybrid_starts_at_the_positions() -> None:
+    state = state_with(B1, epochs={"b": 2})
+    meta_b = RecordMeta("b", 2, 1, "0.2")
+    assert not hybrid_keeps(meta_b, 0, 12, Decision.COMMITTED, state, 0, {0: 13}, consistent=True)
+
+
+def test_consistent_hybrid_returns_committed_records_only() -> None:
+    state = state_with(epochs={"c": 4})
+    meta = RecordMeta("c", 4, 1, "0.3")
+    for decision in (Decision.IN_FLIGHT, Decision.REDUNDANT, Decision.LOG_ONLY, Decision.REVERSAL):
+        assert not hybrid_keeps(meta, 0, 20, decision, state, 0, {0: 0}, consistent=True)
+
+
+def test_eventual_hybrid_skips_reversals_of_records_it_never_returned() -> None:
+    state = state_with()
+    below = RecordMeta("r", 0, 0, record_type=RecordType.REVERSAL, reverses=(0, 3))
+    above = RecordMeta("r", 0, 0, record_type=RecordType.REVERSAL, reverses=(0, 8))
+    start = {0: 5}
+    assert not hybrid_keeps(below, 0, 9, Decision.REVERSAL, state, 0, start, consistent=False)
+    assert hybrid_keeps(above, 0, 9, Decision.REVERSAL, state, 0, start, consistent=False)
+
+
+def test_eventual_hybrid_returns_in_flight_and_redundant_records() -> None:
+    state = state_with()
+    meta = RecordMeta("c", 4, 1, "0.3")
+    assert hybrid_keeps(meta, 0, 20, Decision.IN_FLIGHT, state, 0, {0: 0}, consistent=False)
+    assert hybrid_keeps(meta, 0, 20, Decision.REDUNDANT, state, 0, {0: 0}, consistent=False)
+
+
+def test_read_filter_modes() -> None:
+    state = state_with(A1, epochs={"a": 1})
+    committed = RecordMeta("a", 1, 1, "0.1")
+    in_flight = RecordMeta("a", 1, 2, "0.1")
+    assert ReadFilter(None, consistent=False).decide(in_flight, 0, 7) == (True, None)
+    consistent = ReadFilter(state, consistent=True)
+    assert consistent.decide(committed, 0, 3) == (True, Decision.COMMITTED)
+    assert consistent.decide(in_flight, 0, 7) == (False, Decision.IN_FLIGHT)
+    hybrid = ReadFilter(state, consistent=True, snapshot_sequence=2, start={0: 0})
+    assert hybrid.decide(committed, 0, 3) == (False, Decision.COMMITTED)
