@@ -54,7 +54,9 @@ class DeadLetterFile:
 class DeadLetterTopic:
     """Produces dead-lettered records to a Kafka topic (created on first use)."""
 
-    def __init__(self, kafka_config: dict[str, Any], topic: str, replication_factor: int = 1) -> None:
+    def __init__(
+        self, kafka_config: dict[str, Any], topic: str, replication_factor: int | None = None
+    ) -> None:
         self.kafka_config = kafka_config
         self.topic = topic
         self.replication_factor = replication_factor

@@ -285,16 +285,46 @@ def _metadata(config: Mapping[str, Any], topic: str | None, timeout: float) -> t
     raise KafkaUnavailableError(problem)
 
 
+#: From this replication factor on, a write needs two in-sync replicas (``acks=all`` then survives the
+#: loss of one broker without losing an acknowledged record).
+MIN_INSYNC_FROM_REPLICATION = 3
+
+
+def durability_configs(replication_factor: int) -> dict[str, str]:
+    """Topic settings that follow from the replication factor: ``min.insync.replicas=2`` from 3 on."""
+    return {"min.insync.replicas": "2"} if replication_factor >= MIN_INSYNC_FROM_REPLICATION else {}
+
+
+def broker_default_replication_factor(config: Mapping[str, Any], timeout: float = 30.0) -> int:
+    """The cluster's ``default.replication.factor``, as a broker reports it."""
+    from confluent_kafka.admin import ConfigResource
+
+    metadata, admin = _metadata(config, None, timeout)
+    if not metadata.brokers:
+        raise KafkaUnavailableError(f"Kafka at {config.get('bootstrap.servers')} reported no brokers")
+    broker = min(metadata.brokers)
+    resource = ConfigResource(ConfigResource.Type.BROKER, str(broker))
+    described = admin.describe_configs([resource])[resource].result(timeout=timeout)
+    entry = described.get("default.replication.factor")
+    if entry is None or entry.value is None:
+        raise TopicError(f"broker {broker} did not report its default.replication.factor")
+    return int(entry.value)
+
+
 def ensure_topic(
     config: Mapping[str, Any],
     topic: str,
     *,
     partitions: int,
-    replication_factor: int,
+    replication_factor: int | None,
     topic_configs: Mapping[str, str],
     timeout: float = DEFAULT_TIMEOUT_S,
 ) -> tuple[TopicInfo, bool]:
-    """Create ``topic`` or verify the existing one has ``partitions``; return (info, created)."""
+    """Create ``topic`` or verify the existing one has ``partitions``; return (info, created).
+
+    :param replication_factor: None for the broker's ``default.replication.factor``; the new topic
+        gets :func:`durability_configs` for it (``topic_configs`` may override them).
+    """
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import NewTopic
 
@@ -306,9 +336,12 @@ def ensure_topic(
                 f"{partitions} (log-store.partitions); per-key order would break, so it is not changed"
             )
         return existing, False
+    if replication_factor is None:
+        replication_factor = broker_default_replication_factor(config, timeout)
     admin = admin_client(config)
+    settings = {**durability_configs(replication_factor), **topic_configs}
     request = NewTopic(
-        topic, num_partitions=partitions, replication_factor=replication_factor, config=dict(topic_configs)
+        topic, num_partitions=partitions, replication_factor=replication_factor, config=settings
     )
     try:
         admin.create_topics([request])[topic].result(timeout=timeout)
@@ -492,17 +525,30 @@ CONTROL_TOPIC_CONFIGS = {
     "cleanup.policy": "compact",
     "min.compaction.lag.ms": str(24 * 3600 * 1000),
     "retention.ms": "-1",
+    # the protocol's only source of truth: an out-of-sync replica must never become its leader
+    "unclean.leader.election.enable": "false",
 }
+#: Records that move the control topic's end past an epoch floor (tombstones of one key: compacted away).
+EPOCH_FILL_KEY = "epoch-fill"
+#: The most filler records one claim writes; a larger gap is an error that asks for a look first.
+MAX_EPOCH_FILL = 5_000_000
 
 
 class ControlTopic:
-    """Reads and appends to a table's control topic (single partition, compacted)."""
+    """Reads and appends to a table's control topic (single partition, compacted).
 
-    def __init__(self, config: Mapping[str, Any], topic: str) -> None:
+    :param epoch_floor: per writer the highest epoch the table already recorded (its snapshot
+        summaries); :meth:`claim_epoch` never hands out an epoch at or below it.
+    """
+
+    def __init__(
+        self, config: Mapping[str, Any], topic: str, epoch_floor: Callable[[str], int] | None = None
+    ) -> None:
         self.config = dict(config)
         self.topic = topic
+        self.epoch_floor = epoch_floor
 
-    def ensure(self, replication_factor: int = 1) -> bool:
+    def ensure(self, replication_factor: int | None = None) -> bool:
         _, created = ensure_topic(
             self.config,
             self.topic,
@@ -537,12 +583,83 @@ class ControlTopic:
             flush(prod, tracker, 1, f"control topic '{self.topic}'", timeout=60.0)
         return tracker.offsets[0][0]
 
-    def claim_epoch(self, writer_id: str, owner: str = "") -> int:
-        """A new epoch for ``writer_id``, strictly larger than every earlier one (see core.control)."""
+    def claim_epoch(self, writer_id: str, owner: str = "", floor: int | None = None) -> int:
+        """A new epoch for ``writer_id``: above every earlier claim and above ``floor``.
+
+        The epoch is the claim's offset + 1 (see core.control), so claims only regress when the
+        control topic was lost and recreated: its offsets start again at 0 while the table's snapshot
+        summaries still carry the epochs that committed. An epoch at or below those would make a new
+        attempt look older than a zombie. So the topic's end is first moved past the floor with filler
+        records, then the claim is appended; offsets only grow, so its epoch is above the floor by
+        construction (checked all the same). Filling, not failing: a writer recovers by itself, once.
+
+        :param floor: the highest epoch already recorded for the writer; by default asked of
+            ``epoch_floor`` (0 without one).
+        :raises TopicError: the gap is larger than :data:`MAX_EPOCH_FILL` records, or the claim still
+            landed at or below the floor (the topic was recreated once more meanwhile).
+        """
+        if floor is None:
+            floor = self.epoch_floor(writer_id) if self.epoch_floor is not None else 0
+        self._fill_to(floor, writer_id)
         offset = self.append(
             control.epoch_key(writer_id), {"writer": writer_id, "owner": owner, "claimed_at_ms": _now_ms()}
         )
+        if offset + 1 <= floor:
+            raise TopicError(
+                f"control topic '{self.topic}': epoch claim {offset + 1} of writer '{writer_id}' is "
+                f"not above epoch {floor} the table already recorded; the topic was recreated meanwhile"
+            )
         return offset + 1
+
+    def end_offset(self) -> int:
+        cons = consumer(self.config)
+        try:
+            return partition_offsets(cons, self.topic, 1)[0][1]
+        finally:
+            cons.close()
+
+    def _fill_to(self, floor: int, writer_id: str) -> None:
+        """Append filler records until the next offset is at least ``floor`` (the next epoch above it)."""
+        end = self.end_offset() if floor > 0 else 0
+        missing = floor - end
+        if missing <= 0:
+            return
+        if missing > MAX_EPOCH_FILL:
+            raise TopicError(
+                f"control topic '{self.topic}' ends at offset {end}, but the table recorded epoch "
+                f"{floor} of writer '{writer_id}': the control topic was lost or recreated, and {missing} "
+                f"filler records (more than {MAX_EPOCH_FILL}) would be needed to keep epochs growing; "
+                "restore the topic"
+            )
+        log.warning(
+            "control topic '%s' ends at offset %s below epoch %s that the table recorded for writer '%s' "
+            "(was it recreated?): appending %s filler records so that epochs keep growing",
+            self.topic,
+            end,
+            floor,
+            writer_id,
+            missing,
+        )
+        self.append_fill(missing)
+
+    def append_fill(self, count: int) -> None:
+        """Append ``count`` filler tombstones (ignored by readers, removed by compaction)."""
+        tracker = DeliveryTracker()
+        with shared_producer(self.config, **{"linger.ms": 5}) as prod:
+            for _ in range(count):
+                while True:
+                    try:
+                        prod.produce(
+                            self.topic,
+                            key=EPOCH_FILL_KEY.encode(),
+                            value=None,
+                            partition=0,
+                            on_delivery=tracker,
+                        )
+                        break
+                    except BufferError:
+                        prod.poll(0.05)
+            flush(prod, tracker, count, f"control topic '{self.topic}' (epoch fill)", timeout=600.0)
 
     def record_commit(self, commit_json: Mapping[str, Any], writer_id: str, batch_id: int) -> int:
         return self.append(control.commit_key(writer_id, batch_id), commit_json)

@@ -48,7 +48,7 @@ class ScanTask:
     state: ControlState
     lookback: dict[int, tuple[int, int]]
     dead_letter_topic: str | None  # None: count only (dry run)
-    replication_factor: int = 1
+    replication_factor: int | None = None  # None: the broker's default
 
 
 def scan_task(task: ScanTask) -> list[core.PartitionPlan]:

@@ -215,7 +215,7 @@ class ScanJob:
     lookback: dict[int, tuple[int, int]]
     dry_run: bool
     dead_letter_topic: str
-    replication_factor: int = 1
+    replication_factor: int | None = None  # None: the broker's default
 
 
 @dataclass

@@ -11,7 +11,7 @@ from airflow_logstore import kafka_client
 from airflow_logstore.catalog import CatalogSpec, TableName, default_catalog
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import LogStoreConfig, parse_table_properties
-from airflow_logstore.core.summary import S_OPERATION, CommitInfo
+from airflow_logstore.core.summary import S_EPOCH, S_OPERATION, S_WRITER, CommitInfo
 from airflow_logstore.exceptions import SchemaMismatchError, TablePropertyError
 from airflow_logstore.schema import describe_schema, field_types, parse_schema, primary_key_of, same_columns
 
@@ -68,7 +68,11 @@ class LogStoreTable:
     def control(self, config: LogStoreConfig | None = None) -> kafka_client.ControlTopic:
         config = config or self.config()
         _, _, control_topic = config.require_log()
-        return kafka_client.ControlTopic(self.kafka_config(config), control_topic)
+        return kafka_client.ControlTopic(self.kafka_config(config), control_topic, self.epoch_floor)
+
+    def epoch_floor(self, writer_id: str) -> int:
+        """The highest epoch of ``writer_id`` in the table's snapshot summaries (0: none)."""
+        return recorded_epochs(self.load()).get(writer_id, 0)
 
     def spark_name(self) -> str:
         return self.name.spark(self.catalog)
@@ -95,6 +99,21 @@ def snapshot_commits(table: Table) -> list[CommitInfo]:
         if commit is not None:
             commits.append(commit)
     return commits[::-1]
+
+
+def recorded_epochs(table: Table) -> dict[str, int]:
+    """Per writer the highest ``logstore.epoch`` in any snapshot summary the table still has (any ref).
+
+    Epoch claims must stay above these even when the control topic is lost (see
+    :meth:`~airflow_logstore.kafka_client.ControlTopic.claim_epoch`).
+    """
+    highest: dict[str, int] = {}
+    for snapshot in table.snapshots():
+        summary = snapshot.summary.additional_properties if snapshot.summary else {}
+        writer, epoch = summary.get(S_WRITER), summary.get(S_EPOCH)
+        if writer is not None and epoch is not None and str(epoch).isdigit():
+            highest[writer] = max(highest.get(writer, 0), int(epoch))
+    return highest
 
 
 def merged_state(table: Table, state: ControlState) -> ControlState:
@@ -162,7 +181,11 @@ def create_table(
             topic,
             partitions=config.partitions,
             replication_factor=config.replication_factor,
-            topic_configs={"retention.ms": str(config.retention_ms), "cleanup.policy": "delete"},
+            topic_configs={
+                "retention.ms": str(config.retention_ms),
+                "cleanup.policy": "delete",
+                "unclean.leader.election.enable": "false",
+            },
         )
         partitions = info.partitions
         kafka_client.ControlTopic(kafka_config, control_topic).ensure(config.replication_factor)

@@ -99,8 +99,8 @@ PROPERTY_SPECS: tuple[PropertySpec, ...] = (
     PropertySpec(
         "log-store.replication-factor",
         "int",
-        1,
-        "Replication factor of the log topics.",
+        None,
+        "Replication factor of the log topics (default: the broker's default.replication.factor).",
         "logstore",
         minimum=1,
     ),
@@ -200,7 +200,7 @@ class LogStoreConfig:
     consistency: Consistency = Consistency.EVENTUAL
     changelog_mode: ChangelogMode = ChangelogMode.ALL_KINDS
     partitions: int = DEFAULT_PARTITIONS
-    replication_factor: int = 1
+    replication_factor: int | None = None  # None: the broker's default.replication.factor
     retention_ms: int = DEFAULT_RETENTION_MS
     control_topic: str | None = None
     reconcile_interval_ms: int = 10 * 60 * 1000
@@ -372,7 +372,7 @@ def parse_table_properties(properties: Mapping[str, Any]) -> LogStoreConfig:
         consistency=Consistency.TRANSACTIONAL if consistent else Consistency.EVENTUAL,
         changelog_mode=ChangelogMode(typed.get("log.consumer.changelog.modes", "all-kinds")),
         partitions=typed.get("log-store.partitions", DEFAULT_PARTITIONS),
-        replication_factor=typed.get("log-store.replication-factor", 1),
+        replication_factor=typed.get("log-store.replication-factor"),
         retention_ms=typed.get("log-store.retention.ms", DEFAULT_RETENTION_MS),
         control_topic=control_topic,
         reconcile_interval_ms=typed.get("log-store.reconcile.interval.ms", 10 * 60 * 1000),

@@ -56,7 +56,7 @@ def test_no_properties_means_no_log_and_all_defaults() -> None:
     assert config.consistency is Consistency.EVENTUAL
     assert config.changelog_mode is ChangelogMode.ALL_KINDS
     assert config.partitions == DEFAULT_PARTITIONS == 3
-    assert config.replication_factor == 1
+    assert config.replication_factor is None  # the broker's default.replication.factor
     assert config.retention_ms == DEFAULT_RETENTION_MS == 7 * 24 * 3600 * 1000
     assert config.reconcile_interval_ms == 600_000
     assert config.compaction == CompactionPolicy()
