@@ -75,6 +75,12 @@ class CatalogSpec:
             properties={str(k): str(v) for k, v in (data.get("properties") or {}).items()},
         )
 
+    def describe(self) -> str:
+        """Which catalog this is, for messages: name, type, URI (password masked) and warehouse."""
+        uri = re.sub(r"^([a-z][a-z0-9+.-]*://[^:/@]*):[^@/]*@", r"\1:***@", self.uri)
+        text = f"'{self.name}' ({self.type} {uri}"
+        return text + (f", warehouse {self.warehouse})" if self.warehouse else ")")
+
     # -- Spark ---------------------------------------------------------------------------------------
 
     def jdbc_uri(self) -> str:
@@ -147,7 +153,13 @@ def default_catalog(env: Mapping[str, str] | None = None) -> CatalogSpec:
     env = dict(os.environ if env is None else env)
     raw = env.get("LOGSTORE_CATALOG")
     if raw:
-        return CatalogSpec.from_mapping(json.loads(raw))
+        try:
+            data = json.loads(raw)
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            return CatalogSpec.from_mapping(data)
+        except ValueError as exc:  # json.JSONDecodeError is a ValueError too
+            raise ValueError(f"LOGSTORE_CATALOG is not a catalog spec: {exc}") from None
     return embedded_catalog(local_settings(env))
 
 

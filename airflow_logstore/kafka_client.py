@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_TIMEOUT_S = 30.0  # LOGSTORE_KAFKA_TIMEOUT_S changes it (see settings.py)
 # Settings of the connection that are for one client kind only; dropped where they do not apply.
 _PRODUCER_ONLY = {
     "acks",
@@ -74,6 +74,13 @@ def client_config(bootstrap_servers: str, extra: Mapping[str, Any] | None = None
     config["bootstrap.servers"] = bootstrap_servers
     config.setdefault("socket.timeout.ms", 10000)
     return config
+
+
+def request_timeout(timeout: float | None) -> float:
+    """``timeout``, or ``LOGSTORE_KAFKA_TIMEOUT_S`` (default :data:`DEFAULT_TIMEOUT_S`) when None."""
+    from airflow_logstore.settings import kafka_timeout_s
+
+    return kafka_timeout_s() if timeout is None else timeout
 
 
 def _only(config: Mapping[str, Any], drop: set[str]) -> dict[str, Any]:
@@ -241,12 +248,11 @@ class TopicInfo:
     configs: dict[str, str]
 
 
-def describe_topic(
-    config: Mapping[str, Any], topic: str, timeout: float = DEFAULT_TIMEOUT_S
-) -> TopicInfo | None:
+def describe_topic(config: Mapping[str, Any], topic: str, timeout: float | None = None) -> TopicInfo | None:
     """The topic's partition count and settings, or None when it does not exist."""
     from confluent_kafka.admin import ConfigResource
 
+    timeout = request_timeout(timeout)
     metadata, admin = _metadata(config, topic, timeout)
     found = metadata.topics.get(topic)
     if found is None or found.error is not None:
@@ -318,7 +324,7 @@ def ensure_topic(
     partitions: int,
     replication_factor: int | None,
     topic_configs: Mapping[str, str],
-    timeout: float = DEFAULT_TIMEOUT_S,
+    timeout: float | None = None,
 ) -> tuple[TopicInfo, bool]:
     """Create ``topic`` or verify the existing one has ``partitions``; return (info, created).
 
@@ -328,6 +334,7 @@ def ensure_topic(
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import NewTopic
 
+    timeout = request_timeout(timeout)
     existing = describe_topic(config, topic, timeout)
     if existing is not None:
         if existing.partitions != partitions:
@@ -352,10 +359,9 @@ def ensure_topic(
     return created, True
 
 
-def delete_topics(
-    config: Mapping[str, Any], topics: list[str], timeout: float = DEFAULT_TIMEOUT_S
-) -> list[str]:
+def delete_topics(config: Mapping[str, Any], topics: list[str], timeout: float | None = None) -> list[str]:
     """Delete those of ``topics`` that exist and wait until they are gone; return the deleted ones."""
+    timeout = request_timeout(timeout)
     existing = [topic for topic in topics if describe_topic(config, topic, timeout) is not None]
     if not existing:
         return []
@@ -393,11 +399,12 @@ def require_topic(config: Mapping[str, Any], topic: str) -> TopicInfo:
 
 
 def partition_offsets(
-    cons: Consumer, topic: str, partitions: int, timeout: float = DEFAULT_TIMEOUT_S
+    cons: Consumer, topic: str, partitions: int, timeout: float | None = None
 ) -> dict[int, tuple[int, int]]:
     """Per partition (log start offset, end offset)."""
     from confluent_kafka import KafkaException, TopicPartition
 
+    timeout = request_timeout(timeout)
     result = {}
     for partition in range(partitions):
         try:
@@ -418,7 +425,7 @@ def offsets_for_time(cons: Consumer, topic: str, partitions: int, timestamp_ms: 
     from confluent_kafka import TopicPartition
 
     found = cons.offsets_for_times(
-        [TopicPartition(topic, p, timestamp_ms) for p in range(partitions)], timeout=DEFAULT_TIMEOUT_S
+        [TopicPartition(topic, p, timestamp_ms) for p in range(partitions)], timeout=request_timeout(None)
     )
     ends = partition_offsets(cons, topic, partitions)
     return {tp.partition: tp.offset if tp.offset >= 0 else ends[tp.partition][1] for tp in found}

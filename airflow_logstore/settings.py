@@ -121,10 +121,18 @@ def local_settings(env: dict[str, str] | None = None, cwd: Path | None = None) -
     return LocalSettings(
         home=_absolute(home, start),
         cache=_absolute(cache, start),
-        kafka_port=int(env.get("LOGSTORE_KAFKA_PORT") or 19092),
+        kafka_port=_port(env.get("LOGSTORE_KAFKA_PORT")),
         spark_master=env.get("LOGSTORE_SPARK_MASTER") or "local[2]",
         home_source=source,
     )
+
+
+def _port(raw: str | None) -> int:
+    if not raw:
+        return 19092
+    if not raw.strip().isdigit() or not 0 < int(raw) < 65535:
+        raise ValueError(f"LOGSTORE_KAFKA_PORT must be a port number below 65535, not {raw!r}")
+    return int(raw)
 
 
 def _absolute(path: Path, cwd: Path | None) -> Path:

@@ -261,3 +261,22 @@ def test_table_name_rejects_non_identifiers(text: str, part: str | None) -> None
 def test_identifier_error_is_a_value_error() -> None:
     with pytest.raises(ValueError):
         TableName.parse("a b")
+
+
+def test_describe_names_the_catalog_and_masks_a_password(tmp_path: Path) -> None:
+    embedded = embedded_catalog(local_settings({"LOGSTORE_HOME": str(tmp_path)}))
+    assert embedded.describe() == (
+        f"'logstore' (sql sqlite:///{tmp_path.resolve()}/catalog/catalog.db?timeout=30, "
+        f"warehouse {(tmp_path.resolve() / 'warehouse').as_uri()})"
+    )
+    postgres = CatalogSpec(type="sql", uri="postgresql+psycopg2://cat:hunter2@db:5432/iceberg")
+    assert postgres.describe() == "'logstore' (sql postgresql+psycopg2://cat:***@db:5432/iceberg)"
+    assert "hunter2" not in postgres.describe()
+    rest = CatalogSpec(name="prod", type="rest", uri="http://rest:8181", warehouse="s3://warehouse/")
+    assert rest.describe() == "'prod' (rest http://rest:8181, warehouse s3://warehouse/)"
+
+
+@pytest.mark.parametrize("raw", ['{"type": "rest"', "[1]", '{"type": "hive"}'])
+def test_a_bad_catalog_spec_names_the_variable(raw: str) -> None:
+    with pytest.raises(ValueError, match=r"^LOGSTORE_CATALOG is not a catalog spec: "):
+        default_catalog({"LOGSTORE_CATALOG": raw})

@@ -74,9 +74,10 @@ def test_reads_the_process_environment_when_called(monkeypatch: pytest.MonkeyPat
     assert local_settings().home == (tmp_path / "two").resolve()
 
 
-def test_bad_port() -> None:
-    with pytest.raises(ValueError):
-        local_settings({"LOGSTORE_KAFKA_PORT": "kafka"})
+@pytest.mark.parametrize("raw", ["kafka", "0", "65535", "-5", "1.5"])
+def test_bad_port(raw: str) -> None:
+    with pytest.raises(ValueError, match="LOGSTORE_KAFKA_PORT must be a port number"):
+        local_settings({"LOGSTORE_KAFKA_PORT": raw})
 
 
 def test_extra_kafka_config() -> None:
@@ -211,3 +212,13 @@ def test_kafka_timeout() -> None:
     for bad in ("0", "-1", "nan", "inf", "soon"):
         with pytest.raises(ValueError, match="LOGSTORE_KAFKA_TIMEOUT_S"):
             kafka_timeout_s({"LOGSTORE_KAFKA_TIMEOUT_S": bad})
+
+
+def test_kafka_requests_wait_the_configured_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_logstore.kafka_client import request_timeout
+
+    monkeypatch.delenv("LOGSTORE_KAFKA_TIMEOUT_S", raising=False)
+    assert request_timeout(None) == 30.0
+    monkeypatch.setenv("LOGSTORE_KAFKA_TIMEOUT_S", "1.5")
+    assert request_timeout(None) == 1.5
+    assert request_timeout(7.0) == 7.0  # an explicit timeout wins
