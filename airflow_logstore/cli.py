@@ -1,6 +1,8 @@
 """``logstore``: a thin command line over the library (the same code the operators run).
 
 Each command lives in ``airflow_logstore/commands/<name>.py`` and registers itself with ``register``.
+Every failure ends as one or two lines (the problem, the next step) and a non-zero exit code; see
+``commands/_errors.py``. ``--debug`` prints the traceback as well.
 """
 
 from __future__ import annotations
@@ -10,15 +12,37 @@ import importlib
 import logging
 import pkgutil
 import sys
+import traceback
 from collections.abc import Sequence
+from typing import NoReturn
 
-from airflow_logstore.exceptions import LogStoreError
+from airflow_logstore.commands._errors import Context, explain
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are two lines (the problem, where the options are listed).
+
+    Every (sub)command also accepts ``--debug``, so it may follow the command as well as precede it.
+    """
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.add_argument(
+            "--debug",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="print the traceback of a failure (and log at INFO level)",
+        )
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\nlogstore: '{self.prog} --help' lists the options\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     from airflow_logstore import commands
 
-    parser = argparse.ArgumentParser(prog="logstore", description="LogStore tables: Iceberg + Kafka log")
+    parser = _Parser(prog="logstore", description="LogStore tables: Iceberg + Kafka log")
+    parser.set_defaults(debug=False)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
@@ -28,17 +52,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse has printed the usage error (or the help)
+        return exc.code if isinstance(exc.code, int) else 2
     logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
+        level=logging.INFO if args.verbose or args.debug else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
         return int(args.handler(args) or 0)
-    except (LogStoreError, argparse.ArgumentTypeError) as exc:
-        print(f"logstore: error: {exc}", file=sys.stderr)
-        return 2
+    except SystemExit as exc:  # a job's own argument parser gave up
+        return exc.code if isinstance(exc.code, int) else 1
+    except BaseException as exc:  # every failure becomes a message, KeyboardInterrupt too
+        return report(exc, args)
+
+
+def report(exc: BaseException, args: argparse.Namespace | None) -> int:
+    """Print ``exc`` as the problem and the next step (after its traceback with ``--debug``)."""
+    if getattr(args, "debug", False):
+        traceback.print_exception(exc, file=sys.stderr)
+    failure = explain(exc, Context.of(args))
+    print("\n".join(failure.lines()), file=sys.stderr)
+    return failure.exit_code
 
 
 if __name__ == "__main__":

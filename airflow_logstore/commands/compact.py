@@ -5,17 +5,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from airflow_logstore.commands import print_json
+from airflow_logstore.commands import open_table, print_json
 
 
 def run(args: argparse.Namespace) -> int:
     from airflow_logstore.spark.compact_job import options_from_args, run_compaction
     from airflow_logstore.spark.session import build_spark_session
-    from airflow_logstore.tables import LogStoreTable
 
     options = options_from_args(args)
     options.validate()  # before a JVM starts
-    handle = LogStoreTable.open(args.table)
+    handle = open_table(args.table, args)
+    handle.load()  # a missing table or catalog fails here, before a JVM starts
     spark = build_spark_session(f"logstore-compact-{args.table}")
     print_json(run_compaction(spark, handle, options).to_dict())
     return 0

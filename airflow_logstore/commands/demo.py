@@ -6,10 +6,14 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from airflow_logstore.exceptions import OptionError
+
 
 def run(args: argparse.Namespace) -> int:
     from airflow_logstore.demo import run_demo
 
+    if args.dags_folder and not Path(args.dags_folder).is_dir():
+        raise OptionError("--dags-folder", f"'{args.dags_folder}' is not a folder")
     summary = run_demo(Path(args.dags_folder) if args.dags_folder else None)
     ok = summary["consistent_read_equals_table"] and summary["eventual_read_converges_to_table"]
     return 0 if ok else 1

@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from airflow_logstore.commands import print_json
+from airflow_logstore.commands import open_table, print_json
 
 
 def run(args: argparse.Namespace) -> int:
     from airflow_logstore.publish import publish_visible_offsets
-    from airflow_logstore.tables import LogStoreTable
 
-    print_json(publish_visible_offsets(LogStoreTable.open(args.table)).to_dict())
+    print_json(publish_visible_offsets(open_table(args.table, args)).to_dict())
     return 0
 
 

@@ -6,21 +6,20 @@ import argparse
 import sys
 from typing import Any
 
-from airflow_logstore.commands import parse_properties, print_json
+from airflow_logstore.commands import open_table, parse_properties, print_json
 
 
 def run(args: argparse.Namespace) -> int:
     from airflow_logstore.reader import run_read
-    from airflow_logstore.tables import LogStoreTable
 
     summary = run_read(
-        LogStoreTable.open(args.table),
+        open_table(args.table, args),
         mode=args.mode,
         consistency=args.consistency,
         changelog_mode=args.changelog_mode,
         start=args.start,
         snapshot_id=args.snapshot_id,
-        options=parse_properties(args.option),
+        options=parse_properties(args.option, "--option"),
         normalize=args.normalize,
         limit=args.limit,
         output=sys.stdout if args.format == "jsonl" else None,

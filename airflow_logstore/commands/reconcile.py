@@ -5,15 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from airflow_logstore.commands import print_json
+from airflow_logstore.commands import open_table, print_json
 
 
 def run(args: argparse.Namespace) -> int:
     from airflow_logstore.reconciler import PythonEngine, kill_at, reconcile
-    from airflow_logstore.tables import LogStoreTable
 
     report = reconcile(
-        LogStoreTable.open(args.table),
+        open_table(args.table, args),
         dry_run=args.dry_run,
         lease_ttl_s=args.lease_ttl,
         engine=PythonEngine(args.workers),

@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from airflow_logstore.commands import using
+
 
 def run(args: argparse.Namespace) -> int:
     from airflow_logstore.services.local import LocalBroker, spark_jars
 
     broker = LocalBroker()
+    where = using(broker=broker.bootstrap)
+    print(f"state folder: {where['state_folder']}\ncatalog: {where['catalog']}\nbroker: {where['broker']}")
     if args.action == "up":
         status = broker.up()
         jars = spark_jars()
@@ -25,6 +29,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("services", help="the local Kafka broker (and Spark jars)")
+    parser = subparsers.add_parser(
+        "services", help="the local Kafka broker (and Spark jars); also prints the state folder and catalog"
+    )
     parser.add_argument("action", choices=("up", "down", "status"))
     parser.set_defaults(handler=run)

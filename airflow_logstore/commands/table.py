@@ -5,15 +5,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from airflow_logstore.commands import parse_properties, print_json
+from airflow_logstore.commands import open_table, parse_properties, print_json, using
 
 
 def create(args: argparse.Namespace) -> int:
-    from airflow_logstore.tables import LogStoreTable, create_table
+    from airflow_logstore.tables import create_table
 
     key = [c.strip() for c in (args.primary_key or "").split(",") if c.strip()]
     result = create_table(
-        LogStoreTable.open(args.name),
+        open_table(args.name, args),
         args.schema,
         primary_key=key,
         properties=parse_properties(args.property),
@@ -23,9 +23,11 @@ def create(args: argparse.Namespace) -> int:
 
 
 def show(args: argparse.Namespace) -> int:
-    from airflow_logstore.tables import LogStoreTable, show_table
+    from airflow_logstore.tables import show_table
 
-    print_json(show_table(LogStoreTable.open(args.name)))
+    handle = open_table(args.name, args)
+    shown = show_table(handle)
+    print_json({"using": using(handle.catalog, shown["log_store"]["address"]), **shown})
     return 0
 
 
@@ -44,6 +46,8 @@ def register(subparsers: Any) -> None:
         help="table property (repeatable), e.g. log-store.enabled=true",
     )
     parser.set_defaults(handler=create)
-    parser = commands.add_parser("show", help="properties, topic, partitions, current snapshot")
+    parser = commands.add_parser(
+        "show", help="properties, topic, partitions, current snapshot; the state folder, catalog and broker"
+    )
     parser.add_argument("name")
     parser.set_defaults(handler=show)

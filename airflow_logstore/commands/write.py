@@ -3,12 +3,48 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
+
+from airflow_logstore.commands import open_table
+from airflow_logstore.exceptions import BadInputError
+
+_GLOB = set("*?[{")
+
+
+def check_before_spark(args: argparse.Namespace) -> None:
+    """Fail in a second, not after a JVM started: the table, the emit mode and a local input path."""
+    from airflow_logstore.core.properties import parse_emit_mode, parse_table_properties
+
+    table = open_table(args.table, args).load()
+    parse_emit_mode(args.emit_mode, parse_table_properties(table.properties))
+    local = local_input_path(args.input)
+    if local is not None and not local.exists():
+        raise BadInputError(f"input path '{args.input}' does not exist")
+
+
+def local_input_path(path: str, master: str | None = None) -> Path | None:
+    """The local file a Spark input path names, or None when Spark resolves it (a URI, a glob).
+
+    A path without a scheme is local only with a local Spark master: on a cluster it is resolved
+    against the cluster's default file system, which only Spark knows.
+    """
+    from airflow_logstore.settings import local_settings
+
+    if _GLOB & set(path):
+        return None
+    parsed = urlparse(path)
+    if parsed.scheme == "file":
+        return Path(unquote(parsed.path))
+    master = master or local_settings().spark_master
+    return Path(path) if not parsed.scheme and master.startswith("local") else None
 
 
 def run(args: argparse.Namespace) -> int:
     from airflow_logstore.spark.jobs import dual_write_main
 
+    check_before_spark(args)
     argv = [
         "--table",
         args.table,

@@ -1,0 +1,368 @@
+"""Every ``logstore`` failure is a message: no traceback, one or two lines, a non-zero exit code.
+
+No service runs here: the catalog is a SQLite file in a temporary state folder (or a path that cannot
+be opened, or a closed port), the broker a closed port on 127.0.0.1 with a one-second Kafka timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from airflow_logstore.cli import main
+from airflow_logstore.commands._errors import Context, explain
+from airflow_logstore.exceptions import BadInputError, KafkaUnavailableError
+
+MISSING = "no.such_table"
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class State:
+    home: Path
+    input: Path
+    broker: str
+
+
+@pytest.fixture
+def state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> State:
+    """A state folder with ``t.logged`` (its log on a closed port) and ``t.plain`` (no log)."""
+    from airflow_logstore.catalog import default_catalog
+    from airflow_logstore.schema import parse_schema
+    from airflow_logstore.tables import ICEBERG_DEFAULTS
+
+    home = tmp_path / "home"
+    for name in ("LOGSTORE_CATALOG", "LOGSTORE_KAFKA_CONFIG", "LOGSTORE_SPARK_MASTER"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LOGSTORE_HOME", str(home))
+    monkeypatch.setenv("LOGSTORE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("LOGSTORE_KAFKA_PORT", str(closed_port()))
+    monkeypatch.setenv("LOGSTORE_KAFKA_TIMEOUT_S", "1")
+    broker = f"127.0.0.1:{closed_port()}"
+    catalog = default_catalog().load()
+    catalog.create_namespace("t")
+    schema = parse_schema("id int, name string", ["id"])
+    log = {"log-store.enabled": "true", "log-store.topic": "logged", "log-store.address": broker}
+    catalog.create_table("t.logged", schema, properties={**ICEBERG_DEFAULTS, **log})
+    catalog.create_table("t.plain", schema, properties=dict(ICEBERG_DEFAULTS))
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"id": 1, "name": "a"}\n')
+    return State(home, rows, broker)
+
+
+@pytest.fixture
+def taken_port(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    """LOGSTORE_KAFKA_PORT is held by another program (a listening socket)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = int(sock.getsockname()[1])
+        monkeypatch.setenv("LOGSTORE_KAFKA_PORT", str(port))
+        yield port
+
+
+def run(capfd: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capfd.readouterr()
+    return code, out, err
+
+
+def assert_message(code: int, out: str, err: str, expected: str, exit_code: int) -> None:
+    assert "Traceback" not in out + err, err
+    assert code == exit_code, err
+    lines = err.strip().splitlines()
+    assert 1 <= len(lines) <= 2, err
+    assert expected in lines[0], err
+
+
+MISSING_TABLE = [
+    ["table", "show", MISSING],
+    ["read", MISSING],
+    ["read", MISSING, "--mode", "file"],
+    ["read", MISSING, "--mode", "hybrid"],
+    ["publish", MISSING],
+    ["reconcile", MISSING, "--dry-run"],
+    ["compact", MISSING, "--dry-run"],
+    ["write", MISSING, "--input", "{input}"],
+]
+
+
+@pytest.mark.parametrize("argv", MISSING_TABLE, ids=" ".join)
+def test_missing_table(state: State, capfd: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    argv = [arg.format(input=state.input) for arg in argv]
+    code, out, err = run(capfd, argv)
+    expected = f"table '{MISSING}' does not exist in catalog 'logstore' (sql sqlite:///"
+    assert_message(code, out, err, expected, 1)
+    assert f"state folder {state.home.resolve()} (from LOGSTORE_HOME)" in err
+    assert "logstore table create" in err
+
+
+@pytest.mark.parametrize("form", ["{path}", "file://{path}"])
+def test_missing_input_path(state: State, capfd: pytest.CaptureFixture[str], form: str) -> None:
+    path = form.format(path=state.input.parent / "does_not_exist.jsonl")
+    code, out, err = run(capfd, ["write", "t.plain", "--input", path])
+    assert_message(code, out, err, f"input path '{path}' does not exist", 2)
+
+
+BROKER_DOWN = [
+    ["table", "show", "t.logged"],
+    ["read", "t.logged"],
+    ["read", "t.logged", "--mode", "hybrid"],
+    ["publish", "t.logged"],
+    ["reconcile", "t.logged", "--dry-run"],
+    [
+        *("table", "create", "t.new", "--schema", "id int", "--property", "log-store.enabled=true"),
+        *("--property", "log-store.topic=new", "--property", "log-store.address={broker}"),
+    ],
+]
+
+
+@pytest.mark.parametrize("argv", BROKER_DOWN, ids=lambda argv: " ".join(argv[:3]))
+def test_broker_down(state: State, capfd: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    code, out, err = run(capfd, [arg.format(broker=state.broker) for arg in argv])
+    assert_message(code, out, err, "Kafka", 1)
+    assert "did not answer" in err and "'logstore services status'" in err
+
+
+@pytest.mark.parametrize("argv", [["services", "up"], ["airflow", "up"], ["demo"]], ids=" ".join)
+def test_broker_port_taken(
+    state: State, taken_port: int, capfd: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    code, out, err = run(capfd, argv)
+    assert_message(code, out, err, f"port {taken_port} on 127.0.0.1 is taken by another process", 1)
+
+
+def test_broker_stopped_is_a_status_not_an_error(state: State, capfd: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capfd, ["services", "status"])
+    assert code == 3 and err == ""
+    assert "kafka broker stopped" in out
+
+
+CATALOG_COMMANDS = [
+    ["table", "show", "t.plain"],
+    ["table", "create", "t.new", "--schema", "id int"],
+    ["read", "t.plain", "--mode", "file"],
+    ["publish", "t.plain"],
+    ["reconcile", "t.plain"],
+    ["compact", "t.plain", "--dry-run"],
+    ["write", "t.plain", "--input", "{input}"],
+]
+
+
+@pytest.mark.parametrize("argv", CATALOG_COMMANDS, ids=lambda argv: " ".join(argv[:2]))
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"type": "sql", "uri": "sqlite:////dev/null/catalog/catalog.db"}, "cannot be opened: cannot use"),
+        ({"type": "sql", "uri": "sqlite:///{home}"}, "cannot be opened: unable to open database file"),
+        ({"type": "rest", "uri": "http://127.0.0.1:{port}"}, "cannot be reached"),
+    ],
+    ids=["sqlite-under-a-file", "sqlite-is-a-folder", "rest-closed-port"],
+)
+def test_catalog_unreachable(
+    state: State,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    argv: list[str],
+    spec: dict[str, str],
+    expected: str,
+) -> None:
+    uri = spec["uri"].format(home=state.home, port=closed_port())
+    monkeypatch.setenv("LOGSTORE_CATALOG", json.dumps({**spec, "uri": uri, "warehouse": "file:///w"}))
+    code, out, err = run(capfd, [arg.format(input=state.input) for arg in argv])
+    assert_message(code, out, err, f"the catalog 'logstore' ({spec['type']} {uri}, warehouse file:///w) ", 1)
+    assert expected in err
+
+
+NO_LOG = [["read", "t.plain"], ["read", "t.plain", "--mode", "hybrid"], ["publish", "t.plain"]]
+NO_LOG += [["reconcile", "t.plain"]]
+
+
+@pytest.mark.parametrize("argv", NO_LOG, ids=" ".join)
+def test_table_without_a_log(state: State, capfd: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    code, out, err = run(capfd, argv)
+    assert_message(code, out, err, "table 't.plain': the log is disabled", 2)
+    assert "--mode file" in err
+
+
+BAD_OPTIONS = [
+    (["read", "t.plain", "--mode", "bogus"], "argument --mode: invalid choice: 'bogus'"),
+    (["read", "t.logged", "--from", "bogus"], "option 'from': 'bogus' is not"),
+    (["read", "t.plain", "--option", "novalue"], "--option 'novalue' is not key=value"),
+    (["read", "t.plain", "--limit", "many"], "argument --limit: invalid int value"),
+    (["table", "create", "t.x", "--schema", "id int", "--property", "x"], "--property 'x' is not key=value"),
+    (["table", "create", "t.x", "--schema", "id int", "--property", "log.sytem=kafka"], "log.sytem"),
+    (["table", "create", "t.x", "--schema", "id nonsense"], "nonsense"),
+    (["table", "create", "a.b.c", "--schema", "id int"], "table name 'a.b.c' must be 'namespace.table'"),
+    (["table", "show"], "the following arguments are required: name"),
+    (["table"], "the following arguments are required: table_command"),
+    (["write", "t.plain"], "the following arguments are required: --input"),
+    (["write", "t.plain", "--input", "{input}", "--emit-mode", "bogus"], "'bogus' is not one of"),
+    (["write", "t.plain", "--input", "{input}", "--emit-mode", "log"], "the table has no LogStore"),
+    (["compact", "t.plain", "--target-size", "0"], "option 'target-size': must be at least 1 byte"),
+    (["reconcile", "t.logged", "--crash-at", "bogus"], "argument --crash-at: invalid choice"),
+    (["services", "restart"], "argument action: invalid choice: 'restart'"),
+    (["airflow", "up", "--port", "http"], "argument --port: invalid int value"),
+    (["demo", "--dags-folder", "/no/such/dags"], "option '--dags-folder': '/no/such/dags' is not a folder"),
+    (["frobnicate"], "argument command: invalid choice: 'frobnicate'"),
+    ([], "the following arguments are required: command"),
+]
+
+
+@pytest.mark.parametrize(("argv", "expected"), BAD_OPTIONS, ids=[" ".join(argv) for argv, _ in BAD_OPTIONS])
+def test_bad_option(state: State, capfd: pytest.CaptureFixture[str], argv: list[str], expected: str) -> None:
+    code, out, err = run(capfd, [arg.format(input=state.input) for arg in argv])
+    assert_message(code, out, err, expected, 2)
+    assert "--help' lists the options" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--debug", "read", MISSING], ["read", MISSING, "--debug"], ["table", "show", MISSING, "--debug"]],
+)
+def test_debug_shows_the_traceback(state: State, capfd: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    code, _, err = run(capfd, argv)
+    assert code == 1
+    assert "Traceback (most recent call last)" in err and "NoSuchTableError" in err
+    assert err.strip().splitlines()[-2].startswith(f"logstore: error: table '{MISSING}' does not exist")
+
+
+def test_the_installed_entry_point_prints_no_traceback(state: State) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "airflow_logstore.cli", "read", MISSING],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stdout == "" and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"logstore: error: table '{MISSING}' does not exist")
+
+
+# -- which state folder, catalog and broker a command uses ----------------------------------------------
+
+
+def test_table_show_says_what_it_uses(state: State, capfd: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capfd, ["table", "show", "t.plain"])
+    assert code == 0
+    using = json.loads(out)["using"]
+    assert using["state_folder"] == f"{state.home.resolve()} (from LOGSTORE_HOME)"
+    assert using["catalog"].startswith(f"'logstore' (sql sqlite:///{state.home.resolve()}/catalog/catalog.db")
+    assert using["broker"] == "none (the table has no log)"
+
+
+def test_services_status_says_what_it_uses(state: State, capfd: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run(capfd, ["services", "status"])
+    lines = out.splitlines()
+    assert lines[0] == f"state folder: {state.home.resolve()} (from LOGSTORE_HOME)"
+    assert lines[1].startswith(f"catalog: 'logstore' (sql sqlite:///{state.home.resolve()}/catalog/")
+    assert lines[2] == f"broker: 127.0.0.1:{os.environ['LOGSTORE_KAFKA_PORT']}"
+
+
+def test_inside_a_checkout_the_cli_uses_its_state_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    checkout = tmp_path / "clone"
+    (checkout / "dags").mkdir(parents=True)
+    (checkout / "pyproject.toml").write_text('[project]\nname = "airflow-logstore"\n')
+    (checkout / "dev").write_text("")
+    for name in ("LOGSTORE_HOME", "LOGSTORE_CACHE", "LOGSTORE_CATALOG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LOGSTORE_KAFKA_PORT", str(closed_port()))
+    monkeypatch.chdir(checkout / "dags")
+    _, out, _ = run(capfd, ["services", "status"])
+    assert out.splitlines()[0] == f"state folder: {checkout.resolve()}/.logstore (from checkout {checkout})"
+    assert f"catalog: 'logstore' (sql sqlite:///{checkout.resolve()}/.logstore/catalog/catalog.db" in out
+
+
+# -- third-party errors that need Spark or a broker to happen for real ---------------------------------
+
+
+def test_spark_path_not_found_on_a_remote_uri() -> None:
+    from pyspark.errors import AnalysisException
+
+    text = "[PATH_NOT_FOUND] Path does not exist: s3a://bucket/in.jsonl. SQLSTATE: 42K03"
+    error = AnalysisException(message=text)
+    failure = explain(error, Context("logstore write", "t.plain"))
+    assert failure.lines() == [
+        "logstore: error: input path not found: s3a://bucket/in.jsonl",
+        "logstore: check --input: a JSON-lines, CSV or Parquet file or folder, or a URI Spark can read",
+    ]
+    assert failure.exit_code == 2
+
+
+def test_spark_table_not_found(state: State) -> None:
+    from pyspark.errors import AnalysisException
+
+    error = AnalysisException(message="[TABLE_OR_VIEW_NOT_FOUND] The table `t`.`x` cannot be found.")
+    failure = explain(error, Context("logstore write", "t.x"))
+    assert failure.problem.startswith("table 't.x' does not exist in catalog 'logstore'")
+    assert failure.exit_code == 1
+
+
+def test_other_spark_errors_keep_their_first_line() -> None:
+    from pyspark.errors import AnalysisException
+
+    text = "[UNRESOLVED_COLUMN] A column `x` cannot be resolved.\n\tat org.apache.spark..."
+    error = AnalysisException(message=text)
+    failure = explain(error)
+    assert failure.problem == "Spark: A column `x` cannot be resolved"
+    assert "--debug" in failure.next_step
+
+
+def test_kafka_exception() -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    failure = explain(KafkaException(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down")))
+    assert failure.problem == "Kafka: 1/1 brokers are down"
+    assert "logstore services up" in failure.next_step
+
+
+def test_project_errors_keep_their_message() -> None:
+    assert explain(KafkaUnavailableError("Kafka at h:1 did not answer")).lines()[0] == (
+        "logstore: error: Kafka at h:1 did not answer"
+    )
+    bad = explain(BadInputError("value does not fit type bigint", row=1, column="amount"))
+    assert bad.problem == "row 1, column 'amount': value does not fit type bigint"
+    assert bad.exit_code == 2
+
+
+def test_an_unforeseen_error_is_one_line_and_points_to_debug() -> None:
+    failure = explain(ZeroDivisionError("division by zero\nmore detail"))
+    assert failure.lines() == [
+        "logstore: error: ZeroDivisionError: division by zero",
+        "logstore: this is unexpected; run it again with --debug for the traceback",
+    ]
+    assert failure.exit_code == 1
+
+
+def test_interrupt() -> None:
+    assert explain(KeyboardInterrupt()).exit_code == 130
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("LOGSTORE_KAFKA_PORT", "kafka"), ("LOGSTORE_CATALOG", "{not json"), ("LOGSTORE_KAFKA_TIMEOUT_S", "-1")],
+)
+def test_a_bad_environment_variable_is_named(
+    state: State, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], name: str, value: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    code, out, err = run(capfd, ["table", "show", "t.logged"])
+    assert_message(code, out, err, name, 2)
+    assert "fix that environment variable" in err
