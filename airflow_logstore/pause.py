@@ -10,6 +10,10 @@ its compare-and-set), letting another act, then releasing the first: no sleep li
   named point the process writes ``<dir>/<point>.reached`` and waits until the test creates
   ``<dir>/<point>.release``.
 
+A failure point (:func:`fail_once`) is the other half: ``LOGSTORE_FAIL_ONCE_AT=produce:flushed`` makes
+the first process (or Spark task) that reaches it raise, once per ``LOGSTORE_PAUSE_DIR`` (a marker
+file, created atomically, says it happened), so a test can make one Spark task attempt fail for real.
+
 Outside tests nothing is registered and nothing is named: a pause point costs one dictionary lookup.
 """
 
@@ -67,3 +71,22 @@ def _wait_for_release_file(name: str) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"pause point '{name}' was never released ({release})")
         time.sleep(0.05)
+
+
+def fail_once(name: str) -> None:
+    """Raise the first time any process reaches failure point ``name`` (see the module docstring)."""
+    named = {p.strip() for p in os.environ.get("LOGSTORE_FAIL_ONCE_AT", "").split(",") if p.strip()}
+    if name not in named:
+        return
+    marker = _file_for(name, "failed")
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return
+    os.write(fd, str(os.getpid()).encode())
+    os.close(fd)
+    raise InjectedFailure(f"injected failure at '{name}' (LOGSTORE_FAIL_ONCE_AT)")
+
+
+class InjectedFailure(RuntimeError):
+    """A failure a test asked for at a named point."""

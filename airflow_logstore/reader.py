@@ -222,6 +222,16 @@ class LogReader:
         _, positions = snapshot_positions(self.table, start.value)
         return {p: max(positions.get(p, 0), bounds[p][0]) for p in bounds}
 
+    def snapshot_start_sequence(self, start: StartPosition | Mapping[int, int]) -> int | None:
+        """For a read that starts at a snapshot, that snapshot's sequence number (else None).
+
+        Such a read is the log part of a hybrid read: it returns the changes the snapshot does not hold.
+        """
+        if isinstance(start, Mapping) or start.kind != "snapshot":
+            return None
+        chosen, _ = snapshot_positions(self.table, start.value)
+        return snapshot_sequence(self.table, chosen)
+
     def read(
         self,
         start: StartPosition | Mapping[int, int] | str = "earliest",
@@ -270,7 +280,9 @@ class LogReader:
                 else {p: min(int(end.get(p, bounds[p][1])), bounds[p][1]) for p in bounds}
             )
             consistent = self.consistency is Consistency.TRANSACTIONAL
-            hybrid = isinstance(start, Mapping) and hybrid_sequence is not None
+            if hybrid_sequence is None:
+                hybrid_sequence = self.snapshot_start_sequence(start)
+            hybrid = hybrid_sequence is not None
             state = self.state() if consistent or hybrid else None
             read_filter = ReadFilter(state, consistent, hybrid_sequence, dict(first) if hybrid else None)
             if state is not None and consistent:

@@ -15,6 +15,7 @@ A lost compare-and-set is retried from a new base, and every retry decides again
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -79,5 +80,6 @@ def decide(
 
 def staging_branch(writer_id: str, batch_id: int, epoch: int, attempt: int) -> str:
     """The name of the branch one commit attempt writes to (unique per attempt, Iceberg-safe)."""
-    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in writer_id)
-    return f"logstore_stage_{safe}_{batch_id}_{epoch}_{attempt}"
+    safe = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in writer_id)
+    digest = hashlib.sha256(writer_id.encode()).hexdigest()[:8]  # "a-b" and "a_b" stay apart
+    return f"logstore_stage_{safe}_{digest}_{batch_id}_{epoch}_{attempt}"

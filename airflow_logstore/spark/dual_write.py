@@ -35,7 +35,7 @@ from airflow_logstore.core.properties import EMIT_FILE, EMIT_LOG, LogStoreConfig
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.core.visibility import commit_positions
 from airflow_logstore.exceptions import CommitConflictError, FencedError, OptionError
-from airflow_logstore.pause import pause_point
+from airflow_logstore.pause import fail_once, pause_point
 from airflow_logstore.schema import primary_key_of
 from airflow_logstore.spark import staged_commit
 from airflow_logstore.spark.commit_retry import backoff_seconds, is_commit_conflict
@@ -142,6 +142,7 @@ def produce_partition(batches: Iterable[pa.RecordBatch], ctx: ProduceContext) ->
                 if sent % 5000 == 0:
                     prod.poll(0)
         flush(prod, tracker, sent, f"producing batch {ctx.batch_id} to '{ctx.topic}'")
+    fail_once("produce:flushed")  # tests: this task attempt fails after its records are in the log
     offsets = json.dumps({str(p): list(span) for p, span in tracker.offsets.items()})
     yield pa.RecordBatch.from_pylist([{"task": task, "count": sent, "offsets": offsets}])
 
@@ -470,7 +471,7 @@ class DualWriter:
             final.sparkSession.catalog.dropGlobalTempView(view)
 
     def _commit_sql(self, view: str, columns: list[str], branch: str) -> str:
-        target = f"{self.handle.spark_name()}.branch_{branch}"
+        target = f"{self.handle.spark_name()}.`branch_{branch}`"
         quoted = [f"`{c}`" for c in columns]
         if not self.primary_key:
             return f"INSERT INTO {target} SELECT {', '.join(quoted)} FROM {view}"

@@ -181,11 +181,16 @@ def run(
             if args.mode == "hybrid":
                 start = {p: max(positions.get(p, 0), bounds[p][0]) for p in bounds}
             else:
-                start = reader.start_offsets(StartPosition.parse(args.start), cons, bounds)
+                start_at = StartPosition.parse(args.start)
+                start = reader.start_offsets(start_at, cons, bounds)
         finally:
             cons.close()
         end = {p: high for p, (_, high) in bounds.items()}
-        hybrid_sequence = snapshot_sequence(reader.table, snapshot_id) if args.mode == "hybrid" else None
+        hybrid_sequence = (
+            snapshot_sequence(reader.table, snapshot_id)
+            if args.mode == "hybrid"
+            else reader.snapshot_start_sequence(start_at)
+        )
         records, dead = read_log_frame(spark, reader, start, end, hybrid_sequence)
         result["log_records"] = records.count()
         result["dead_lettered"] = dead.count()

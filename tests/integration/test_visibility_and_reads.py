@@ -18,6 +18,7 @@ from airflow_logstore.publish import publish_visible_offsets
 from airflow_logstore.reader import LogReader, read_file, read_hybrid, read_log, run_read
 from airflow_logstore.spark.dual_write import open_writer
 from airflow_logstore.spark.jobs import parse_result
+from airflow_logstore.tables import snapshot_commits
 from airflow_logstore.testing.tables import eventual_log, fold_log, make_table, table_state, write_jsonl
 
 ROWS = [
@@ -139,8 +140,8 @@ def test_start_positions_and_changelog_modes(env, spark, tmp_path: Path) -> None
     middle = everything.records[len(everything.records) // 2]
     by_time = read_log(table, f"timestamp:{middle.timestamp_ms}", consistency="eventual")
     assert by_time.records and all(r.timestamp_ms >= middle.timestamp_ms for r in by_time.records)
-    snapshots = sorted(table.load().snapshots(), key=lambda s: s.sequence_number)
-    from_second = read_log(table, f"snapshot:{snapshots[1].snapshot_id}", consistency="eventual")
+    second = next(c for c in snapshot_commits(table.load()) if c.batch_id == 2)
+    from_second = read_log(table, f"snapshot:{second.snapshot_id}", consistency="eventual")
     assert {r.meta.batch_id for r in from_second.records} == {3, 4}
 
     append_only = read_log(table, consistency="eventual", changelog_mode="append-only")

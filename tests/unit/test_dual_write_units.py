@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_logstore.pause import on_pause, pause_point
+from airflow_logstore.pause import InjectedFailure, fail_once, on_pause, pause_point
 from airflow_logstore.spark.dual_write import task_identity
 
 
@@ -61,3 +61,13 @@ def test_file_pause_point_without_a_folder_is_an_error(monkeypatch: pytest.Monke
     monkeypatch.delenv("LOGSTORE_PAUSE_DIR", raising=False)
     with pytest.raises(RuntimeError, match="LOGSTORE_PAUSE_DIR is unset"):
         pause_point("commit:decided")
+
+
+def test_failure_point_fails_exactly_once_per_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOGSTORE_FAIL_ONCE_AT", "produce:flushed")
+    monkeypatch.setenv("LOGSTORE_PAUSE_DIR", str(tmp_path))
+    fail_once("commit:decided")  # not named: nothing happens
+    with pytest.raises(InjectedFailure, match="produce:flushed"):
+        fail_once("produce:flushed")
+    fail_once("produce:flushed")  # the second time passes
+    assert (tmp_path / "produce_flushed.failed").exists()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from airflow_logstore.core.commit import Verdict, decide, staging_branch
 from airflow_logstore.core.summary import CommitInfo
 
@@ -55,5 +57,7 @@ def test_other_writers_never_fence() -> None:
 
 
 def test_staging_branch_names_are_unique_per_attempt_and_identifier_safe() -> None:
-    names = {staging_branch("job/a b", 3, 7, attempt) for attempt in (1, 2)}
-    assert names == {"logstore_stage_job_a_b_3_7_1", "logstore_stage_job_a_b_3_7_2"}
+    names = [staging_branch("job/a-b", 3, 7, attempt) for attempt in (1, 2)]
+    assert len(set(names)) == 2
+    assert all(re.fullmatch(r"logstore_stage_job_a_b_[0-9a-f]{8}_3_7_[12]", name) for name in names)
+    assert staging_branch("a-b", 1, 1, 1) != staging_branch("a_b", 1, 1, 1)
