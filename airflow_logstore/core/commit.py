@@ -80,6 +80,24 @@ def decide(
 
 def staging_branch(writer_id: str, batch_id: int, epoch: int, attempt: int) -> str:
     """The name of the branch one commit attempt writes to (unique per attempt, Iceberg-safe)."""
+    return f"{_writer_prefix(writer_id)}{batch_id}_{epoch}_{attempt}"
+
+
+def stale_staging_branches(refs: Iterable[str], writer_id: str, epoch: int) -> list[str]:
+    """Staging branches that older epochs of ``writer_id`` left behind (an attempt killed mid-commit).
+
+    They were never published; the newer epoch removes them so their snapshots can expire.
+    """
+    prefix = _writer_prefix(writer_id)
+    stale = []
+    for ref in refs:
+        parts = ref[len(prefix) :].split("_") if ref.startswith(prefix) else []
+        if len(parts) == 3 and all(p.isdigit() for p in parts) and int(parts[1]) < epoch:
+            stale.append(ref)
+    return sorted(stale)
+
+
+def _writer_prefix(writer_id: str) -> str:
     safe = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in writer_id)
     digest = hashlib.sha256(writer_id.encode()).hexdigest()[:8]  # "a-b" and "a_b" stay apart
-    return f"logstore_stage_{safe}_{digest}_{batch_id}_{epoch}_{attempt}"
+    return f"logstore_stage_{safe}_{digest}_"

@@ -380,6 +380,8 @@ class DualWriter:
         """
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             base = staged_commit.load_base(self.handle)
+            if attempt == 1:
+                staged_commit.drop_stale_branches(base, self.writer_id, self.epoch, self.handle)
             state = merged_state(base.table, self.control.read() if self.config.enabled else ControlState())
             decision = decide(
                 state.commits.values(),

@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from airflow_logstore.core.commit import stale_staging_branches
 from airflow_logstore.core.summary import OP_BASE, S_OPERATION
 
 if TYPE_CHECKING:
@@ -93,6 +94,13 @@ def publish(base: Base, head_snapshot_id: int, branch: str, handle: LogStoreTabl
     with current.manage_snapshots() as manage:
         manage.create_branch(snapshot_id=head_snapshot_id, branch_name="main")
         manage.remove_branch(branch)
+
+
+def drop_stale_branches(base: Base, writer_id: str, epoch: int, handle: LogStoreTable) -> None:
+    """Remove the staging branches older epochs of the writer left (see ``core.commit``)."""
+    for branch in stale_staging_branches(base.table.metadata.refs, writer_id, epoch):
+        log.info("dropping staging branch %s left by an older attempt", branch)
+        drop_branch(handle, branch)
 
 
 def drop_branch(handle: LogStoreTable, branch: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from airflow_logstore.core.commit import Verdict, decide, staging_branch
+from airflow_logstore.core.commit import Verdict, decide, staging_branch, stale_staging_branches
 from airflow_logstore.core.summary import CommitInfo
 
 
@@ -61,3 +61,15 @@ def test_staging_branch_names_are_unique_per_attempt_and_identifier_safe() -> No
     assert len(set(names)) == 2
     assert all(re.fullmatch(r"logstore_stage_job_a_b_[0-9a-f]{8}_3_7_[12]", name) for name in names)
     assert staging_branch("a-b", 1, 1, 1) != staging_branch("a_b", 1, 1, 1)
+
+
+def test_stale_staging_branches_are_an_older_epochs_of_the_same_writer() -> None:
+    refs = [
+        "main",
+        staging_branch("w", 3, 4, 1),
+        staging_branch("w", 3, 7, 1),  # this epoch's own
+        staging_branch("w", 2, 9, 2),  # a newer epoch's
+        staging_branch("w-other", 3, 1, 1),  # another writer's
+        "logstore_stage_w_unparsable",
+    ]
+    assert stale_staging_branches(refs, "w", 7) == [staging_branch("w", 3, 4, 1)]
