@@ -402,9 +402,10 @@ def partition_offsets(
     cons: Consumer, topic: str, partitions: int, timeout: float | None = None
 ) -> dict[int, tuple[int, int]]:
     """Per partition (log start offset, end offset)."""
-    from confluent_kafka import KafkaException, TopicPartition
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
     timeout = request_timeout(timeout)
+    missing = (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART)
     result = {}
     for partition in range(partitions):
         try:
@@ -412,6 +413,11 @@ def partition_offsets(
                 TopicPartition(topic, partition), timeout=timeout, cached=False
             )
         except KafkaException as exc:
+            if exc.args and exc.args[0].code() in missing:
+                raise TopicError(
+                    f"topic '{topic}' has no partition {partition}: the topic is missing or has fewer "
+                    "partitions than the table's log-store.partitions; 'logstore table create' creates it"
+                ) from exc
             raise KafkaUnavailableError(
                 f"Kafka did not answer for the offsets of '{topic}' partition {partition}: "
                 f"{exc.args[0].str() if exc.args else exc}"

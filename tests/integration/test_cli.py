@@ -1,0 +1,115 @@
+"""The ``logstore`` CLI's failures on the real broker, catalog and Spark: messages, never tracebacks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from airflow_logstore.cli import main
+from airflow_logstore.tables import LogStoreTable
+from airflow_logstore.testing.environment import LogStoreTestEnv
+from airflow_logstore.testing.tables import make_table
+
+
+@pytest.fixture
+def table(env: LogStoreTestEnv) -> LogStoreTable:
+    return make_table(env)
+
+
+def logstore(env: LogStoreTestEnv, *args: str) -> subprocess.CompletedProcess[str]:
+    """The command as a user runs it: its own process, the test environment's state folder."""
+    return subprocess.run(
+        [sys.executable, "-m", "airflow_logstore.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env.env},
+        timeout=300,
+        check=False,
+    )
+
+
+def test_read_of_a_missing_table(env: LogStoreTestEnv) -> None:
+    done = logstore(env, "read", "no.such_table")
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"logstore: error: table 'no.such_table' does not exist in catalog 'logstore' (sql sqlite:///"
+        f"{env.settings.catalog_db}?timeout=30, warehouse {env.settings.warehouse.as_uri()})",
+        f"logstore: state folder {env.settings.home} (from LOGSTORE_HOME); create the table with 'logstore "
+        "table create', or use the state folder that has it (run inside its project checkout, or set "
+        "LOGSTORE_HOME / LOGSTORE_CATALOG)",
+    ]
+
+
+def test_write_of_a_missing_input_file_fails_before_spark(env: LogStoreTestEnv, table: LogStoreTable) -> None:
+    done = logstore(env, "write", str(table.name), "--input", "/tmp/does_not_exist.jsonl")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "logstore: error: input path '/tmp/does_not_exist.jsonl' does not exist",
+        "logstore: fix the input (the path, row or column named above) and run the command again",
+    ]
+
+
+def test_spark_path_not_found_is_a_message(
+    env: LogStoreTestEnv, spark: Any, table: LogStoreTable, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A glob is Spark's to resolve (as a remote URI is): its PATH_NOT_FOUND becomes the message."""
+    pattern = "/tmp/does_not_exist_*.jsonl"
+    code = main(["write", str(table.name), "--input", pattern])
+    _, err = capfd.readouterr()
+    assert code == 2
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-2:] == [
+        f"logstore: error: input path not found: file:{pattern}",
+        "logstore: check --input: a JSON-lines, CSV or Parquet file or folder, or a URI Spark can read",
+    ]
+
+
+def test_table_show_names_the_state_folder_catalog_and_broker(
+    env: LogStoreTestEnv, table: LogStoreTable
+) -> None:
+    done = logstore(env, "table", "show", str(table.name))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["using"] == {
+        "state_folder": f"{env.settings.home} (from LOGSTORE_HOME)",
+        "catalog": f"'logstore' (sql sqlite:///{env.settings.catalog_db}?timeout=30, "
+        f"warehouse {env.settings.warehouse.as_uri()})",
+        "broker": env.bootstrap,
+    }
+
+
+def test_services_status_names_the_running_broker(env: LogStoreTestEnv) -> None:
+    done = logstore(env, "services", "status")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:3] == [
+        f"state folder: {env.settings.home} (from LOGSTORE_HOME)",
+        f"catalog: 'logstore' (sql sqlite:///{env.settings.catalog_db}?timeout=30, "
+        f"warehouse {env.settings.warehouse.as_uri()})",
+        f"broker: {env.bootstrap}",
+    ]
+    assert lines[3].startswith(f"kafka broker running (pid {env.broker.pid()}) at {env.bootstrap}")
+
+
+def test_a_missing_topic_is_a_message(env: LogStoreTestEnv) -> None:
+    """The table's log points at the real broker, but its topic was never created."""
+    from airflow_logstore.catalog import default_catalog
+    from airflow_logstore.schema import parse_schema
+    from airflow_logstore.tables import ICEBERG_DEFAULTS
+
+    name = f"it.{env.unique('notopic')}"
+    catalog = default_catalog().load()
+    catalog.create_namespace_if_not_exists("it")
+    properties = {**ICEBERG_DEFAULTS, **env.log_properties(env.unique("missing"))}
+    catalog.create_table(name, parse_schema("id int", ["id"]), properties=properties)
+    done = logstore(env, "read", name)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    topic = properties["log-store.topic"]
+    assert done.stderr.splitlines() == [
+        f"logstore: error: topic '{topic}' has no partition 0: the topic is missing or has fewer partitions "
+        "than the table's log-store.partitions; 'logstore table create' creates it"
+    ]
