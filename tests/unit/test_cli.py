@@ -366,3 +366,23 @@ def test_a_bad_environment_variable_is_named(
     code, out, err = run(capfd, ["table", "show", "t.logged"])
     assert_message(code, out, err, name, 2)
     assert "fix that environment variable" in err
+
+
+@pytest.mark.parametrize(
+    ("path", "master", "local"),
+    [
+        ("/data/in.jsonl", "local[2]", Path("/data/in.jsonl")),
+        ("rel/in.csv", "local", Path("rel/in.csv")),
+        ("file:///data/a%20b.jsonl", "local[2]", Path("/data/a b.jsonl")),
+        ("file:///data/in.jsonl", "spark://master:7077", Path("/data/in.jsonl")),
+        ("/data/in.jsonl", "spark://master:7077", None),  # the cluster's default file system decides
+        ("s3a://bucket/in.jsonl", "local[2]", None),
+        ("hdfs://nn/in.parquet", "local[2]", None),
+        ("/data/part-*.jsonl", "local[2]", None),  # globs are Spark's to expand
+        ("/data/{a,b}.jsonl", "local[2]", None),
+    ],
+)
+def test_which_input_paths_are_checked_before_spark(path: str, master: str, local: Path | None) -> None:
+    from airflow_logstore.commands.write import local_input_path
+
+    assert local_input_path(path, master) == local
