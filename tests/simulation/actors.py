@@ -1,0 +1,616 @@
+"""The protocol's actors as step machines over the in-memory model.
+
+Each actor is a generator that yields a label before every step that touches shared state (a log or
+control-topic append or read, a catalog load or compare-and-set), so the scheduler can interleave, pause
+or kill it there. Every *decision* is the project's real core code (``classify``, ``WatermarkScan``,
+``decide``, ``commit_positions``, ``ReadFilter``, ``control.fold``, ``plan_batch``, the reconcile
+planner, ``plan_expiry``); the actors only mirror the order of the I/O of the real modules, and each
+step names the function it mirrors.
+
+``Bugs`` restores the old behaviour of holes 1-4 of issue 13 (test-only switches).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Generator, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from airflow_logstore.compaction import RetentionPolicy, SnapshotInfo, plan_expiry
+from airflow_logstore.core import control
+from airflow_logstore.core import reconcile as rec
+from airflow_logstore.core.changes import apply_final, plan_batch
+from airflow_logstore.core.codec import (
+    RecordMeta,
+    decode_headers,
+    encode_headers,
+    encode_key,
+    encode_value,
+    partition_for_key,
+)
+from airflow_logstore.core.commit import Verdict, decide
+from airflow_logstore.core.control import ControlState
+from airflow_logstore.core.summary import (
+    OP_BASE,
+    OP_COMPACTION,
+    S_OPERATION,
+    S_POSITIONS,
+    CommitInfo,
+    advance_positions,
+    positions_from_json,
+)
+from airflow_logstore.core.visibility import ReadFilter, WatermarkScan, classify, commit_positions
+from airflow_logstore.spark.dual_write import task_identity
+
+from .model import Catalog, ControlTopic, KafkaLog, LogEntry, Row, Snapshot, TableView, TaskRun, row_id
+
+Steps = Generator[str, None, None]
+COMMIT_ATTEMPTS = 6  # spark.dual_write.COMMIT_ATTEMPTS
+SPARK_TASKS = 2
+
+
+@dataclass(frozen=True)
+class Bugs:
+    """Test-only switches restoring the old (wrong) behaviour of issue 13's holes."""
+
+    decide_once: bool = False  # 1: decide once before the MERGE, then commit without compare-and-set
+    attempt_number_tags: bool = False  # 2: task tag "<partition>.<attempt number>"
+    state_before_ends: bool = False  # 3: publish reads the control state before the log end offsets
+    advance_positions: bool = False  # 4: positions = max(last + 1) of the batch's offsets
+
+    def any(self) -> bool:
+        return (
+            self.decide_once or self.attempt_number_tags or self.state_before_ends or self.advance_positions
+        )
+
+
+@dataclass
+class Landed:
+    """Ground truth: a dual-write snapshot that became main (the oracle's notion of 'committed')."""
+
+    snapshot_id: int
+    writer_id: str
+    batch_id: int
+    epoch: int
+    runs: frozenset[TaskRun]  # the task runs whose records the commit made visible
+    inputs: tuple[Row, ...]
+
+
+@dataclass
+class Observed:
+    """What one reader returned: (partition, offset) of each log record, and file rows for hybrids."""
+
+    name: str
+    consistent: bool
+    records: list[LogEntry] = field(default_factory=list)
+    file_rows: Counter[str] | None = None
+    snapshot_id: int | None = None
+    end: dict[int, int] = field(
+        default_factory=dict
+    )  # where a consistent read stopped: min(log end, watermark + 1)
+    final: bool = False  # read at quiescence
+    start: dict[int, int] = field(default_factory=dict)  # where a hybrid read's log part started
+
+
+@dataclass
+class World:
+    rng: random.Random
+    bugs: Bugs
+    partitions: int
+    keyed: bool
+    inputs: dict[str, list[list[Row]]]  # writer -> batches (batch b at index b - 1) of input rows
+    log: KafkaLog
+    control: ControlTopic
+    catalog: Catalog
+    landed: list[Landed] = field(default_factory=list)
+    observed: list[Observed] = field(default_factory=list)
+    trace: list[str] = field(default_factory=list)
+
+    @property
+    def primary_key(self) -> list[str]:
+        return ["id"] if self.keyed else []
+
+    def note(self, text: str) -> None:
+        self.trace.append(text)
+
+
+# --- helpers mirroring small I/O functions of the real modules ------------------------------------------
+
+
+def snapshot_commits(view: TableView) -> list[CommitInfo]:
+    """tables.snapshot_commits: the LogStore commits in main's live lineage, oldest first."""
+    commits = []
+    for snapshot in view.ancestors():
+        commit = snapshot.commit  # CommitInfo.from_summary(summary, snapshot_id, sequence_number)
+        if commit is not None:
+            commits.append(commit)
+    return commits[::-1]
+
+
+def merged_state(view: TableView, state: ControlState) -> ControlState:
+    """tables.merged_state."""
+    for commit in snapshot_commits(view):
+        state.commits.setdefault(commit.key, commit)
+    return state
+
+
+def sync_ledger(world: World, state: ControlState, view: TableView) -> None:
+    """publish.sync_ledger: ledger entries for live commits the ledger lacks."""
+    for commit in snapshot_commits(view):
+        if commit.key not in state.commits:
+            world.control.record_commit(commit)
+            state.commits[commit.key] = commit
+
+
+def rows_of(snapshot: Snapshot | None) -> dict[tuple[Any, ...], Row]:
+    """A key table's rows by key (decoded from the snapshot's multiset)."""
+    import json
+
+    rows: dict[tuple[Any, ...], Row] = {}
+    for text in (snapshot.rows if snapshot else Counter()).elements():
+        row = json.loads(text)
+        rows[(row["id"],)] = row
+    return rows
+
+
+def snapshot_positions(view: TableView, snapshot_id: int | None) -> dict[int, int]:
+    """reader.snapshot_positions: a compaction snapshot uses its nearest LogStore ancestor's."""
+    for snapshot in view.ancestors(snapshot_id):
+        if S_POSITIONS in snapshot.summary:
+            return positions_from_json(snapshot.summary[S_POSITIONS])
+    return {}
+
+
+def _positions(state: ControlState) -> dict[int, int]:
+    """spark.dual_write._positions."""
+    positions: dict[int, int] = {}
+    for commit in state.commits.values():
+        for partition, position in commit.positions.items():
+            positions[partition] = max(positions.get(partition, 0), position)
+    return positions
+
+
+# --- the dual-write writer (spark.dual_write.DualWriter) ------------------------------------------------
+
+
+@dataclass
+class _TaskCursor:
+    run: TaskRun
+    records: list[tuple[int, bytes | None, bytes]]  # (kafka partition, key, value)
+    stop_after: int | None  # the run fails after producing this many records
+    produced: list[int] = field(default_factory=list)  # offsets
+    partitions: list[int] = field(default_factory=list)
+
+
+def writer_attempt(world: World, writer_id: str, crashes: bool = True) -> Steps:
+    """One writer attempt (one epoch, one Spark application): DualWriter.__init__ + write_frame per batch."""
+    rng = world.rng
+    yield "claim epoch"  # DualWriter.__init__: control.claim_epoch
+    epoch = world.control.claim_epoch(writer_id)
+    world.note(f"{writer_id} claims epoch {epoch}")
+    next_attempt_id = 0  # TaskContext.taskAttemptId(): unique within the application
+    for batch_id, rows in enumerate(world.inputs[writer_id], start=1):
+        yield f"b{batch_id} state"  # write_frame: self.state().committed(writer, batch)
+        state = merged_state(world.catalog.load(), world.control.read())
+        if state.committed(writer_id, batch_id) is not None:
+            continue
+        yield f"b{batch_id} plan"  # _plan against main as it is now
+        plan = plan_batch(rows, world.primary_key, rows_of(world.catalog.load().current()))
+        # _produce: tasks by key (repartition), each producing its records in order
+        per_task: dict[int, list[tuple[int, bytes | None, bytes]]] = {}
+        for index, (kind, row) in enumerate(plan.records):
+            key = encode_key(row, world.primary_key)
+            if key is not None:
+                partition, task = partition_for_key(key, world.partitions), int(row["id"]) % SPARK_TASKS
+            else:
+                partition, task = rng.randrange(world.partitions), index % SPARK_TASKS
+            per_task.setdefault(task, []).append((partition, key, encode_value(kind, row)))
+        cursors: list[_TaskCursor] = []
+        successful: list[_TaskCursor] = []
+        for task, records in sorted(per_task.items()):
+            fail = crashes and rng.random() < 0.3
+            run = _task_run(world, writer_id, epoch, batch_id, task, 0, next_attempt_id)
+            next_attempt_id += 1
+            cursors.append(_TaskCursor(run, records, rng.randint(0, len(records)) if fail else None))
+        while cursors:
+            cursor = rng.choice(cursors)
+            if cursor.stop_after is not None and len(cursor.produced) >= cursor.stop_after:
+                # the task run fails; a plain task retry counts the attempt number up, a stage
+                # resubmission (fetch failure) starts it at 0 again; the attempt id is always new
+                resubmit = rng.random() < 0.6
+                number = 0 if resubmit else cursor.run.attempt_number + 1
+                run = _task_run(
+                    world, writer_id, epoch, batch_id, cursor.run.partition_id, number, next_attempt_id
+                )
+                next_attempt_id += 1
+                world.note(f"{writer_id} e{epoch} b{batch_id} task {cursor.run.tag} failed; retry {run.tag}")
+                cursors[cursors.index(cursor)] = _TaskCursor(run, cursor.records, None)
+                continue
+            if len(cursor.produced) == len(cursor.records):
+                cursors.remove(cursor)
+                successful.append(cursor)  # the driver collects this task's report
+                continue
+            yield f"b{batch_id} produce"  # produce_partition: one record
+            partition, key, value = cursor.records[len(cursor.produced)]
+            meta = RecordMeta(writer_id, epoch, batch_id, cursor.run.tag)
+            cursor.produced.append(world.log.append(partition, key, value, encode_headers(meta), cursor.run))
+            cursor.partitions.append(partition)
+        offsets: dict[int, tuple[int, int]] = {}
+        for cursor in successful:  # _produce: per partition min first / max last of successful tasks
+            for partition, offset in zip(cursor.partitions, cursor.produced, strict=True):
+                span = offsets.get(partition)
+                offsets[partition] = (
+                    (offset, offset) if span is None else (min(span[0], offset), max(span[1], offset))
+                )
+        commit = CommitInfo(
+            writer_id=writer_id,
+            batch_id=batch_id,
+            epoch=epoch,
+            offsets=offsets,
+            tasks=frozenset(c.run.tag for c in successful),
+            record_count=sum(len(c.produced) for c in successful),
+        )
+        runs = frozenset(c.run for c in successful)
+        committer = _commit_once_unconditionally if world.bugs.decide_once else _commit
+        landed = yield from committer(world, commit, plan.final, rows, runs)
+        if landed is None:
+            return  # FencedError / CommitConflictError: this attempt stops
+        yield f"b{batch_id} ledger"  # write_frame: control.record_commit (unless an older epoch's won)
+        if landed.epoch == epoch:
+            world.control.record_commit(landed)
+
+
+def _task_run(
+    world: World, writer: str, epoch: int, batch: int, partition: int, number: int, attempt_id: int
+) -> TaskRun:
+    tag = f"{partition}.{number}" if world.bugs.attempt_number_tags else task_identity(partition, attempt_id)
+    return TaskRun(writer, epoch, batch, partition, number, attempt_id, tag)
+
+
+def _staged_rows(
+    world: World, base: Snapshot | None, final: dict[Any, Any], rows: Iterable[Row]
+) -> Counter[str]:
+    """The MERGE (key table) or append written to the staging branch on top of ``base``."""
+    if world.keyed:
+        merged = apply_final(rows_of(base), final)
+        return Counter(row_id(row) for row in merged.values())
+    result = Counter(base.rows if base else Counter())
+    result.update(row_id({k: v for k, v in row.items() if k != "op"}) for row in rows)
+    return result
+
+
+def _load_base(world: World) -> Steps:
+    """staged_commit.load_base: an empty table first gets an empty base snapshot (a CAS from nothing)."""
+    view = world.catalog.load()
+    if view.main is None:
+        snapshot = world.catalog.stage(None, {S_OPERATION: OP_BASE}, Counter(), "base")
+        world.catalog.cas_main(None, snapshot.snapshot_id, "base")
+        world.catalog.drop_branch("base")
+        yield "base snapshot"
+
+
+def _commit(
+    world: World, commit: CommitInfo, final: dict[Any, Any], rows: list[Row], runs: frozenset[TaskRun]
+) -> Generator[str, None, CommitInfo | None]:
+    """DualWriter._commit / _try_publish: decide on every base, stage, compare-and-set main."""
+    name = f"{commit.writer_id} e{commit.epoch} b{commit.batch_id}"
+    for attempt in range(1, COMMIT_ATTEMPTS + 1):
+        yield "commit: load base"  # staged_commit.load_base
+        yield from _load_base(world)
+        base = world.catalog.load()
+        yield "commit: read control"  # merged_state(base.table, control.read())
+        state = merged_state(base, world.control.read())
+        decision = decide(
+            state.commits.values(),
+            state.latest_epoch(commit.writer_id),
+            commit.writer_id,
+            commit.batch_id,
+            commit.epoch,
+        )
+        yield "commit:decided"  # pause_point("commit:decided")
+        if decision.verdict is Verdict.ALREADY_COMMITTED and decision.existing is not None:
+            world.note(f"{name}: {decision.reason}")
+            return decision.existing
+        if decision.verdict is Verdict.FENCED:
+            world.note(f"{name}: fenced ({decision.reason})")
+            return None
+        if world.bugs.advance_positions:
+            positions = advance_positions(_positions(state), commit.offsets)
+        else:
+            positions = commit_positions(_positions(state), state.watermark)
+        staged = replace(commit, positions=positions)
+        branch = f"stage/{name}/{attempt}"
+        snapshot = world.catalog.stage(
+            base.main, staged.to_summary(), _staged_rows(world, base.current(), final, rows), branch
+        )
+        yield "commit:before-publish"  # _write_branch done; pause_point("commit:before-publish")
+        if world.catalog.cas_main(base.main, snapshot.snapshot_id, branch):  # staged_commit.publish
+            world.landed.append(
+                Landed(
+                    snapshot.snapshot_id, commit.writer_id, commit.batch_id, commit.epoch, runs, tuple(rows)
+                )
+            )
+            world.note(f"{name} commits snapshot {snapshot.snapshot_id} positions {positions}")
+            return replace(staged, snapshot_id=snapshot.snapshot_id, sequence_number=snapshot.sequence_number)
+        world.catalog.drop_branch(branch)  # lost the race: decide again on a new base
+    return None
+
+
+def _commit_once_unconditionally(
+    world: World, commit: CommitInfo, final: dict[Any, Any], rows: list[Row], runs: frozenset[TaskRun]
+) -> Generator[str, None, CommitInfo | None]:
+    """Hole 1 (old code): check the epoch once, then MERGE with Iceberg's own retries (no re-decide)."""
+    name = f"{commit.writer_id} e{commit.epoch} b{commit.batch_id}"
+    yield "commit: fence check"
+    state = merged_state(world.catalog.load(), world.control.read())
+    decision = decide(
+        state.commits.values(),
+        state.latest_epoch(commit.writer_id),
+        commit.writer_id,
+        commit.batch_id,
+        commit.epoch,
+    )
+    if decision.verdict is Verdict.ALREADY_COMMITTED and decision.existing is not None:
+        return decision.existing
+    if decision.verdict is Verdict.FENCED:
+        return None
+    positions = (
+        advance_positions(_positions(state), commit.offsets)
+        if world.bugs.advance_positions
+        else commit_positions(_positions(state), state.watermark)
+    )
+    staged = replace(commit, positions=positions)
+    yield "commit: MERGE"
+    while True:  # Iceberg re-applies a conflicting MERGE on the new main (commit_retry)
+        yield from _load_base(world)
+        base = world.catalog.load()
+        snapshot = world.catalog.stage(
+            base.main, staged.to_summary(), _staged_rows(world, base.current(), final, rows), f"merge/{name}"
+        )
+        yield "commit: swap"
+        if world.catalog.cas_main(base.main, snapshot.snapshot_id, f"merge/{name}"):
+            world.landed.append(
+                Landed(
+                    snapshot.snapshot_id, commit.writer_id, commit.batch_id, commit.epoch, runs, tuple(rows)
+                )
+            )
+            world.note(f"{name} commits snapshot {snapshot.snapshot_id} (no re-decide)")
+            return replace(staged, snapshot_id=snapshot.snapshot_id, sequence_number=snapshot.sequence_number)
+
+
+# --- publisher (publish.publish_visible_offsets) ----------------------------------------------------------
+
+
+def publisher(world: World) -> Steps:
+    if world.bugs.state_before_ends:
+        yield "publish: read control"  # hole 3: the control state first ...
+        state = world.control.read()
+        yield "publish: offsets"  # ... the log's end offsets second
+        ends = world.log.end_offsets()
+    else:
+        yield "publish: offsets"  # kafka_client.partition_offsets first
+        ends = world.log.end_offsets()
+        yield "publish:offsets-read"  # pause point, then ctl.read()
+        state = world.control.read()
+    yield "publish: load table"  # handle.load(); sync_ledger
+    sync_ledger(world, state, world.catalog.load())
+    previous = dict(state.watermark)
+    start = {p: previous.get(p, -1) + 1 for p in ends}
+    scan = WatermarkScan(previous)
+    yield "publish: scan"
+    for entry in world.log.scan(start, ends):
+        if entry.partition in scan.blocked:
+            continue
+        meta = decode_headers(entry.headers)
+        scan.observe(entry.partition, entry.offset, classify(meta, entry.partition, entry.offset, state))
+    new = scan.finish(ends)
+    if any(new.get(p, -1) > previous.get(p, -1) for p in new):
+        yield "publish: append watermark"  # ctl.append(K_WATERMARK, ...)
+        world.control.append(control.K_WATERMARK, {"offsets": {str(p): o for p, o in sorted(new.items())}})
+        world.note(f"publisher: watermark {previous} -> {new}")
+
+
+# --- reconciler (reconciler._run) -------------------------------------------------------------------------
+
+
+def reconciler(world: World) -> Steps:
+    yield "reconcile: bounds"  # partition_offsets: the safe point
+    bounds = world.log.bounds()
+    safe_point = {p: high for p, (_, high) in bounds.items()}
+    yield "reconcile: read control"  # ctl.read(), after the safe point
+    state = world.control.read()
+    yield "reconcile: sync ledger"  # sync_ledger(handle, ctl, state, table)
+    sync_ledger(world, state, world.catalog.load())
+    progress = state.reconcile_progress
+    run = rec.run_number(progress)
+    starts, _, _ = rec.start_positions(state.reconcile_positions, bounds)
+    records = [
+        rec.LogRecordIn(e.partition, e.offset, e.key, e.headers, e.value)
+        for e in world.log.scan(starts, safe_point)
+    ]
+    plans, _ = rec.plan_partitions(records, state, starts, safe_point, rec.lookback_ranges(progress, starts))
+    positions = {plan.stats.partition: plan.stats.next_position for plan in plans}
+    output: dict[int, tuple[int, int]] = {}
+    for plan in plans:  # produce_outputs
+        for out in plan.iter_outputs():
+            yield "reconcile: produce"
+            offset = world.log.append(out.partition, out.key, out.value, out.headers(1, run), None)
+            span = output.get(out.partition)
+            output[out.partition] = (offset, offset) if span is None else (span[0], offset)
+    if output or positions != {p: state.reconcile_positions.get(p) for p in positions}:
+        yield "reconcile:before-progress"
+        value = rec.progress_value(
+            positions=positions,
+            safe_point=safe_point,
+            output=output,
+            lease_id=1,
+            run=run,
+            owner="sim",
+            summary={},
+            now_ms=0,
+        )
+        world.control.append(control.K_RECONCILE, value)
+        world.note(f"reconciler run {run}: output {output}, positions {positions}")
+
+
+# --- compaction (spark.compact_job + compaction.plan_expiry / secure_ledger) ----------------------------
+
+
+def compaction(world: World) -> Steps:
+    while True:  # rewrite data files: a replace commit, retried by Iceberg on the new main
+        yield "compact: load"
+        view = world.catalog.load()
+        current = view.current()
+        if current is None:
+            return
+        snapshot = world.catalog.stage(
+            current.snapshot_id, {S_OPERATION: OP_COMPACTION}, Counter(current.rows), "compact"
+        )
+        yield "compact: commit"
+        if world.catalog.cas_main(current.snapshot_id, snapshot.snapshot_id, "compact"):
+            world.note(f"compaction: snapshot {snapshot.snapshot_id}")
+            break
+        world.catalog.drop_branch("compact")
+    yield "expire: plan"
+    view = world.catalog.load()
+    infos = [
+        SnapshotInfo(
+            s.snapshot_id,
+            s.parent_id,
+            s.timestamp_ms,
+            S_POSITIONS in s.summary,
+            s.summary.get(S_OPERATION),
+            s.commit,
+        )
+        for s in view.snapshots.values()
+    ]
+    now = world.catalog.last_sequence
+    plan = plan_expiry(
+        infos, view.main, RetentionPolicy(world.rng.randint(0, 3), world.rng.randint(1, 2)), now
+    )
+    yield "expire: secure ledger"  # secure_ledger: sync, read back, check every expiring commit
+    sync_ledger(world, world.control.read(), view)
+    state = world.control.read()
+    for commit in plan.expiring_commits:
+        entry = state.committed(commit.writer_id, commit.batch_id)
+        if entry is None or entry.epoch != commit.epoch:
+            world.note(f"expiry refused: {commit.key} not in the ledger")
+            return
+    yield "expire: expire"
+    removed = world.catalog.expire(plan.expire)
+    world.note(f"expiry: removed {removed}")
+
+
+# --- readers ----------------------------------------------------------------------------------------------
+
+
+def consistent_follower(world: World, seen: Observed) -> Steps:
+    """follow.follow (consistent): tail log and control topic; release decided records <= watermark."""
+    state = merged_state(world.catalog.load(), ControlState())  # ControlFollower.__init__
+    control_next = 0
+    log_next = dict.fromkeys(range(world.partitions), 0)
+    pending: dict[int, list[LogEntry]] = {p: [] for p in range(world.partitions)}
+    while True:
+        yield "follow: poll control"  # ControlFollower.poll
+        new = world.control.records[control_next:]
+        control_next += len(new)
+        control.fold(new, state)
+        yield "follow: poll log"  # cons.consume
+        ends = world.log.end_offsets()
+        for entry in world.log.scan(log_next, ends):
+            pending[entry.partition].append(entry)
+        log_next = ends
+        for partition, messages in pending.items():  # _release
+            mark = state.watermark.get(partition, -1)
+            ready = 0
+            while (
+                ready < len(messages) and messages[ready].offset <= mark and _decided(messages[ready], state)
+            ):
+                ready += 1
+            for entry in messages[:ready]:
+                keep, _ = ReadFilter(state, consistent=True).decide(
+                    decode_headers(entry.headers), partition, entry.offset
+                )
+                if keep:
+                    seen.records.append(entry)
+            del messages[:ready]
+
+
+def _decided(entry: LogEntry, state: ControlState) -> bool:
+    """follow._decided."""
+    return not classify(decode_headers(entry.headers), entry.partition, entry.offset, state).undecided
+
+
+def eventual_follower(world: World, seen: Observed) -> Steps:
+    """follow.follow (eventual): every record as it arrives."""
+    log_next = dict.fromkeys(range(world.partitions), 0)
+    while True:
+        yield "follow: poll log"
+        ends = world.log.end_offsets()
+        seen.records.extend(world.log.scan(log_next, ends))
+        log_next = ends
+
+
+def log_read(
+    world: World, seen: Observed, start: dict[int, int], consistent: bool, hybrid_of: Snapshot | None = None
+) -> Generator[str, None, dict[int, int]]:
+    """reader.LogReader.iterate: bounds, then the state; consistent reads stop at the watermark + 1."""
+    view = world.catalog.load()  # LogReader.__init__: self.table
+    yield "read: bounds"  # partition_offsets
+    last = world.log.end_offsets()
+    hybrid = hybrid_of is not None
+    state = None
+    if consistent or hybrid:
+        yield "read: control"  # self.state(): merged_state(self.table, control.read())
+        state = merged_state(view, world.control.read())
+    sequence = hybrid_of.sequence_number if hybrid_of is not None else None
+    read_filter = ReadFilter(state, consistent, sequence, dict(start) if hybrid else None)
+    if state is not None and consistent:
+        last = {p: min(last[p], state.watermark.get(p, -1) + 1) for p in last}
+        seen.end = dict(last)
+    for entry in world.log.scan(start, last):
+        keep, _ = read_filter.decide(decode_headers(entry.headers), entry.partition, entry.offset)
+        if keep:
+            seen.records.append(entry)
+    return last
+
+
+def incremental_reader(world: World, seen: Observed, reads: int) -> Steps:
+    """A consistent log read resumed from where the previous one ended (an incremental consumer)."""
+    start = dict.fromkeys(range(world.partitions), 0)
+    for _ in range(reads):
+        start = yield from log_read(world, seen, start, consistent=True)
+
+
+def batch_reader(world: World, consistent: bool, final: bool = False) -> Steps:
+    """reader.read_log from earliest."""
+    seen = Observed(f"batch {'consistent' if consistent else 'eventual'} read", consistent, final=final)
+    world.observed.append(seen)
+    yield from log_read(world, seen, dict.fromkeys(range(world.partitions), 0), consistent)
+
+
+def hybrid_reader(
+    world: World, consistent: bool, snapshot_id: int | None = None, final: bool = False
+) -> Steps:
+    """reader.read_hybrid: a snapshot's rows, then the log from its positions."""
+    yield "hybrid: load"
+    view = world.catalog.load()
+    lineage = view.ancestors()
+    if not lineage:
+        return
+    chosen = view.snapshots[snapshot_id] if snapshot_id is not None else world.rng.choice(lineage)
+    positions = snapshot_positions(view, chosen.snapshot_id)
+    start = {p: positions.get(p, 0) for p in range(world.partitions)}
+    seen = Observed(
+        f"hybrid {'consistent' if consistent else 'eventual'} read of snapshot {chosen.snapshot_id}"
+        f" from {start}",
+        consistent,
+        file_rows=Counter(chosen.rows),
+        snapshot_id=chosen.snapshot_id,
+        final=final,
+        start=start,
+    )
+    world.observed.append(seen)
+    yield from log_read(world, seen, start, consistent, hybrid_of=chosen)

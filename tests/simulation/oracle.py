@@ -1,0 +1,168 @@
+"""The oracle: judges a finished run from the model's ground truth, independently of the code under test.
+
+It never calls ``classify``, ``ReadFilter``, ``decide`` or the changelog folds: it knows which Spark task
+runs' records were committed (the snapshots that became ``main``, by compare-and-set, and the task runs
+the committing attempt's driver collected), and which input rows each batch carried.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .actors import Landed, World
+from .model import LogEntry, TaskRun, row_id
+
+
+@dataclass(frozen=True)
+class Violation:
+    invariant: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.invariant}: {self.detail}"
+
+
+# Invariant names (tests match on them).
+BATCH_TWICE = "batch twice in table"
+BATCH_MISSING = "batch missing from table"
+FENCED_COMMIT = "fenced attempt committed"
+TABLE_ROWS = "table rows differ from the committed batches"
+CONSISTENT_DUPLICATE = "consistent reader saw a record twice"
+CONSISTENT_UNCOMMITTED = "consistent reader saw an uncommitted record"
+CONSISTENT_LOST = "consistent reader lost a committed record"
+EVENTUAL_FOLD = "eventual read does not fold to the table"
+HYBRID = "hybrid read differs from the table"
+HYBRID_SPLIT_PAIR = "eventual hybrid read starts inside a reconciler reassert pair"
+STUCK = "watermark stuck below the log end at quiescence"
+
+
+def retract_fold(base: Counter[str], entries: Iterable[LogEntry]) -> Counter[str]:
+    """Log records folded onto rows under retract semantics: a multiset of rows, counts may go negative."""
+    result = Counter(base)
+    for entry in entries:
+        payload = json.loads(entry.value)
+        result[row_id(payload["row"])] += 1 if payload["kind"] in ("+I", "+U") else -1
+    return result
+
+
+def _clean(rows: Counter[str]) -> dict[str, int]:
+    return {row: count for row, count in rows.items() if count != 0}
+
+
+def expected_rows(world: World, landed: Iterable[Landed]) -> Counter[str]:
+    """The table after applying the committed batches' input rows in commit order."""
+    keyed: dict[object, str] = {}
+    appended: Counter[str] = Counter()
+    for commit in landed:
+        for raw in commit.inputs:
+            row = {k: v for k, v in raw.items() if k != "op"}
+            if not world.keyed:
+                appended[row_id(row)] += 1
+            elif raw.get("op") == "D":
+                keyed.pop(row["id"], None)
+            else:
+                keyed[row["id"]] = row_id(row)
+    return Counter(keyed.values()) if world.keyed else appended
+
+
+def check(world: World, watermark: dict[int, int]) -> list[Violation]:
+    """Every invariant, on the finished run (after quiescence)."""
+    found: list[Violation] = []
+    catalog = world.catalog
+    main = catalog.snapshots[catalog.refs["main"]]
+
+    # the table: each batch exactly once, fencing, rows
+    keys = [(c.writer_id, c.batch_id) for c in world.landed]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        found.append(Violation(BATCH_TWICE, f"(writer, batch) {twice} landed on main more than once"))
+    wanted = {(w, b) for w, batches in world.inputs.items() for b in range(1, len(batches) + 1)}
+    if wanted - set(keys):
+        found.append(Violation(BATCH_MISSING, f"{sorted(wanted - set(keys))} never landed"))
+    newest: dict[str, int] = {}
+    for commit in world.landed:
+        if commit.epoch < newest.get(commit.writer_id, 0):
+            found.append(
+                Violation(
+                    FENCED_COMMIT,
+                    f"{commit.writer_id} epoch {commit.epoch} committed batch "
+                    f"{commit.batch_id} after epoch {newest[commit.writer_id]} had committed",
+                )
+            )
+        newest[commit.writer_id] = max(newest.get(commit.writer_id, 0), commit.epoch)
+    table = _clean(main.rows)
+    if table != _clean(expected_rows(world, world.landed)):
+        found.append(Violation(TABLE_ROWS, f"main {table} != {_clean(expected_rows(world, world.landed))}"))
+
+    # ground truth: the committed records
+    runs: set[TaskRun] = set().union(*(c.runs for c in world.landed)) if world.landed else set()
+    entries = [e for records in world.log.partitions for e in records]
+    committed = {(e.partition, e.offset) for e in entries if e.origin is not None and e.origin in runs}
+    ends = world.log.end_offsets()
+    if any(watermark.get(p, -1) < end - 1 for p, end in ends.items()):
+        found.append(Violation(STUCK, f"watermark {watermark}, log ends {ends}"))
+
+    history = {snapshot_id: index for index, snapshot_id in enumerate(catalog.history)}
+    for seen in world.observed:
+        positions = [(e.partition, e.offset) for e in seen.records]
+        if seen.consistent:
+            dupes = sorted({p for p in positions if positions.count(p) > 1})
+            if dupes:
+                found.append(Violation(CONSISTENT_DUPLICATE, f"{seen.name}: {dupes}"))
+            foreign = sorted(set(positions) - committed)
+            if foreign:
+                found.append(Violation(CONSISTENT_UNCOMMITTED, f"{seen.name}: {foreign}"))
+        if seen.file_rows is None:  # a log read or a follower
+            if seen.final and seen.consistent and committed - set(positions):
+                found.append(Violation(CONSISTENT_LOST, f"{seen.name}: {sorted(committed - set(positions))}"))
+            if seen.final:
+                folded = _clean(retract_fold(Counter(), seen.records))
+                if folded != table:
+                    invariant = TABLE_ROWS if seen.consistent else EVENTUAL_FOLD
+                    found.append(Violation(invariant, f"{seen.name}: folds to {folded}, table {table}"))
+            continue
+        # a hybrid read: the snapshot's rows, then the log
+        got = _clean(retract_fold(seen.file_rows, seen.records))
+        if seen.final:
+            expected = table
+        elif seen.consistent:
+            # the snapshot, then every committed record of a later commit up to where the read stopped
+            after = history.get(seen.snapshot_id or -1, -1)
+            later = {id(r) for c in world.landed if history.get(c.snapshot_id, -1) > after for r in c.runs}
+            records = [
+                e
+                for e in entries
+                if e.origin is not None and id(e.origin) in later and e.offset < seen.end.get(e.partition, 0)
+            ]
+            expected = _clean(retract_fold(seen.file_rows, records))
+        else:
+            continue
+        if got != expected:
+            split = not seen.consistent and _splits_reassert_pair(world, seen.start)
+            found.append(
+                Violation(
+                    HYBRID_SPLIT_PAIR if split else HYBRID, f"{seen.name}: got {got}, expected {expected}"
+                )
+            )
+    return found
+
+
+def _splits_reassert_pair(world: World, start: dict[int, int]) -> bool:
+    """True when a read from ``start`` gets one half of a reassert pair without the other.
+
+    Reasserts come in pairs ([-U r, +U r] or [+I r, -D r]); per partition, the first halves and the
+    second halves from ``start`` on must balance.
+    """
+    for partition, records in enumerate(world.log.partitions):
+        balance = 0
+        for entry in records[start.get(partition, 0) :]:
+            if entry.origin is None and (b"record-type", b"reassert") in {
+                (k.encode(), v) for k, v in entry.headers
+            }:
+                balance += 1 if json.loads(entry.value)["kind"] in ("-U", "+I") else -1
+        if balance:
+            return True
+    return False

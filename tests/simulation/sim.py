@@ -1,0 +1,223 @@
+"""One seeded run: set up a world, interleave the actors' steps, quiesce, let the oracle judge.
+
+``run(seed)`` is deterministic: the same seed (and ``Bugs``) gives the same interleaving, crashes and
+result. Replay one with ``LOGSTORE_SIM_SEED=<seed> pytest tests/simulation -k replay``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+
+from . import actors
+from .actors import Bugs, Observed, Steps, World
+from .model import Catalog, ControlTopic, KafkaLog, Row
+from .oracle import Violation, check
+
+MAX_STEPS = 3000
+
+
+@dataclass
+class Actor:
+    name: str
+    start: Callable[[], Steps]
+    crashable: bool
+    runs: int = 1  # services run several times (a crash ends the current run)
+    background: bool = False  # followers: run until the others are done
+    at_step: int = 0  # when it starts (and, after a pause, when it resumes)
+    steps: Steps | None = None
+
+
+@dataclass
+class Result:
+    seed: int
+    bugs: Bugs
+    violations: list[Violation]
+    trace: list[str] = field(default_factory=list)
+    steps: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def explain(self, last: int = 80) -> str:
+        lines = [f"seed {self.seed} ({self.bugs}): {len(self.violations)} violation(s)"]
+        lines += [f"  - {v}" for v in self.violations]
+        lines.append(f"trace (last {last} of {len(self.trace)} steps):")
+        lines += [f"    {line}" for line in self.trace[-last:]]
+        lines.append(f"replay: LOGSTORE_SIM_SEED={self.seed} pytest tests/simulation -k replay -s")
+        return "\n".join(lines)
+
+
+def make_inputs(
+    rng: random.Random, writers: list[str], batches: int, keyed: bool
+) -> dict[str, list[list[Row]]]:
+    inputs: dict[str, list[list[Row]]] = {}
+    for index, writer in enumerate(writers):
+        keys = [10 * (index + 1) + k for k in range(3)]  # each writer owns its keys
+        inputs[writer] = []
+        for batch in range(1, batches + 1):
+            if keyed:
+                chosen = rng.sample(keys, rng.randint(1, 2))
+                rows = [
+                    {"id": key, "v": f"{writer}{batch}", "op": "D" if rng.random() < 0.25 else "U"}
+                    for key in chosen
+                ]
+            else:
+                rows = [
+                    {"id": f"{writer}{batch}.{j}", "v": writer, "op": "I"} for j in range(rng.randint(1, 2))
+                ]
+            inputs[writer].append(rows)
+    return inputs
+
+
+def run(seed: int, bugs: Bugs | None = None) -> Result:
+    rng = random.Random(seed)
+    bugs = bugs or Bugs()
+    writers = ["a", "b"] if rng.random() < 0.8 else ["a"]
+    keyed = rng.random() < 0.6
+    world = World(
+        rng=rng,
+        bugs=bugs,
+        partitions=2,
+        keyed=keyed,
+        inputs=make_inputs(rng, writers, rng.randint(2, 3), keyed),
+        log=KafkaLog(2),
+        control=ControlTopic(),
+        catalog=Catalog(),
+    )
+    cast: list[Actor] = []
+    for writer in writers:
+        for attempt in range(rng.randint(1, 3)):  # later attempts are failovers: the earlier ones zombies
+            cast.append(
+                Actor(
+                    f"writer {writer}#{attempt + 1}",
+                    partial(actors.writer_attempt, world, writer),
+                    crashable=True,
+                    at_step=0 if attempt == 0 else rng.randint(1, 80),
+                )
+            )
+    cast.append(Actor("publisher", lambda: actors.publisher(world), True, runs=rng.randint(2, 6)))
+    if rng.random() < 0.7:
+        cast.append(Actor("reconciler", lambda: actors.reconciler(world), True, runs=rng.randint(1, 3)))
+    if rng.random() < 0.5:
+        cast.append(
+            Actor(
+                "compaction",
+                lambda: actors.compaction(world),
+                True,
+                runs=rng.randint(1, 2),
+                at_step=rng.randint(0, 60),
+            )
+        )
+    follower = Observed("consistent follower", consistent=True, final=True)
+    eventual = Observed("eventual follower", consistent=False, final=True)
+    incremental = Observed("incremental consistent reader", consistent=True, final=True)
+    world.observed += [follower, eventual, incremental]
+    cast.append(
+        Actor(
+            "consistent follower", lambda: actors.consistent_follower(world, follower), False, background=True
+        )
+    )
+    cast.append(
+        Actor("eventual follower", lambda: actors.eventual_follower(world, eventual), False, background=True)
+    )
+    cast.append(
+        Actor(
+            "incremental reader",
+            lambda: actors.incremental_reader(world, incremental, 10**9),
+            False,
+            background=True,
+        )
+    )
+    for _ in range(rng.randint(0, 2)):
+        cast.append(
+            Actor(
+                "hybrid reader", lambda: actors.hybrid_reader(world, True), False, at_step=rng.randint(0, 120)
+            )
+        )
+    if rng.random() < 0.5:
+        cast.append(
+            Actor(
+                "batch reader", lambda: actors.batch_reader(world, True), False, at_step=rng.randint(0, 120)
+            )
+        )
+
+    steps = _interleave(world, cast, rng)
+
+    # quiescence: every writer's last attempt succeeds (an Airflow retry), then publish, reconcile, publish
+    for writer in writers:
+        _finish(
+            world,
+            Actor(
+                f"writer {writer} recovery",
+                partial(actors.writer_attempt, world, writer, crashes=False),
+                False,
+            ),
+        )
+    for name, start in (
+        ("publisher", actors.publisher),
+        ("reconciler", actors.reconciler),
+        ("publisher", actors.publisher),
+    ):
+        _finish(world, Actor(f"final {name}", partial(start, world), False))
+    for actor in cast:  # the followers drain what is now visible
+        if actor.background:
+            actor.steps = actor.steps or actor.start()
+            for _ in range(4):
+                world.note(f"{actor.name}: {next(actor.steps)}")
+    final_reads = [
+        actors.batch_reader(world, True, final=True),
+        actors.batch_reader(world, False, final=True),
+    ]
+    view = world.catalog.load()
+    for snapshot in view.ancestors():
+        final_reads.append(actors.hybrid_reader(world, True, snapshot.snapshot_id, final=True))
+        final_reads.append(actors.hybrid_reader(world, False, snapshot.snapshot_id, final=True))
+    for steps_of in final_reads:
+        for _ in steps_of:
+            pass
+    watermark = world.control.read().watermark
+    return Result(seed, bugs, check(world, watermark), world.trace, steps)
+
+
+def _interleave(world: World, cast: list[Actor], rng: random.Random) -> int:
+    """Run the actors' steps in a seeded random order until every non-background actor is done."""
+    step = 0
+    while step < MAX_STEPS and any(a.runs > 0 and not a.background for a in cast):
+        step += 1
+        live = [a for a in cast if a.runs > 0 and a.at_step <= step]
+        busy = [a for a in live if not a.background]
+        if not busy:
+            continue  # everyone with work to do is paused or not started yet: time passes
+        actor = rng.choice(busy if rng.random() < 0.75 else live)
+        if actor.steps is None:
+            actor.steps = actor.start()
+        if rng.random() < 0.06:  # a slow actor (GC pause, long Spark stage): it stops here for a while
+            actor.at_step = step + rng.randint(5, 40)
+            world.note(f"{actor.name}: paused until step {actor.at_step}")
+            continue
+        if actor.crashable and rng.random() < 0.03:
+            actor.steps.close()
+            world.note(f"{actor.name}: CRASH")
+            _ended(actor)
+            continue
+        try:
+            world.note(f"{actor.name}: {next(actor.steps)}")
+        except StopIteration:
+            _ended(actor)
+    return step
+
+
+def _ended(actor: Actor) -> None:
+    actor.steps = None
+    actor.runs -= 1
+    if actor.name.startswith("writer"):
+        actor.runs = 0
+
+
+def _finish(world: World, actor: Actor) -> None:
+    for label in actor.start():
+        world.note(f"{actor.name}: {label}")
