@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.tables import LogStoreTable, snapshot_commits
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
 
 
 def find_commit(
@@ -14,14 +17,16 @@ def find_commit(
     writer_id: str | None = None,
     batch_id: int | None = None,
     after_snapshot_id: int | None = None,
+    table: Table | None = None,
 ) -> CommitInfo | None:
     """The dual-write commit matching the condition, or None (compaction snapshots never match).
 
     :param batch_id: match this batch (of ``writer_id`` when given).
     :param after_snapshot_id: else, match the first LogStore commit newer than this snapshot
         (any LogStore commit when None and no batch is given).
+    :param table: the table as already loaded (else it is loaded from the catalog)
     """
-    table = handle.load()
+    table = table if table is not None else handle.load()
     commits = snapshot_commits(table)
     if batch_id is not None:
         for commit in commits:

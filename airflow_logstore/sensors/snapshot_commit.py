@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
+from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_logstore.hooks.logstore import LogStoreHook
 from airflow_logstore.triggers.snapshot_commit import SnapshotCommitTrigger
@@ -17,7 +18,12 @@ class SnapshotCommitSensor(BaseSensorOperator):
 
     Matches a given batch (and writer), or any LogStore commit newer than ``after_snapshot_id``.
     Reads table metadata with pyiceberg only. Compaction snapshots never match. In deferrable mode
-    the wait runs in the triggerer (:class:`SnapshotCommitTrigger`) and frees the worker slot.
+    the wait runs in the triggerer (:class:`SnapshotCommitTrigger`) and frees the worker slot; errors
+    there (an unreachable catalog) are retried with backoff until ``timeout``.
+
+    When the write of the batch (writer and batch given) fails for good during this DAG run (its job
+    left a failure report that a retry cannot fix, e.g. bad input), the sensor fails at once with
+    ``AirflowFailException`` naming the failed write, instead of waiting for its timeout.
 
     :param table: ``namespace.table``
     :param batch_id: batch to wait for (templated)
@@ -62,7 +68,14 @@ class SnapshotCommitSensor(BaseSensorOperator):
         except (TypeError, ValueError):
             raise ValueError(f"{name} must be an integer, got {value!r}") from None
 
-    def _trigger(self) -> SnapshotCommitTrigger:
+    @staticmethod
+    def _run_started_ms(context: Any) -> int | None:
+        """When this DAG run started (a cleared run starts again): older failure reports are stale."""
+        dag_run = context.get("dag_run") if hasattr(context, "get") else None
+        started = getattr(dag_run, "start_date", None)
+        return int(started.timestamp() * 1000) if started is not None else None
+
+    def _trigger(self, context: Any = None) -> SnapshotCommitTrigger:
         return SnapshotCommitTrigger(
             table=self.table,
             logstore_conn_id=self.logstore_conn_id,
@@ -72,10 +85,18 @@ class SnapshotCommitSensor(BaseSensorOperator):
             after_snapshot_id=self._int("after_snapshot_id", self.after_snapshot_id),
             poll_interval=float(self.poke_interval),
             timeout=float(self.timeout) if self.timeout else None,
+            not_before_ms=self._run_started_ms(context or {}),
         )
 
+    def _look(self, trigger: SnapshotCommitTrigger) -> dict[str, Any] | None:
+        """The commit, None while waiting; ``AirflowFailException`` when the write failed for good."""
+        status, payload = trigger.poll_once()
+        if status == "failed":
+            raise AirflowFailException(payload["message"])
+        return payload["commit"] if status == "success" else None
+
     def poke(self, context: Any) -> PokeReturnValue:
-        found = self._trigger()._check()
+        found = self._look(self._trigger(context))
         if found is not None:
             self.log.info(
                 "snapshot %s committed batch %s of %s (epoch %s, offsets %s)",
@@ -90,8 +111,8 @@ class SnapshotCommitSensor(BaseSensorOperator):
     def execute(self, context: Any) -> Any:
         if not self.deferrable:
             return super().execute(context)
-        trigger = self._trigger()
-        found = trigger._check() if self.poke_before_defer else None
+        trigger = self._trigger(context)
+        found = self._look(trigger) if self.poke_before_defer else None
         if found is not None:
             self.log.info("snapshot %s already committed batch %s", found["snapshot_id"], found["batch_id"])
             return found
@@ -108,6 +129,8 @@ class SnapshotCommitSensor(BaseSensorOperator):
         )
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        if event.get("status") == "failed":
+            raise AirflowFailException(event.get("message", event))
         if event.get("status") != "success":
             raise RuntimeError(
                 f"waiting for a snapshot of {self.table} failed: {event.get('message', event)}"

@@ -6,6 +6,7 @@ import json
 import os
 import stat
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -197,7 +198,8 @@ def test_sensor_pokes_and_defers(monkeypatch: pytest.MonkeyPatch) -> None:
 
     found: list[CommitInfo | None] = [None]
     monkeypatch.setattr("airflow_logstore.snapshots.find_commit", lambda handle, **kw: found[0])
-    monkeypatch.setattr(LogStoreHook, "table", lambda self, name: object())
+    monkeypatch.setattr("airflow_logstore.failures.read_failure", lambda table, writer, batch: None)
+    monkeypatch.setattr(LogStoreHook, "table", lambda self, name: SimpleNamespace(load=object))
     sensor = SnapshotCommitSensor(
         task_id="s", table="db.t", batch_id="3", writer_id="w", deferrable=True, poke_interval=1, timeout=30
     )

@@ -1,0 +1,198 @@
+"""The trigger's loop, driven by a fake clock and sleep against a real SQLite catalog that can go away.
+
+No test sleeps: the trigger's ``sleep`` is a pause point that moves the clock and lets the test act
+(take the catalog away, bring it back, commit the batch) between two polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import sqlalchemy.exc
+from airflow.sdk.exceptions import AirflowFailException
+from airflow.triggers.base import TriggerEvent
+
+from airflow_logstore.catalog import embedded_catalog
+from airflow_logstore.core.summary import CommitInfo
+from airflow_logstore.exceptions import BadInputError, KafkaUnavailableError
+from airflow_logstore.failures import failure_of, report_failure
+from airflow_logstore.hooks.logstore import LogStoreHook
+from airflow_logstore.sensors.snapshot_commit import SnapshotCommitSensor
+from airflow_logstore.settings import local_settings
+from airflow_logstore.tables import LogStoreTable, create_table
+from airflow_logstore.triggers.snapshot_commit import SnapshotCommitTrigger
+
+WRITER = "logstore_pipeline"
+
+
+class Catalog:
+    """The edge to the catalog, switched off and on by the test."""
+
+    def __init__(self, handle: LogStoreTable) -> None:
+        self.handle = handle
+        self.down = False
+        self.loads = 0
+
+    def table(self, name: str) -> Any:
+        return SimpleNamespace(name=self.handle.name, load=self.load)
+
+    def load(self) -> Any:
+        self.loads += 1
+        if self.down:
+            raise sqlalchemy.exc.OperationalError("SELECT", {}, Exception("unable to open database file"))
+        return self.handle.load()
+
+    def commit(self, batch_id: int) -> None:
+        info = CommitInfo(WRITER, batch_id, 7, offsets={0: (0, 0)}, record_count=1)
+        rows = pa.table(
+            {"id": [1], "amount": [5]},
+            schema=pa.schema([pa.field("id", pa.int32(), nullable=False), pa.field("amount", pa.int64())]),
+        )
+        self.handle.load().append(rows, snapshot_properties=info.to_summary())
+
+
+class Clock:
+    """A fake monotonic clock; ``sleep`` moves it and runs the test's step for that pause."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+        self.steps: dict[int, Callable[[], None]] = {}
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+        step = self.steps.get(len(self.sleeps))
+        if step is not None:
+            step()
+
+
+@pytest.fixture
+def catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Catalog:
+    spec = embedded_catalog(local_settings({"LOGSTORE_HOME": str(tmp_path)}))
+    handle = LogStoreTable.open("db.orders", spec)
+    create_table(handle, "id int, amount long", primary_key=["id"])
+    edge = Catalog(handle)
+    monkeypatch.setattr(LogStoreHook, "table", edge.table)
+    return edge
+
+
+def _trigger(clock: Clock, **kwargs: Any) -> SnapshotCommitTrigger:
+    trigger = SnapshotCommitTrigger(
+        table="db.orders", writer_id=WRITER, batch_id=3, poll_interval=1, **kwargs
+    )
+    trigger.clock = lambda: clock.now
+    trigger.sleep = clock.sleep
+    return trigger
+
+
+def _first_event(trigger: SnapshotCommitTrigger) -> dict[str, Any]:
+    async def first() -> TriggerEvent:
+        async for event in trigger.run():
+            return event
+        raise AssertionError("the trigger ended without an event")
+
+    return dict(asyncio.run(first()).payload)
+
+
+def test_an_unreachable_catalog_is_retried_with_backoff_until_it_answers(
+    catalog: Catalog, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clock = Clock()
+    catalog.down = True
+
+    def restore_and_commit() -> None:
+        catalog.down = False
+        catalog.commit(3)
+
+    clock.steps[3] = restore_and_commit
+    event = _first_event(_trigger(clock, timeout=1800))
+    assert event["status"] == "success" and event["commit"]["batch_id"] == 3 and event["polls"] == 4
+    assert clock.sleeps == [1, 2, 4]  # poll_interval doubled per failed attempt
+    failed = [line for line in capsys.readouterr().out.splitlines() if "to read db.orders failed" in line]
+    assert len(failed) == 3 and all("CatalogUnavailableError" in m for m in failed), failed
+    assert "3 in a row); retrying in 4.0s" in failed[-1]
+
+
+def test_errors_until_the_timeout_end_with_a_timeout_naming_the_last_error(catalog: Catalog) -> None:
+    clock = Clock()
+    catalog.down = True
+    event = _first_event(_trigger(clock, timeout=10, max_backoff=4))
+    assert clock.sleeps == [1, 2, 4, 3]  # capped by max_backoff, then by the time left
+    assert event["status"] == "timeout" and event["polls"] == 5
+    assert "after 10s (the last attempts failed: CatalogUnavailableError:" in event["message"]
+
+
+def test_the_backoff_starts_over_after_a_good_poll(catalog: Catalog) -> None:
+    clock = Clock()
+    catalog.down = True
+    clock.steps[2] = lambda: setattr(catalog, "down", False)  # up for the third poll
+    clock.steps[3] = lambda: setattr(catalog, "down", True)
+    clock.steps[5] = lambda: (setattr(catalog, "down", False), catalog.commit(3))
+    event = _first_event(_trigger(clock, timeout=60))
+    assert clock.sleeps == [1, 2, 1, 1, 2] and event["status"] == "success"
+
+
+def test_a_missing_table_ends_the_wait_at_once(catalog: Catalog) -> None:
+    clock = Clock()
+    catalog.handle = LogStoreTable.open("db.nowhere", catalog.handle.catalog)
+    event = _first_event(_trigger(clock, timeout=60))
+    assert event["status"] == "error" and event["message"].startswith("TableNotFoundError: ")
+    assert clock.sleeps == []
+
+
+def test_a_permanent_failure_of_the_write_ends_the_wait_naming_it(catalog: Catalog) -> None:
+    clock = Clock()
+    error = BadInputError("value does not fit type bigint (file a3_bad.jsonl)", row=1, column="amount")
+    clock.steps[2] = lambda: report_failure(
+        catalog.handle.load(), failure_of(error, writer_id=WRITER, batch_id=3, epoch=12, report_id="r")
+    )
+    event = _first_event(_trigger(clock, timeout=1800, not_before_ms=0))
+    assert event["status"] == "failed" and clock.sleeps == [1, 1]
+    assert event["message"] == (
+        "the dual write of batch 3 of db.orders by writer 'logstore_pipeline' failed for good (epoch 12): "
+        "BadInputError: row 1, column 'amount': value does not fit type bigint (file a3_bad.jsonl)"
+    )
+    assert event["failure"]["error_class"] == "BadInputError"
+
+
+def test_stale_and_retryable_failures_do_not_end_the_wait(catalog: Catalog) -> None:
+    table = catalog.handle.load()
+    report_failure(
+        table, failure_of(BadInputError("old"), writer_id=WRITER, batch_id=3, epoch=1, report_id="a")
+    )
+    clock = Clock()
+    # the bad batch failed before this run started; then a retryable failure of this run's attempt
+    clock.steps[1] = lambda: report_failure(
+        table, failure_of(KafkaUnavailableError("down"), writer_id=WRITER, batch_id=3, epoch=2, report_id="b")
+    )
+    clock.steps[2] = lambda: catalog.commit(3)
+    event = _first_event(_trigger(clock, timeout=60, not_before_ms=2**62))
+    assert event["status"] == "success" and clock.sleeps == [1, 1]
+
+
+def test_the_sensor_fails_without_retry_when_the_write_failed_for_good(catalog: Catalog) -> None:
+    report_failure(
+        catalog.handle.load(),
+        failure_of(BadInputError("bad", row=1), writer_id=WRITER, batch_id=3, epoch=12, report_id="r"),
+    )
+    sensor = SnapshotCommitSensor(
+        task_id="wait", table="db.orders", writer_id=WRITER, batch_id="3", deferrable=True, timeout=1800
+    )
+    started = SimpleNamespace(start_date=SimpleNamespace(timestamp=lambda: 0.0))
+    with pytest.raises(
+        AirflowFailException, match=r"failed for good \(epoch 12\): BadInputError: row 1: bad"
+    ):
+        sensor.poke({"dag_run": started})
+    with pytest.raises(AirflowFailException, match=r"failed for good"):
+        sensor.execute({"dag_run": started})  # the poke before deferring already sees it
+    assert sensor._trigger({"dag_run": started}).not_before_ms == 0
+    event = {"status": "failed", "message": "the dual write of batch 3 ... failed for good"}
+    with pytest.raises(AirflowFailException, match="failed for good"):
+        sensor.execute_complete({}, event)
