@@ -554,10 +554,15 @@ def eventual_follower(world: World, seen: Observed) -> Steps:
 
 
 def log_read(
-    world: World, seen: Observed, start: dict[int, int], consistent: bool, hybrid_of: Snapshot | None = None
+    world: World,
+    seen: Observed,
+    start: dict[int, int],
+    consistent: bool,
+    hybrid_of: Snapshot | None = None,
+    view: TableView | None = None,
 ) -> Generator[str, None, dict[int, int]]:
     """reader.LogReader.iterate: bounds, then the state; consistent reads stop at the watermark + 1."""
-    view = world.catalog.load()  # LogReader.__init__: self.table
+    view = view or world.catalog.load()  # LogReader.__init__: self.table (read_hybrid passes its own)
     yield "read: bounds"  # partition_offsets
     last = world.log.end_offsets()
     hybrid = hybrid_of is not None
@@ -613,4 +618,4 @@ def hybrid_reader(
         start=start,
     )
     world.observed.append(seen)
-    yield from log_read(world, seen, start, consistent, hybrid_of=chosen)
+    yield from log_read(world, seen, start, consistent, hybrid_of=chosen, view=view)

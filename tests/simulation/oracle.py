@@ -11,6 +11,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .actors import Landed, World
 from .model import LogEntry, TaskRun, row_id
@@ -43,9 +44,15 @@ def retract_fold(base: Counter[str], entries: Iterable[LogEntry]) -> Counter[str
     """Log records folded onto rows under retract semantics: a multiset of rows, counts may go negative."""
     result = Counter(base)
     for entry in entries:
-        payload = json.loads(entry.value)
-        result[row_id(payload["row"])] += 1 if payload["kind"] in ("+I", "+U") else -1
+        row, weight = _change(entry.value)
+        result[row] += weight
     return result
+
+
+@lru_cache(maxsize=4096)
+def _change(value: bytes) -> tuple[str, int]:
+    payload = json.loads(value)
+    return row_id(payload["row"]), 1 if payload["kind"] in ("+I", "+U") else -1
 
 
 def _clean(rows: Counter[str]) -> dict[str, int]:

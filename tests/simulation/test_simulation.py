@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from dataclasses import fields
 from typing import Any
 
@@ -101,3 +102,57 @@ def test_planted_bug_is_found(bug: str, invariants: set[str], within: int, recor
             record_property("report", f"planted bug {bug}: found at seed {seed}: {sorted(hit)}")
             return
     pytest.fail(f"the simulation did not find planted bug {bug} ({sorted(invariants)}) in {within} seeds")
+
+
+# -- what the simulation found in the current code ----------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="finding: a publish between the two halves of a reconciler reassert pair puts the watermark, "
+    "and so the next commit's log positions, inside the pair; an eventual hybrid read from that snapshot "
+    "returns the second half alone and counts the row twice under retract semantics. hybrid_keeps sees "
+    "headers only and reassert halves carry nothing that pairs them: the fix needs the reconciler's "
+    "record format (core/reconcile.py), outside core/visibility.py and core/commit.py",
+)
+def test_finding_eventual_hybrid_read_inside_a_reassert_pair() -> None:
+    """The sweep's known seeds, reduced to the real core functions in one sequence of steps."""
+    from airflow_logstore.core import reconcile
+    from airflow_logstore.core.codec import RecordMeta, RowKind, decode_headers, encode_headers, encode_value
+    from airflow_logstore.core.summary import CommitInfo
+    from airflow_logstore.core.visibility import ReadFilter, WatermarkScan, classify, commit_positions
+
+    from .model import ControlTopic, KafkaLog, row_id
+    from .oracle import retract_fold
+
+    log, ctl = KafkaLog(1), ControlTopic()
+    zombie, successor = ctl.claim_epoch("a"), ctl.claim_epoch("a")
+    row = {"id": 1, "v": "x"}
+    for epoch, task in ((zombie, "0.7"), (successor, "0.9")):  # both attempts produce batch 1
+        meta = RecordMeta("a", epoch, 1, task)
+        log.append(0, b"[1]", encode_value(RowKind.INSERT, row), encode_headers(meta), None)
+    ctl.record_commit(CommitInfo("a", 1, successor, 1, 1, offsets={0: (1, 1)}, tasks=frozenset({"0.9"})))
+    state, ends = ctl.read(), log.end_offsets()
+    scanned = [reconcile.LogRecordIn(0, e.offset, e.key, e.headers, e.value) for e in log.scan({0: 0}, ends)]
+    plans, _ = reconcile.plan_partitions(scanned, state, {0: 0}, ends)
+    outputs = [out for plan in plans for out in plan.iter_outputs()]  # reversal, reassert -U x, +U x
+    assert [out.record_type.value for out in outputs] == ["reversal", "reassert", "reassert"]
+    for out in outputs[:2]:
+        log.append(0, out.key, out.value, out.headers(1, 1), None)
+    # a publish reads the log end here, between the reassert's halves
+    ends, state = log.end_offsets(), ctl.read()
+    scan = WatermarkScan(state.watermark)
+    for entry in log.scan({0: 0}, ends):
+        scan.observe(0, entry.offset, classify(decode_headers(entry.headers), 0, entry.offset, state))
+    watermark = scan.finish(ends)
+    log.append(0, outputs[2].key, outputs[2].value, outputs[2].headers(1, 1), None)
+    positions = commit_positions({}, watermark)  # the next commit (another writer's) starts here
+    assert positions == {0: 4}
+    read_filter = ReadFilter(ctl.read(), consistent=False, snapshot_sequence=2, start=positions)
+    kept = [
+        e
+        for e in log.scan(positions, log.end_offsets())
+        if read_filter.decide(decode_headers(e.headers), 0, e.offset)[0]
+    ]
+    table = Counter([row_id(row)])
+    assert +retract_fold(table, kept) == table  # fails: the +U half alone makes the row count twice
