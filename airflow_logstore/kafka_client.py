@@ -540,7 +540,11 @@ CONTROL_TOPIC_CONFIGS = {
     "retention.ms": "-1",
     # the protocol's only source of truth: an out-of-sync replica must never become its leader
     "unclean.leader.election.enable": "false",
+    # the broker stamps every record: leases are judged by these timestamps, not by hosts' clocks
+    "message.timestamp.type": "LogAppendTime",
 }
+#: Settings an existing control topic is brought to (the others are only set on creation).
+CONTROL_TOPIC_ENFORCED = ("unclean.leader.election.enable", "message.timestamp.type")
 #: Records that move the control topic's end past an epoch floor (tombstones of one key: compacted away).
 EPOCH_FILL_KEY = "epoch-fill"
 #: The most filler records one claim writes; a larger gap is an error that asks for a look first.
@@ -569,7 +573,24 @@ class ControlTopic:
             replication_factor=replication_factor,
             topic_configs=CONTROL_TOPIC_CONFIGS,
         )
+        if not created:
+            self._enforce_configs()
         return created
+
+    def _enforce_configs(self) -> None:
+        """Bring an existing control topic (created before them) to :data:`CONTROL_TOPIC_ENFORCED`."""
+        from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+        info = describe_topic(self.config, self.topic)
+        wanted = {key: CONTROL_TOPIC_CONFIGS[key] for key in CONTROL_TOPIC_ENFORCED}
+        changes = {k: v for k, v in wanted.items() if info is None or info.configs.get(k) != v}
+        if not changes:
+            return
+        entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in changes.items()]
+        resource = ConfigResource(ConfigResource.Type.TOPIC, self.topic, incremental_configs=entries)
+        admin = admin_client(self.config)  # kept until the result: a dropped client cancels it
+        admin.incremental_alter_configs([resource])[resource].result(timeout=30.0)
+        log.warning("control topic '%s': set %s (it was created without them)", self.topic, changes)
 
     def read(self) -> control.ControlState:
         """Fold the whole control topic, up to its end at call time."""
@@ -579,7 +600,9 @@ class ControlTopic:
             records = []
             for batch in scan(cons, self.topic, {0: start}, {0: end}):
                 for message in batch:
-                    record = control.decode(message.key(), message.value(), message.offset())
+                    record = control.decode(
+                        message.key(), message.value(), message.offset(), message_timestamp_ms(message)
+                    )
                     if record is not None:
                         records.append(record)
             return control.fold(records)
@@ -676,6 +699,12 @@ class ControlTopic:
 
     def record_commit(self, commit_json: Mapping[str, Any], writer_id: str, batch_id: int) -> int:
         return self.append(control.commit_key(writer_id, batch_id), commit_json)
+
+
+def message_timestamp_ms(message: Message) -> int | None:
+    """The record's Kafka timestamp (``LogAppendTime`` or ``CreateTime``), None when it has none."""
+    kind, value = message.timestamp()
+    return None if kind == 0 or value < 0 else int(value)  # 0: TIMESTAMP_NOT_AVAILABLE
 
 
 def _now_ms() -> int:

@@ -2,10 +2,11 @@
 
 One run (:func:`reconcile`, what the operator, ``logstore reconcile`` and the PySpark job call):
 
-1. takes the ``reconciler`` lease in the table's control topic (a claim record with owner and expiry;
-   the first live claim in log order holds it). Losing the race reports "another reconciler holds the
-   lease" and writes nothing else (its own claim is released at once). A background thread renews
-   the lease while the run lasts; it is released at the end;
+1. takes the ``reconciler`` lease in the table's control topic (a claim record with owner and ttl;
+   the first live claim in log order holds it, expiry judged by the broker's record timestamps, never
+   by a host's clock). Losing the race reports "another reconciler holds the lease" and writes nothing
+   else (its own claim is released at once). A background thread renews the lease while the run
+   lasts; it is released at the end;
 2. captures the log's end offsets: the **safe point**. Records after it are left for the next run;
 3. reads the control state *after* the safe point (so every scanned record's epoch claim is known)
    and adds the commits of live snapshots to the ledger (``publish.sync_ledger``);
@@ -52,6 +53,8 @@ log = logging.getLogger(__name__)
 
 LEASE_NAME = core.LEASE_NAME
 DEFAULT_LEASE_TTL_S = 120.0
+#: The clock skew a lease allows between the brokers that stamp the control topic (see ReconcilerLease).
+LEASE_SKEW_MARGIN_MS = 2000
 STAGES = core.STAGES
 
 StageHook = Callable[[str], None]
@@ -123,29 +126,55 @@ def _now_ms() -> int:
 
 
 class ReconcilerLease:
-    """The ``lease/reconciler`` claim of one run: acquire, renew in the background, check, release."""
+    """The ``lease/reconciler`` claim of one run: acquire, renew in the background, check, release.
 
-    def __init__(self, ctl: kafka_client.ControlTopic, owner: str, ttl_s: float, name: str = LEASE_NAME):
-        if ttl_s <= 0:
-            raise OptionError("lease_ttl_s", f"must be positive, got {ttl_s}")
+    Who holds the lease is decided by the control topic alone (:class:`~airflow_logstore.core.control.Lease`):
+    the first live claim in log order, expiry judged by the records' broker timestamps. No host's wall
+    clock decides anything. This run's own view of how long it may still act is measured with its
+    monotonic ``clock`` from the moment it *sent* the claim or renewal the log's expiry is based on,
+    minus :data:`LEASE_SKEW_MARGIN_MS`, the assumed bound on the skew between the brokers that stamp
+    the control topic (a record is stamped after it was sent, so the broker's expiry is later still).
+
+    :param ttl_s: how long a claim or renewal lasts; more than twice the skew margin.
+    :param clock: monotonic seconds (injectable for tests)
+    """
+
+    def __init__(
+        self,
+        ctl: kafka_client.ControlTopic,
+        owner: str,
+        ttl_s: float,
+        name: str = LEASE_NAME,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        if ttl_s * 1000 <= 2 * LEASE_SKEW_MARGIN_MS:
+            raise OptionError(
+                "lease_ttl_s",
+                f"must be more than {2 * LEASE_SKEW_MARGIN_MS / 1000:g}s (twice the clock skew the lease "
+                f"allows between brokers), got {ttl_s}",
+            )
         self.ctl = ctl
         self.owner = owner
         self.ttl_ms = int(ttl_s * 1000)
         self.name = name
+        self.clock = clock
         self.lease_id: int | None = None
+        self._sent: dict[int, float] = {}  # offset of our claim/renewal -> clock() before sending it
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
+    def _append(self, value: dict[str, Any]) -> int:
+        sent = self.clock()
+        offset = self.ctl.append(control.lease_key(self.name), value)
+        self._sent[offset] = sent
+        return offset
+
     def acquire(self) -> control.Lease | None:
         """Claim the lease; return None when we hold it, else the live holder (our claim is released)."""
-        now = _now_ms()
-        offset = self.ctl.append(
-            control.lease_key(self.name),
-            {"owner": self.owner, "expires_at_ms": now + self.ttl_ms, "claimed_at_ms": now},
-        )
+        offset = self._append({"owner": self.owner, "ttl_ms": self.ttl_ms, "claimed_at_ms": _now_ms()})
         lease_id = offset + 1
-        holder = self.ctl.read().live_lease(self.name, _now_ms())
+        holder = self.ctl.read().live_lease(self.name)
         if holder is None or holder.lease_id != lease_id:
             # step aside at once: a live claim of ours would otherwise hold the lease after the holder's
             self.ctl.append(control.lease_key(self.name), {"release": lease_id, "owner": self.owner})
@@ -157,15 +186,13 @@ class ReconcilerLease:
 
     def renew(self) -> None:
         with self._lock:
-            now = _now_ms()
-            self.ctl.append(
-                control.lease_key(self.name),
+            self._append(
                 {
                     "renews": self.lease_id,
                     "owner": self.owner,
-                    "expires_at_ms": now + self.ttl_ms,
-                    "renewed_at_ms": now,
-                },
+                    "ttl_ms": self.ttl_ms,
+                    "renewed_at_ms": _now_ms(),
+                }
             )
 
     def _keep(self) -> None:
@@ -176,17 +203,30 @@ class ReconcilerLease:
             except Exception as exc:  # the fence check will notice an expired lease
                 log.warning("renewing reconciler lease %s failed: %s", self.lease_id, exc)
 
+    def time_left_s(self, holder: control.Lease) -> float:
+        """How long this run may still act on ``holder`` (ours), by its own monotonic clock."""
+        sent = self._sent.get(holder.basis_offset)
+        if sent is None:
+            return 0.0
+        return sent + (self.ttl_ms - LEASE_SKEW_MARGIN_MS) / 1000 - self.clock()
+
     def check(self) -> None:
-        """Raise :class:`FencedError` unless the lease is still ours, with time left."""
-        now = _now_ms()
-        holder = self.ctl.read().live_lease(self.name, now)
+        """Raise :class:`FencedError` unless the log names us the holder and our time is not up."""
+        holder = self.ctl.read().live_lease(self.name)
         if holder is None or holder.lease_id != self.lease_id:
             raise FencedError(
                 f"reconciler lease {self.lease_id} of {self.owner} is no longer held "
                 f"(holder now: {holder.owner + ' lease ' + str(holder.lease_id) if holder else 'none'}); "
                 "this run stops without writing"
             )
-        if holder.expires_at_ms - now < self.ttl_ms // 2:
+        left = self.time_left_s(holder)
+        if left <= 0:
+            raise FencedError(
+                f"reconciler lease {self.lease_id} of {self.owner} is no longer held (its time ran out "
+                "before a renewal was recorded; another reconciler may take it); this run stops without "
+                "writing"
+            )
+        if left * 1000 < self.ttl_ms / 2:
             self.renew()
 
     def close(self) -> None:

@@ -11,6 +11,7 @@ order (:func:`fold`) gives a :class:`ControlState`. Record keys:
 ``watermark``             the visibility watermark: per partition the highest offset below which every
                           record is decided. Merged with ``max``: it never moves backwards.
 ``lease/<name>``          a lease claim (e.g. the reconciler's); the lease id is the claim's offset + 1.
+                          Who holds it is decided by the log alone (see :class:`Lease`).
 ``reconcile``             the reconciler's progress: per partition the next offset to scan (plus the
                           run number, safe point and output offsets of the run that wrote it).
 ``log-gap/<partition>``   records deleted by retention before reconciliation scanned them.
@@ -20,9 +21,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from airflow_logstore.core.checkpoint import RetiredBatches
 from airflow_logstore.core.summary import CommitInfo
 
 K_EPOCH = "epoch/"
@@ -35,21 +37,45 @@ K_GAP = "log-gap/"
 
 @dataclass(frozen=True)
 class ControlRecord:
+    """One control record; ``timestamp_ms`` is Kafka's (the broker's ``LogAppendTime`` on the topic)."""
+
     key: str
     value: dict[str, Any] | None
     offset: int
+    timestamp_ms: int | None = None
 
 
 @dataclass(frozen=True)
 class Lease:
+    """A lease claim, judged by the log's own time, never by a reader's clock.
+
+    The holder is the first claim in log order that is not released and not expired. A claim or
+    renewal lasts ``ttl_ms`` from its record's Kafka timestamp (the broker's clock: the control topic
+    uses ``LogAppendTime``), and it has expired once a later record of the control topic carries a
+    timestamp at or beyond that. Every reader of the same log prefix therefore names the same holder,
+    whatever the clocks of the hosts that read or wrote it; a renewal that arrives after expiry
+    revives nothing. A holder stops acting ``ttl_ms`` minus a skew margin after it *sent* the record
+    its expiry comes from, measured with its own monotonic clock (see ``ReconcilerLease``).
+
+    Remaining assumption: the clocks of the brokers that lead the control partition over the
+    lease's life agree within that margin (one broker: exact) and do not jump. On a topic still
+    stamped with ``CreateTime`` the timestamps are the writers' clocks, and the margin must bound
+    the skew between the writers' hosts instead.
+
+    :param expires_at_ms: in log time: the basis record's timestamp + ``ttl_ms``
+    :param basis_offset: offset of the claim or renewal that set ``expires_at_ms``
+    """
+
     name: str
     lease_id: int
     owner: str
     expires_at_ms: int
     released: bool = False
+    basis_offset: int = -1
+    ttl_ms: int = 0
 
-    def live(self, now_ms: int) -> bool:
-        return not self.released and self.expires_at_ms > now_ms
+    def live(self, log_time_ms: int) -> bool:
+        return not self.released and self.expires_at_ms > log_time_ms
 
 
 @dataclass
@@ -58,6 +84,7 @@ class ControlState:
 
     epochs: dict[str, int] = field(default_factory=dict)
     commits: dict[tuple[str, int], CommitInfo] = field(default_factory=dict)
+    retired: dict[str, RetiredBatches] = field(default_factory=dict)  # see core.checkpoint
     watermark: dict[int, int] = field(default_factory=dict)
     watermark_commits: list[str] = field(default_factory=list)
     leases: dict[str, list[Lease]] = field(default_factory=dict)
@@ -66,29 +93,46 @@ class ControlState:
     reconcile_progress: dict[str, Any] | None = None  # the latest ``reconcile`` record, as written
     gaps: dict[int, dict[str, Any]] = field(default_factory=dict)
     end_offset: int = 0
+    checkpoint_start: int = 0  # the control offset folding started from (after the checkpoint read)
     malformed: int = 0
+    log_time_ms: int = 0  # the latest record timestamp folded: the clock leases are judged by
 
     def latest_epoch(self, writer_id: str) -> int | None:
         return self.epochs.get(writer_id)
 
     def committed(self, writer_id: str, batch_id: int) -> CommitInfo | None:
-        return self.commits.get((writer_id, batch_id))
+        """The commit of (writer, batch); a retired one comes back with epoch 0 and nothing else known."""
+        commit = self.commits.get((writer_id, batch_id))
+        if commit is None and writer_id in self.retired and self.retired[writer_id].contains(batch_id):
+            return CommitInfo(writer_id, batch_id, epoch=0)
+        return commit
 
     def max_batch_committed_after(self, writer_id: str, epoch: int) -> int | None:
         """Highest batch of ``writer_id`` committed by an epoch newer than ``epoch``."""
         batches = [c.batch_id for c in self.commits.values() if c.writer_id == writer_id and c.epoch > epoch]
+        retired = self.retired.get(writer_id)
+        older = retired.max_batch_after(epoch) if retired is not None else None
+        if older is not None:
+            batches.append(older)
         return max(batches) if batches else None
 
-    def live_lease(self, name: str, now_ms: int) -> Lease | None:
-        """The lease holder: the first live claim in log order (the log decides races)."""
+    def newest_committed_epoch(self, writer_id: str) -> int:
+        """The newest epoch of ``writer_id`` that has committed anything (0: none)."""
+        retired = self.retired.get(writer_id)
+        epochs = [c.epoch for c in self.commits.values() if c.writer_id == writer_id]
+        return max([*epochs, retired.newest_epoch() if retired is not None else 0])
+
+    def live_lease(self, name: str) -> Lease | None:
+        """The lease holder at the end of the folded log: its first live claim, in log order."""
         for lease in self.leases.get(name, []):
-            if lease.live(now_ms):
+            if lease.live(self.log_time_ms):
                 return lease
         return None
 
 
 def _apply(state: ControlState, record: ControlRecord) -> None:
     key, value = record.key, record.value
+    state.log_time_ms = max(state.log_time_ms, record.timestamp_ms or 0)
     if key.startswith(K_EPOCH):
         if value is not None:
             writer = key[len(K_EPOCH) :]
@@ -104,7 +148,7 @@ def _apply(state: ControlState, record: ControlRecord) -> None:
                 state.watermark[p] = max(state.watermark.get(p, -1), int(offset))
             state.watermark_commits.extend(value.get("commits") or [])
     elif key.startswith(K_LEASE):
-        _apply_lease(state, key[len(K_LEASE) :], value, record.offset)
+        _apply_lease(state, key[len(K_LEASE) :], value, record)
     elif key == K_RECONCILE:
         if value is not None:
             state.reconcile_positions = {int(p): int(o) for p, o in (value.get("positions") or {}).items()}
@@ -115,31 +159,44 @@ def _apply(state: ControlState, record: ControlRecord) -> None:
     state.end_offset = max(state.end_offset, record.offset + 1)
 
 
-def _apply_lease(state: ControlState, name: str, value: dict[str, Any] | None, offset: int) -> None:
+def _lease_time(value: dict[str, Any], record: ControlRecord) -> tuple[int, int]:
+    """(when the record was written, its ttl): Kafka's timestamp; the writer's own only without one."""
+    written = record.timestamp_ms
+    stamped = int(value.get("renewed_at_ms", value.get("claimed_at_ms", 0)))
+    if written is None:
+        written = stamped
+    ttl = value.get("ttl_ms")
+    if ttl is None:  # written before ttl_ms: an absolute expiry in the writer's clock
+        ttl = int(value.get("expires_at_ms", 0)) - stamped if stamped else 0
+    return written, int(ttl)
+
+
+def _apply_lease(state: ControlState, name: str, value: dict[str, Any] | None, record: ControlRecord) -> None:
     leases = state.leases.setdefault(name, [])
     if value is None:
         return
     if value.get("release") is not None:
         released = int(value["release"])
         leases[:] = [
-            Lease(lease.name, lease.lease_id, lease.owner, lease.expires_at_ms, True)
-            if lease.lease_id == released
-            else lease
-            for lease in leases
+            replace(lease, released=True) if lease.lease_id == released else lease for lease in leases
         ]
         return
-    lease_id = int(value.get("renews", offset + 1))
-    renewed = [lease for lease in leases if lease.lease_id == lease_id]
-    entry = Lease(name, lease_id, str(value.get("owner", "")), int(value.get("expires_at_ms", 0)))
-    if not renewed:
-        if "renews" not in value:
-            leases.append(entry)
-        return  # a renewal of a lease this log does not hold (compacted away) revives nothing
-    current = renewed[0]
-    written_at = int(value.get("renewed_at_ms", 0))
-    if current.released or (written_at and written_at >= current.expires_at_ms):
-        return  # renewing a released or already expired lease cannot bring it back ahead of newer claims
-    leases[:] = [entry if lease.lease_id == lease_id else lease for lease in leases]
+    written, ttl = _lease_time(value, record)
+    state.log_time_ms = max(state.log_time_ms, written)  # a no-op unless the record has no timestamp
+    entry = Lease(
+        name, record.offset + 1, str(value.get("owner", "")), written + ttl, False, record.offset, ttl
+    )
+    if "renews" not in value:
+        leases.append(entry)
+        return
+    lease_id = int(value["renews"])
+    for index, current in enumerate(leases):
+        # a renewal extends a lease that is still live at the log's time; an expired, released or
+        # compacted-away one stays as it is (it cannot come back ahead of newer claims)
+        if current.lease_id == lease_id and current.live(state.log_time_ms):
+            leases[index] = replace(
+                current, expires_at_ms=written + ttl, basis_offset=record.offset, ttl_ms=ttl
+            )
 
 
 def fold(records: Iterable[ControlRecord], state: ControlState | None = None) -> ControlState:
@@ -158,7 +215,9 @@ def encode(value: Mapping[str, Any] | None) -> bytes | None:
     return None if value is None else json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
 
 
-def decode(key: bytes | None, value: bytes | None, offset: int) -> ControlRecord | None:
+def decode(
+    key: bytes | None, value: bytes | None, offset: int, timestamp_ms: int | None = None
+) -> ControlRecord | None:
     """Decode one control-topic record; foreign records yield None (they are ignored, not fatal)."""
     if key is None:
         return None
@@ -169,7 +228,7 @@ def decode(key: bytes | None, value: bytes | None, offset: int) -> ControlRecord
         return None
     if payload is not None and not isinstance(payload, dict):
         return None
-    return ControlRecord(text_key, payload, offset)
+    return ControlRecord(text_key, payload, offset, timestamp_ms)
 
 
 def commit_key(writer_id: str, batch_id: int) -> str:

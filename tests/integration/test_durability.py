@@ -1,5 +1,5 @@
-"""Durability on the real broker: the settings LogStore topics get, and epochs that survive a lost
-control topic."""
+"""Durability on the real broker: the settings LogStore topics get, epochs that survive a lost control
+topic, and control records stamped by the broker (the clock leases are judged by)."""
 
 from __future__ import annotations
 
@@ -65,3 +65,50 @@ def test_a_recreated_control_topic_never_hands_out_an_epoch_the_table_already_re
     state = handle.control(config).read()
     assert state.latest_epoch("w") == again.epoch
     assert handle.control(config).claim_epoch("w") == again.epoch + 1  # no more filler once above
+
+
+def test_the_broker_stamps_control_records_and_leases_expire_by_its_clock(env: Any) -> None:
+    from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, TopicPartition
+
+    from airflow_logstore.reconciler import LEASE_NAME, ReconcilerLease
+
+    handle = _new_table(env, "stamped")
+    config = handle.config()
+    kafka_config = handle.kafka_config(config)
+    control_topic = config.control_topic or ""
+    info = kafka_client.describe_topic(kafka_config, control_topic)
+    assert info is not None and info.configs["message.timestamp.type"] == "LogAppendTime"
+
+    lease = ReconcilerLease(handle.control(config), "a", ttl_s=60)
+    assert lease.acquire() is None
+    lease._stop.set()  # no background renewals: the claim alone decides the expiry below
+    cons = kafka_client.consumer(kafka_config)
+    try:
+        cons.assign([TopicPartition(control_topic, 0, 0)])
+        (claim,) = [m for m in cons.consume(10, timeout=10) if m.error() is None]
+    finally:
+        cons.close()
+    kind, stamped = claim.timestamp()
+    assert kind == TIMESTAMP_LOG_APPEND_TIME
+    holder = handle.control(config).read().live_lease(LEASE_NAME)
+    assert holder is not None and holder.lease_id == lease.lease_id == claim.offset() + 1
+    assert holder.expires_at_ms == stamped + 60_000  # the broker's stamp, not the reconciler's clock
+    lease.close()
+
+
+def test_an_existing_control_topic_is_brought_to_broker_timestamps(env: Any) -> None:
+    name = env.unique("legacy")
+    kafka_config = kafka_client.client_config(env.bootstrap)
+    control_topic = f"{name}_log.logstore-control"
+    kafka_client.ensure_topic(  # as created before: producer timestamps, broker defaults
+        kafka_config,
+        control_topic,
+        partitions=1,
+        replication_factor=1,
+        topic_configs={"cleanup.policy": "compact"},
+    )
+    assert kafka_client.ControlTopic(kafka_config, control_topic).ensure() is False
+    info = kafka_client.describe_topic(kafka_config, control_topic)
+    assert info is not None
+    assert info.configs["message.timestamp.type"] == "LogAppendTime"
+    assert info.configs["unclean.leader.election.enable"] == "false"

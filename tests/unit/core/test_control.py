@@ -1,4 +1,4 @@
-"""Folding the control topic: epochs, ledger, watermark, leases, reconcile progress, gaps."""
+"""Folding the control topic: epochs, ledger, watermark, reconcile progress, gaps (leases: elsewhere)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from airflow_logstore.core import control
-from airflow_logstore.core.control import ControlRecord, ControlState, Lease, fold
+from airflow_logstore.core.control import ControlRecord, ControlState, fold
 from airflow_logstore.core.summary import CommitInfo
 
 
@@ -132,90 +132,6 @@ def test_watermark_of_minus_one() -> None:
     assert state.watermark == {0: -1}
 
 
-# --- leases ----------------------------------------------------------------------------------------
-
-
-def claim(owner: str, expires: int) -> dict[str, Any]:
-    return {"owner": owner, "expires_at_ms": expires}
-
-
-def test_lease_id_is_claim_offset_plus_one() -> None:
-    state = fold([ControlRecord(control.lease_key("reconcile"), claim("r1", 1000), 7)])
-    assert state.leases["reconcile"] == [Lease("reconcile", 8, "r1", 1000)]
-    assert state.live_lease("reconcile", 999) == Lease("reconcile", 8, "r1", 1000)
-
-
-def test_first_live_claim_in_log_order_wins() -> None:
-    state = fold(records(("lease/rec", claim("r1", 1000)), ("lease/rec", claim("r2", 2000))))
-    holder = state.live_lease("rec", 500)
-    assert holder is not None and (holder.owner, holder.lease_id) == ("r1", 1)
-    holder = state.live_lease("rec", 1000)  # r1 expires at 1000 (exclusive)
-    assert holder is not None and (holder.owner, holder.lease_id) == ("r2", 2)
-    assert state.live_lease("rec", 2000) is None
-
-
-def test_later_claim_does_not_win_while_first_is_live_even_if_it_lasts_longer() -> None:
-    state = fold(records(("lease/rec", claim("r1", 100)), ("lease/rec", claim("r2", 10_000))))
-    holder = state.live_lease("rec", 99)
-    assert holder is not None and holder.owner == "r1"
-
-
-def test_renew_extends_in_place_and_keeps_priority() -> None:
-    state = fold(
-        records(
-            ("lease/rec", claim("r1", 1000)),
-            ("lease/rec", claim("r2", 5000)),
-            ("lease/rec", {"renews": 1, "owner": "r1", "expires_at_ms": 3000}),
-        )
-    )
-    assert [lease.lease_id for lease in state.leases["rec"]] == [1, 2]
-    holder = state.live_lease("rec", 2000)
-    assert holder is not None and (holder.owner, holder.lease_id, holder.expires_at_ms) == ("r1", 1, 3000)
-    holder = state.live_lease("rec", 3000)
-    assert holder is not None and holder.owner == "r2"
-
-
-def test_release_hands_the_lease_to_the_next_claim() -> None:
-    state = fold(
-        records(
-            ("lease/rec", claim("r1", 1000)),
-            ("lease/rec", claim("r2", 1000)),
-            ("lease/rec", {"release": 1}),
-        )
-    )
-    assert state.leases["rec"][0].released is True
-    assert not state.leases["rec"][0].live(0)
-    holder = state.live_lease("rec", 0)
-    assert holder is not None and holder.owner == "r2"
-
-
-def test_release_of_unknown_lease_changes_nothing() -> None:
-    state = fold(records(("lease/rec", claim("r1", 1000)), ("lease/rec", {"release": 99})))
-    assert state.leases["rec"] == [Lease("rec", 1, "r1", 1000)]
-
-
-def test_leases_by_name_are_independent() -> None:
-    state = fold(
-        records(("lease/a", claim("x", 100)), ("lease/b", claim("y", 100)), ("lease/a", {"release": 1}))
-    )
-    assert state.live_lease("a", 0) is None
-    holder = state.live_lease("b", 0)
-    assert holder is not None and holder.lease_id == 2
-    assert state.live_lease("unknown", 0) is None
-
-
-def test_lease_tombstone_keeps_claims() -> None:
-    state = fold(records(("lease/rec", claim("r1", 1000)), ("lease/rec", None)))
-    assert state.leases["rec"] == [Lease("rec", 1, "r1", 1000)]
-
-
-@pytest.mark.parametrize(("now", "live"), [(0, True), (999, True), (1000, False), (5000, False)])
-def test_lease_expiry(now: int, live: bool) -> None:
-    lease = Lease("rec", 1, "r1", 1000)
-    assert lease.live(now) is live
-    assert Lease("rec", 1, "r1", 1000, released=True).live(now) is False
-
-
 # --- reconcile progress, gaps, end offset ----------------------------------------------------------
 
 
@@ -319,36 +235,6 @@ def test_decoded_records_fold_like_the_originals() -> None:
     assert state.committed("w", 1) == CommitInfo("w", 1, 1, offsets={0: (0, 2)})
     assert state.watermark == {0: 2}
     assert state.end_offset == 3
-
-
-def test_renewal_after_release_does_not_revive_the_lease() -> None:
-    state = fold(
-        records(
-            ("lease/reconciler", claim("a", 1000)),  # lease 1
-            ("lease/reconciler", claim("b", 2000)),  # lease 2
-            ("lease/reconciler", {"release": 1}),
-            ("lease/reconciler", {"renews": 1, "owner": "a", "expires_at_ms": 5000, "renewed_at_ms": 900}),
-        )
-    )
-    assert state.live_lease("reconciler", now_ms=950).owner == "b"
-
-
-def test_renewal_written_after_expiry_does_not_revive_the_lease() -> None:
-    state = fold(
-        records(
-            ("lease/reconciler", claim("a", 1000)),
-            ("lease/reconciler", claim("b", 3000)),
-            ("lease/reconciler", {"renews": 1, "owner": "a", "expires_at_ms": 5000, "renewed_at_ms": 1500}),
-        )
-    )
-    assert state.live_lease("reconciler", now_ms=1600).owner == "b"
-    on_time = fold(
-        records(
-            ("lease/reconciler", claim("a", 1000)),
-            ("lease/reconciler", {"renews": 1, "owner": "a", "expires_at_ms": 5000, "renewed_at_ms": 900}),
-        )
-    )
-    assert on_time.live_lease("reconciler", now_ms=4000).owner == "a"
 
 
 def test_malformed_records_of_known_kinds_are_skipped_and_counted() -> None:
