@@ -107,13 +107,17 @@ class World:
     landed: list[Landed] = field(default_factory=list)
     observed: list[Observed] = field(default_factory=list)
     trace: list[str] = field(default_factory=list)
+    events: Counter[str] = field(default_factory=Counter)  # what happened, for the coverage test
+    latest: dict[str, int] = field(default_factory=dict)  # ground truth: each writer's newest epoch
 
     @property
     def primary_key(self) -> list[str]:
         return ["id"] if self.keyed else []
 
-    def note(self, text: str) -> None:
+    def note(self, text: str, event: str | None = None) -> None:
         self.trace.append(text)
+        if event is not None:
+            self.events[event] += 1
 
 
 # --- helpers mirroring small I/O functions of the real modules ------------------------------------------
@@ -190,11 +194,13 @@ def writer_attempt(world: World, writer_id: str, crashes: bool = True) -> Steps:
     yield "claim epoch"  # DualWriter.__init__: control.claim_epoch
     epoch = world.control.claim_epoch(writer_id)
     world.note(f"{writer_id} claims epoch {epoch}")
+    world.latest[writer_id] = epoch
     next_attempt_id = 0  # TaskContext.taskAttemptId(): unique within the application
     for batch_id, rows in enumerate(world.inputs[writer_id], start=1):
         yield f"b{batch_id} state"  # write_frame: self.state().committed(writer, batch)
         state = merged_state(world.catalog.load(), world.control.read())
         if state.committed(writer_id, batch_id) is not None:
+            world.note(f"{writer_id} e{epoch} b{batch_id}: committed already, skipped", "batch skipped")
             continue
         yield f"b{batch_id} plan"  # _plan against main as it is now
         plan = plan_batch(rows, world.primary_key, rows_of(world.catalog.load().current()))
@@ -225,7 +231,11 @@ def writer_attempt(world: World, writer_id: str, crashes: bool = True) -> Steps:
                     world, writer_id, epoch, batch_id, cursor.run.partition_id, number, next_attempt_id
                 )
                 next_attempt_id += 1
-                world.note(f"{writer_id} e{epoch} b{batch_id} task {cursor.run.tag} failed; retry {run.tag}")
+                world.note(
+                    f"{writer_id} e{epoch} b{batch_id} task {cursor.run.tag} failed after "
+                    f"{len(cursor.produced)} records; retry {run.tag}",
+                    "stage resubmitted" if resubmit else "task retried",
+                )
                 cursors[cursors.index(cursor)] = _TaskCursor(run, cursor.records, None)
                 continue
             if len(cursor.produced) == len(cursor.records):
@@ -237,6 +247,8 @@ def writer_attempt(world: World, writer_id: str, crashes: bool = True) -> Steps:
             meta = RecordMeta(writer_id, epoch, batch_id, cursor.run.tag)
             cursor.produced.append(world.log.append(partition, key, value, encode_headers(meta), cursor.run))
             cursor.partitions.append(partition)
+            if world.latest[writer_id] != epoch:
+                world.events["zombie produced after a newer epoch was claimed"] += 1
         offsets: dict[int, tuple[int, int]] = {}
         for cursor in successful:  # _produce: per partition min first / max last of successful tasks
             for partition, offset in zip(cursor.partitions, cursor.produced, strict=True):
@@ -311,10 +323,10 @@ def _commit(
         )
         yield "commit:decided"  # pause_point("commit:decided")
         if decision.verdict is Verdict.ALREADY_COMMITTED and decision.existing is not None:
-            world.note(f"{name}: {decision.reason}")
+            world.note(f"{name}: {decision.reason}", "already committed at commit")
             return decision.existing
         if decision.verdict is Verdict.FENCED:
-            world.note(f"{name}: fenced ({decision.reason})")
+            world.note(f"{name}: fenced ({decision.reason})", "fenced")
             return None
         if world.bugs.advance_positions:
             positions = advance_positions(_positions(state), commit.offsets)
@@ -332,9 +344,10 @@ def _commit(
                     snapshot.snapshot_id, commit.writer_id, commit.batch_id, commit.epoch, runs, tuple(rows)
                 )
             )
-            world.note(f"{name} commits snapshot {snapshot.snapshot_id} positions {positions}")
+            world.note(f"{name} commits snapshot {snapshot.snapshot_id} positions {positions}", "commit")
             return replace(staged, snapshot_id=snapshot.snapshot_id, sequence_number=snapshot.sequence_number)
         world.catalog.drop_branch(branch)  # lost the race: decide again on a new base
+        world.note(f"{name}: main moved, compare-and-set lost", "commit CAS lost")
     return None
 
 
@@ -409,7 +422,9 @@ def publisher(world: World) -> Steps:
     if any(new.get(p, -1) > previous.get(p, -1) for p in new):
         yield "publish: append watermark"  # ctl.append(K_WATERMARK, ...)
         world.control.append(control.K_WATERMARK, {"offsets": {str(p): o for p, o in sorted(new.items())}})
-        world.note(f"publisher: watermark {previous} -> {new}")
+        world.note(f"publisher: watermark {previous} -> {new} (blocked at {scan.blocked})", "watermark moved")
+    if scan.blocked:
+        world.events["watermark blocked by an undecided record"] += 1
 
 
 # --- reconciler (reconciler._run) -------------------------------------------------------------------------
@@ -437,6 +452,7 @@ def reconciler(world: World) -> Steps:
         for out in plan.iter_outputs():
             yield "reconcile: produce"
             offset = world.log.append(out.partition, out.key, out.value, out.headers(1, run), None)
+            world.events[f"{out.record_type.value} written"] += 1
             span = output.get(out.partition)
             output[out.partition] = (offset, offset) if span is None else (span[0], offset)
     if output or positions != {p: state.reconcile_positions.get(p) for p in positions}:
@@ -452,7 +468,7 @@ def reconciler(world: World) -> Steps:
             now_ms=0,
         )
         world.control.append(control.K_RECONCILE, value)
-        world.note(f"reconciler run {run}: output {output}, positions {positions}")
+        world.note(f"reconciler run {run}: output {output}, positions {positions}", "reconciler output")
 
 
 # --- compaction (spark.compact_job + compaction.plan_expiry / secure_ledger) ----------------------------
@@ -470,9 +486,10 @@ def compaction(world: World) -> Steps:
         )
         yield "compact: commit"
         if world.catalog.cas_main(current.snapshot_id, snapshot.snapshot_id, "compact"):
-            world.note(f"compaction: snapshot {snapshot.snapshot_id}")
+            world.note(f"compaction: snapshot {snapshot.snapshot_id}", "compaction")
             break
         world.catalog.drop_branch("compact")
+        world.note("compaction: main moved, retried on the new main", "compaction CAS lost")
     yield "expire: plan"
     view = world.catalog.load()
     infos = [
@@ -500,7 +517,7 @@ def compaction(world: World) -> Steps:
             return
     yield "expire: expire"
     removed = world.catalog.expire(plan.expire)
-    world.note(f"expiry: removed {removed}")
+    world.note(f"expiry: removed {removed}", "snapshots expired" if removed else None)
 
 
 # --- readers ----------------------------------------------------------------------------------------------
@@ -529,6 +546,8 @@ def consistent_follower(world: World, seen: Observed) -> Steps:
                 ready < len(messages) and messages[ready].offset <= mark and _decided(messages[ready], state)
             ):
                 ready += 1
+            if ready < len(messages) and messages[ready].offset <= mark:
+                world.events["follower held an undecided record below the watermark"] += 1
             for entry in messages[:ready]:
                 keep, _ = ReadFilter(state, consistent=True).decide(
                     decode_headers(entry.headers), partition, entry.offset

@@ -7,6 +7,7 @@ result. Replay one with ``LOGSTORE_SIM_SEED=<seed> pytest tests/simulation -k re
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -37,6 +38,7 @@ class Result:
     violations: list[Violation]
     trace: list[str] = field(default_factory=list)
     steps: int = 0
+    events: Counter[str] = field(default_factory=Counter)
 
     @property
     def ok(self) -> bool:
@@ -47,7 +49,9 @@ class Result:
         lines += [f"  - {v}" for v in self.violations]
         lines.append(f"trace (last {last} of {len(self.trace)} steps):")
         lines += [f"    {line}" for line in self.trace[-last:]]
-        lines.append(f"replay: LOGSTORE_SIM_SEED={self.seed} pytest tests/simulation -k replay -s")
+        planted = ",".join(name for name, on in vars(self.bugs).items() if on)
+        env = f"LOGSTORE_SIM_SEED={self.seed}" + (f" LOGSTORE_SIM_BUGS={planted}" if planted else "")
+        lines.append(f"replay: {env} .venv/bin/pytest tests/simulation -k replay -s -p no:cacheprovider")
         return "\n".join(lines)
 
 
@@ -180,7 +184,7 @@ def run(seed: int, bugs: Bugs | None = None) -> Result:
         for _ in steps_of:
             pass
     watermark = world.control.read().watermark
-    return Result(seed, bugs, check(world, watermark), world.trace, steps)
+    return Result(seed, bugs, check(world, watermark), world.trace, steps, world.events)
 
 
 def _interleave(world: World, cast: list[Actor], rng: random.Random) -> int:
@@ -197,11 +201,11 @@ def _interleave(world: World, cast: list[Actor], rng: random.Random) -> int:
             actor.steps = actor.start()
         if rng.random() < 0.06:  # a slow actor (GC pause, long Spark stage): it stops here for a while
             actor.at_step = step + rng.randint(5, 40)
-            world.note(f"{actor.name}: paused until step {actor.at_step}")
+            world.note(f"{actor.name}: paused until step {actor.at_step}", "pause")
             continue
         if actor.crashable and rng.random() < 0.03:
             actor.steps.close()
-            world.note(f"{actor.name}: CRASH")
+            world.note(f"{actor.name}: CRASH", f"crash {actor.name.split()[0]}")
             _ended(actor)
             continue
         try:

@@ -82,6 +82,38 @@ def test_runs_are_deterministic() -> None:
         assert first.trace == second.trace and first.violations == second.violations
 
 
+# What the interleavings must keep exercising (a simulation that stops reaching a race proves nothing).
+COVERED = (
+    "zombie produced after a newer epoch was claimed",
+    "fenced",
+    "already committed at commit",
+    "batch skipped",
+    "commit CAS lost",
+    "stage resubmitted",
+    "task retried",
+    "crash writer",
+    "crash publisher",
+    "crash reconciler",
+    "crash compaction",
+    "watermark blocked by an undecided record",
+    "reversal written",
+    "reassert written",
+    "compaction CAS lost",
+    "snapshots expired",
+)
+
+
+def test_the_seeds_reach_the_races(record_property: Any) -> None:
+    seen: Counter[str] = Counter()
+    for seed in range(200):
+        seen.update(set(run(seed).events))
+    record_property(
+        "report", "seeds (of 200) reaching each event: " + ", ".join(f"{e} {seen[e]}" for e in COVERED)
+    )
+    missing = [event for event in COVERED if seen[event] < 5]
+    assert not missing, f"events reached by fewer than 5 of 200 seeds: {missing} ({dict(seen)})"
+
+
 # Each planted bug (a test-only switch restoring the old behaviour of a hole of issue 13) must be found
 # within `within` seeds, as one of the named invariants.
 PLANTED = [
