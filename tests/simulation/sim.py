@@ -29,6 +29,19 @@ class Actor:
     background: bool = False  # followers: run until the others are done
     at_step: int = 0  # when it starts (and, after a pause, when it resumes)
     steps: Steps | None = None
+    pending: str = "start"  # the step it takes at its next turn (the label its generator last yielded)
+
+    def step(self, world: World) -> bool:
+        """Take one step (noted in the trace as it happens); False once the run has ended."""
+        if self.steps is None:
+            self.steps = self.start()
+        world.note(f"{self.name}: {self.pending}")
+        try:
+            self.pending = next(self.steps)
+        except StopIteration:
+            self.steps, self.pending = None, "start"
+            return False
+        return True
 
 
 @dataclass
@@ -171,7 +184,7 @@ def run(seed: int, bugs: Bugs | None = None) -> Result:
         if actor.background:
             actor.steps = actor.steps or actor.start()
             for _ in range(4):
-                world.note(f"{actor.name}: {next(actor.steps)}")
+                actor.step(world)
     final_reads = [
         actors.batch_reader(world, True, final=True),
         actors.batch_reader(world, False, final=True),
@@ -197,31 +210,27 @@ def _interleave(world: World, cast: list[Actor], rng: random.Random) -> int:
         if not busy:
             continue  # everyone with work to do is paused or not started yet: time passes
         actor = rng.choice(busy if rng.random() < 0.75 else live)
-        if actor.steps is None:
-            actor.steps = actor.start()
         if rng.random() < 0.06:  # a slow actor (GC pause, long Spark stage): it stops here for a while
             actor.at_step = step + rng.randint(5, 40)
-            world.note(f"{actor.name}: paused until step {actor.at_step}", "pause")
+            world.note(f"{actor.name}: paused before '{actor.pending}' until step {actor.at_step}", "pause")
             continue
-        if actor.crashable and rng.random() < 0.03:
+        if actor.crashable and actor.steps is not None and rng.random() < 0.03:
             actor.steps.close()
-            world.note(f"{actor.name}: CRASH", f"crash {actor.name.split()[0]}")
+            world.note(f"{actor.name}: CRASH before '{actor.pending}'", f"crash {actor.name.split()[0]}")
             _ended(actor)
             continue
-        try:
-            world.note(f"{actor.name}: {next(actor.steps)}")
-        except StopIteration:
+        if not actor.step(world):
             _ended(actor)
     return step
 
 
 def _ended(actor: Actor) -> None:
-    actor.steps = None
+    actor.steps, actor.pending = None, "start"
     actor.runs -= 1
     if actor.name.startswith("writer"):
         actor.runs = 0
 
 
 def _finish(world: World, actor: Actor) -> None:
-    for label in actor.start():
-        world.note(f"{actor.name}: {label}")
+    while actor.step(world):
+        pass

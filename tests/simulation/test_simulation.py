@@ -119,7 +119,7 @@ def test_the_seeds_reach_the_races(record_property: Any) -> None:
 PLANTED = [
     ("decide_once", {BATCH_TWICE, FENCED_COMMIT}, 300),
     ("attempt_number_tags", {CONSISTENT_UNCOMMITTED, CONSISTENT_DUPLICATE}, 300),
-    ("state_before_ends", {CONSISTENT_LOST}, 1500),
+    ("state_before_ends", {CONSISTENT_LOST}, 1000),
     ("advance_positions", {HYBRID}, 300),
 ]
 
