@@ -10,28 +10,10 @@ from email.message import Message
 from email.parser import Parser
 from pathlib import Path
 
-import pytest
 from packaging.requirements import Requirement
 
 import airflow_logstore
 from airflow_logstore.spark.apps import APPLICATIONS
-from airflow_logstore.testing.environment import REPO_ROOT
-
-
-@pytest.fixture(scope="module")
-def dists(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """``python -m build``: the sdist, then the wheel built from that sdist (as PyPI users get them)."""
-    out = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        [sys.executable, "-m", "build", "--outdir", str(out), str(REPO_ROOT)],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    (sdist,) = out.glob("*.tar.gz")
-    (wheel,) = out.glob("*.whl")
-    return sdist, wheel
 
 
 def _wheel_metadata(wheel: Path) -> tuple[list[str], Message, str]:
