@@ -116,7 +116,12 @@ def run(seed: int, bugs: Bugs | None = None) -> Result:
                     at_step=0 if attempt == 0 else rng.randint(1, 80),
                 )
             )
-    cast.append(Actor("publisher", lambda: actors.publisher(world), True, runs=rng.randint(2, 6)))
+    for publisher in range(1 if rng.random() < 0.6 else 2):  # publishes of two DAG runs may overlap
+        cast.append(
+            Actor(
+                f"publisher#{publisher + 1}", partial(actors.publisher, world), True, runs=rng.randint(2, 6)
+            )
+        )
     if rng.random() < 0.7:
         cast.append(Actor("reconciler", lambda: actors.reconciler(world), True, runs=rng.randint(1, 3)))
     if rng.random() < 0.5:
@@ -216,7 +221,10 @@ def _interleave(world: World, cast: list[Actor], rng: random.Random) -> int:
             continue
         if actor.crashable and actor.steps is not None and rng.random() < 0.03:
             actor.steps.close()
-            world.note(f"{actor.name}: CRASH before '{actor.pending}'", f"crash {actor.name.split()[0]}")
+            world.note(
+                f"{actor.name}: CRASH before '{actor.pending}'",
+                f"crash {actor.name.split()[0].split('#')[0]}",
+            )
             _ended(actor)
             continue
         if not actor.step(world):
