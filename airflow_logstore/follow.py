@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from airflow_logstore import kafka_client
+from airflow_logstore.checkpoints import latest as latest_checkpoint
 from airflow_logstore.core import control
 from airflow_logstore.core.changelog import Normalizer
 from airflow_logstore.core.codec import decode_headers
@@ -35,22 +36,28 @@ MAX_PENDING_PER_PARTITION = 50_000
 
 
 class ControlFollower:
-    """Keeps a ControlState current by tailing the control topic."""
+    """Keeps a ControlState current by tailing the control topic from its latest checkpoint."""
 
     def __init__(self, reader: LogReader) -> None:
         from confluent_kafka import TopicPartition
 
-        _, _, control_topic = reader.config.require_log()
-        self.state = merged_state(reader.table, ControlState())
+        ctl = reader.handle.control(reader.config)
+        state, start = latest_checkpoint(ctl)
+        self.state = merged_state(reader.table, state)
         self.consumer = kafka_client.consumer(reader.kafka_config, **TAILING_CONSUMER_SETTINGS)
-        self.consumer.assign([TopicPartition(control_topic, 0, 0)])
+        self.consumer.assign([TopicPartition(ctl.topic, 0, start)])
 
     def poll(self, timeout: float = 0.0) -> bool:
         """Fold newly arrived control records; True when the watermark moved."""
         before = dict(self.state.watermark)
         for message in self.consumer.consume(num_messages=1000, timeout=timeout):
             if message.error() is None:
-                record = control.decode(message.key(), message.value(), message.offset())
+                record = control.decode(
+                    message.key(),
+                    message.value(),
+                    message.offset(),
+                    kafka_client.message_timestamp_ms(message),
+                )
                 if record is not None:
                     control.fold([record], self.state)
         return self.state.watermark != before

@@ -593,21 +593,11 @@ class ControlTopic:
         log.warning("control topic '%s': set %s (it was created without them)", self.topic, changes)
 
     def read(self) -> control.ControlState:
-        """Fold the whole control topic, up to its end at call time."""
-        cons = consumer(self.config)
-        try:
-            start, end = partition_offsets(cons, self.topic, 1)[0]
-            records = []
-            for batch in scan(cons, self.topic, {0: start}, {0: end}):
-                for message in batch:
-                    record = control.decode(
-                        message.key(), message.value(), message.offset(), message_timestamp_ms(message)
-                    )
-                    if record is not None:
-                        records.append(record)
-            return control.fold(records)
-        finally:
-            cons.close()
+        """The control state up to the topic's end at call time: the latest checkpoint (see
+        :mod:`airflow_logstore.checkpoints`) with every record after it folded on."""
+        from airflow_logstore.checkpoints import read_state
+
+        return read_state(self)
 
     def append(self, key: str, value: Mapping[str, Any] | None) -> int:
         """Write one record durably and return its offset."""

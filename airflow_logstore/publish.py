@@ -8,7 +8,8 @@
    epoch the state does not know), scans the log from the current watermark to those ends (headers
    only) and classifies each record;
 3. moves the watermark per partition up to the first undecided record (a batch still in flight, or a
-   dead epoch whose successor has not committed yet); never backwards.
+   dead epoch whose successor has not committed yet); never backwards;
+4. writes a control checkpoint when one is due (:mod:`airflow_logstore.checkpoints`).
 
 Publishing twice, or after an older snapshot, changes nothing.
 """
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_logstore import kafka_client
+from airflow_logstore.checkpoints import maybe_checkpoint
 from airflow_logstore.core import control
 from airflow_logstore.core.codec import decode_headers
 from airflow_logstore.core.visibility import Decision, WatermarkScan, classify, newly_visible_commits
@@ -43,6 +45,7 @@ class PublishReport:
     blocked_by: dict[str, dict[str, Any]] = field(default_factory=dict)
     undecodable: int = 0
     current_snapshot_id: int | None = None
+    checkpoint: dict[str, Any] | None = None  # a control checkpoint written by this publish
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -56,7 +59,7 @@ def sync_ledger(
     table = table or handle.load()
     added = []
     for commit in snapshot_commits(table):
-        if commit.key in state.commits:
+        if state.committed(commit.writer_id, commit.batch_id) is not None:  # in the ledger, or retired
             continue
         ctl.record_commit(commit.to_json(), commit.writer_id, commit.batch_id)
         state.commits[commit.key] = commit
@@ -109,7 +112,7 @@ def publish_visible_offsets(handle: LogStoreTable) -> PublishReport:
                         "epoch": meta.epoch,
                         "state": decision.value,
                     }
-                scan.observe(partition, offset, decision)
+                scan.observe(partition, offset, decision, meta.pair_half)
         new = scan.finish(end)
     finally:
         cons.close()
@@ -127,6 +130,7 @@ def publish_visible_offsets(handle: LogStoreTable) -> PublishReport:
                 "published_at_ms": int(time.time() * 1000),
             },
         )
+    report.checkpoint = maybe_checkpoint(ctl, state, {p: low for p, (low, _) in bounds.items()})
     report.seconds = round(time.monotonic() - started, 3)
     log.info(
         "published %s: watermark %s -> %s, %s records scanned, %s newly visible commits, ledger +%s",

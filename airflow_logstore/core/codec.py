@@ -13,6 +13,7 @@ A record in the log topic is::
              record-type     data | reversal | reassert
              reverses        "<partition>:<offset>" of the record a reversal undoes (reversals only)
              emit-mode       "log" when the batch was written to the log only (never committed)
+             reassert-half   "1" on the record that opens a reassert pair, "2" on the one that closes it
 
 Keys are partitioned with Kafka's murmur2 partitioner (librdkafka ``murmur2_random``, the same as the
 Java client's default), so every change of one key lands in one partition, in order.
@@ -44,6 +45,7 @@ H_TASK = "task-attempt"
 H_TYPE = "record-type"
 H_REVERSES = "reverses"
 H_EMIT = "emit-mode"
+H_PAIR = "reassert-half"
 
 RECONCILER_WRITER_ID = "logstore-reconciler"
 PRODUCER_PARTITIONER = "murmur2_random"
@@ -88,6 +90,7 @@ class RecordMeta:
     record_type: RecordType = RecordType.DATA
     reverses: tuple[int, int] | None = None
     log_only: bool = False
+    pair_half: int = 0  # reasserts: 1 opens a pair, 2 closes it (0: not part of a pair)
 
     @property
     def attempt_key(self) -> tuple[str, int, int]:
@@ -107,6 +110,8 @@ def encode_headers(meta: RecordMeta) -> list[tuple[str, bytes]]:
         headers.append((H_REVERSES, f"{meta.reverses[0]}:{meta.reverses[1]}".encode()))
     if meta.log_only:
         headers.append((H_EMIT, b"log"))
+    if meta.pair_half:
+        headers.append((H_PAIR, str(meta.pair_half).encode()))
     return headers
 
 
@@ -149,7 +154,7 @@ def _decode_headers(headers: Sequence[tuple[str, Any]]) -> RecordMeta:
         raise RecordDecodeError("record has no LogStore headers (not written by airflow-logstore)")
     found: dict[str, str] = {}
     for name, value in headers:
-        if name in (H_FORMAT, H_WRITER, H_EPOCH, H_BATCH, H_TASK, H_TYPE, H_REVERSES, H_EMIT):
+        if name in (H_FORMAT, H_WRITER, H_EPOCH, H_BATCH, H_TASK, H_TYPE, H_REVERSES, H_EMIT, H_PAIR):
             found[name] = _header_text(name, value)
     version = found.get(H_FORMAT)
     if version is None:
@@ -177,6 +182,7 @@ def _decode_headers(headers: Sequence[tuple[str, Any]]) -> RecordMeta:
         record_type=record_type,
         reverses=reverses,
         log_only=found.get(H_EMIT) == "log",
+        pair_half=_header_int(H_PAIR, found[H_PAIR]) if H_PAIR in found else 0,
     )
 
 

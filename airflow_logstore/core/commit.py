@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from airflow_logstore.core.checkpoint import RetiredBatches
 from airflow_logstore.core.summary import CommitInfo
 
 
@@ -46,15 +47,19 @@ def decide(
     writer_id: str,
     batch_id: int,
     epoch: int,
+    retired: RetiredBatches | None = None,
 ) -> CommitDecision:
     """May epoch ``epoch`` of ``writer_id`` commit ``batch_id`` on top of a base holding ``commits``?
 
     :param commits: every commit the base holds (its lineage, and the ledger: the ledger only ever
         records commits that reached ``main``).
     :param latest_claimed_epoch: the writer's newest epoch in the control topic, read after the base.
+    :param retired: what is left of the writer's retired ledger entries (``core.checkpoint``).
     """
-    newest_committed = 0
+    newest_committed = retired.newest_epoch() if retired is not None else 0
     existing = None
+    if retired is not None and retired.contains(batch_id):
+        existing = CommitInfo(writer_id, batch_id, epoch=0)  # retired: its details went with its records
     for commit in commits:
         if commit.writer_id != writer_id:
             continue

@@ -294,6 +294,7 @@ class Output:
     record_type: RecordType
     source: int  # offset of the record reversed or of the image reasserted (-1: completes a cut pair)
     reverses: tuple[int, int] | None = None
+    pair_half: int = 0  # reasserts: 1 opens the pair, 2 closes it (the watermark never splits a pair)
 
     def headers(self, lease_id: int, run: int) -> list[tuple[str, bytes]]:
         return encode_headers(
@@ -303,6 +304,7 @@ class Output:
                 run,
                 record_type=self.record_type,
                 reverses=self.reverses,
+                pair_half=self.pair_half,
             )
         )
 
@@ -363,11 +365,12 @@ class PartitionPlan:
                     partition, key, reversal_value(value), RecordType.REVERSAL, offset, (partition, offset)
                 )
             elif action == "reassert":
-                for _, half in reassert_values(value):
-                    yield Output(partition, key, half, RecordType.REASSERT, offset)
+                for number, (_, half) in enumerate(reassert_values(value), start=1):
+                    yield Output(partition, key, half, RecordType.REASSERT, offset, pair_half=number)
             else:
                 kind, _ = decode_value(value)
-                yield Output(partition, key, with_kind(value, _FIRST_HALF[kind]), RecordType.REASSERT, -1)
+                second = with_kind(value, _FIRST_HALF[kind])
+                yield Output(partition, key, second, RecordType.REASSERT, -1, pair_half=2)
 
     @property
     def outputs(self) -> list[Output]:

@@ -69,20 +69,34 @@ def classify(meta: RecordMeta, partition: int, offset: int, state: ControlState)
 
 
 class WatermarkScan:
-    """Advances a partition's watermark while records are scanned in offset order."""
+    """Advances a partition's watermark while records are scanned in offset order.
+
+    The watermark stops before the first undecided record, and before a reconciler's reassert pair
+    whose closing half has not been scanned yet: a hybrid read starts right after the watermark, and
+    half a pair would leave a row counted twice (retract semantics).
+    """
 
     def __init__(self, previous: Mapping[int, int]) -> None:
         self.previous = dict(previous)
         self.blocked: dict[int, int] = {}  # partition -> first undecided offset
         self.decided_up_to: dict[int, int] = {}
+        self.open_pairs: dict[int, list[int]] = {}  # partition -> offsets of unclosed opening halves
 
-    def observe(self, partition: int, offset: int, decision: Decision | None) -> None:
-        """Record one scanned record; ``decision`` None means undecodable (decided: dead-lettered)."""
+    def observe(self, partition: int, offset: int, decision: Decision | None, pair_half: int = 0) -> None:
+        """Record one scanned record; ``decision`` None means undecodable (decided: dead-lettered).
+
+        :param pair_half: the record's ``reassert-half`` header (1 opens a pair, 2 closes one).
+        """
         if partition in self.blocked:
             return
         if decision is not None and decision.undecided:
             self.blocked[partition] = offset
             return
+        opened = self.open_pairs.setdefault(partition, [])
+        if pair_half == 1:
+            opened.append(offset)
+        elif pair_half == 2 and opened:
+            opened.pop(0)
         self.decided_up_to[partition] = offset
 
     def finish(self, end_offsets: Mapping[int, int]) -> dict[int, int]:
@@ -93,6 +107,8 @@ class WatermarkScan:
         result = dict(self.previous)
         for partition, end in end_offsets.items():
             candidate = self.blocked[partition] - 1 if partition in self.blocked else end - 1
+            if self.open_pairs.get(partition):
+                candidate = min(candidate, self.open_pairs[partition][0] - 1)
             result[partition] = max(result.get(partition, -1), candidate)
         return result
 

@@ -389,6 +389,7 @@ class DualWriter:
                 self.writer_id,
                 commit.batch_id,
                 self.epoch,
+                retired=state.retired.get(self.writer_id),
             )
             pause_point("commit:decided")
             if decision.verdict is Verdict.ALREADY_COMMITTED and decision.existing is not None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Generator, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from airflow_logstore.compaction import RetentionPolicy, SnapshotInfo, plan_expiry
@@ -59,11 +59,10 @@ class Bugs:
     attempt_number_tags: bool = False  # 2: task tag "<partition>.<attempt number>"
     state_before_ends: bool = False  # 3: publish reads the control state before the log end offsets
     advance_positions: bool = False  # 4: positions = max(last + 1) of the batch's offsets
+    split_pairs: bool = False  # found by the simulation: the watermark ignores reassert pairs
 
     def any(self) -> bool:
-        return (
-            self.decide_once or self.attempt_number_tags or self.state_before_ends or self.advance_positions
-        )
+        return any(getattr(self, f.name) for f in fields(self))
 
 
 @dataclass
@@ -417,7 +416,8 @@ def publisher(world: World) -> Steps:
         if entry.partition in scan.blocked:
             continue
         meta = decode_headers(entry.headers)
-        scan.observe(entry.partition, entry.offset, classify(meta, entry.partition, entry.offset, state))
+        decision = classify(meta, entry.partition, entry.offset, state)
+        scan.observe(entry.partition, entry.offset, decision, 0 if world.bugs.split_pairs else meta.pair_half)
     new = scan.finish(ends)
     if any(new.get(p, -1) > previous.get(p, -1) for p in new):
         yield "publish: append watermark"  # ctl.append(K_WATERMARK, ...)

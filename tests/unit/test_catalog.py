@@ -71,6 +71,7 @@ def test_spark_conf_of_postgres_catalog_carries_credentials() -> None:
     p = "spark.sql.catalog.lake"
     assert conf == {
         p: "org.apache.iceberg.spark.SparkCatalog",
+        f"{p}.cache-enabled": "false",
         f"{p}.type": "jdbc",
         f"{p}.uri": "jdbc:postgresql://db:5432/iceberg",
         f"{p}.jdbc.schema-version": "V1",
@@ -98,6 +99,7 @@ def test_spark_conf_of_rest_catalog() -> None:
     )
     assert spec.spark_conf() == {
         P: "org.apache.iceberg.spark.SparkCatalog",
+        f"{P}.cache-enabled": "false",
         f"{P}.type": "rest",
         f"{P}.uri": "http://rest:8181",
         f"{P}.warehouse": "s3://warehouse/",

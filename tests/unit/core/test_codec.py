@@ -62,6 +62,8 @@ def decode_error(raw: list[tuple[str, Any]] | None) -> str:
         RecordMeta("writer with spaces/ü", 2**40, 2**33, task="0.0", log_only=True),
         RecordMeta("logstore-reconciler", 5, 4, record_type=RecordType.REVERSAL, reverses=(2, 1234)),
         RecordMeta("logstore-reconciler", 5, 4, record_type=RecordType.REASSERT),
+        RecordMeta("logstore-reconciler", 5, 4, record_type=RecordType.REASSERT, pair_half=1),
+        RecordMeta("logstore-reconciler", 5, 4, record_type=RecordType.REASSERT, pair_half=2),
         RecordMeta("job-b", 3, 1, record_type=RecordType.DATA, reverses=(0, 0)),
     ],
 )

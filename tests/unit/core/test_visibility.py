@@ -263,3 +263,29 @@ def test_count_decisions() -> None:
     decisions = [Decision.COMMITTED, Decision.REDUNDANT, Decision.COMMITTED, Decision.IN_FLIGHT]
     assert count_decisions(decisions) == {"committed": 2, "redundant": 1, "in-flight": 1}
     assert count_decisions([]) == {}
+
+
+def test_watermark_stops_before_an_unclosed_reassert_pair() -> None:
+    scan = WatermarkScan({})
+    scan.observe(0, 0, Decision.COMMITTED)
+    scan.observe(0, 1, Decision.REASSERT, pair_half=1)  # the closing half is not in the log yet
+    scan.observe(0, 2, Decision.COMMITTED)
+    assert scan.finish({0: 3}) == {0: 0}
+
+
+def test_watermark_passes_a_closed_reassert_pair() -> None:
+    scan = WatermarkScan({})
+    scan.observe(0, 0, Decision.REASSERT, pair_half=1)
+    scan.observe(0, 1, Decision.COMMITTED)  # a writer's record between the halves
+    scan.observe(0, 2, Decision.REASSERT, pair_half=2)
+    scan.observe(0, 3, Decision.REASSERT, pair_half=1)
+    scan.observe(0, 4, Decision.REASSERT, pair_half=2)
+    assert scan.finish({0: 5}) == {0: 4}
+
+
+def test_undecided_record_and_open_pair_the_earlier_wins() -> None:
+    scan = WatermarkScan({0: -1})
+    scan.observe(0, 0, Decision.REASSERT, pair_half=1)
+    scan.observe(0, 1, Decision.IN_FLIGHT)
+    scan.observe(0, 2, Decision.REASSERT, pair_half=2)  # not observed: the partition is blocked
+    assert scan.finish({0: 3}) == {0: -1}

@@ -1,0 +1,148 @@
+"""Control-state checkpoints in Kafka: the folded control state beside the control topic.
+
+A table's control topic ``<control>`` has a checkpoint topic ``<control>-checkpoint`` (one partition,
+compacted, one key): its last record is the latest checkpoint, the state folded up to a control-topic
+offset ``through`` (see :mod:`airflow_logstore.core.checkpoint`). Reading the control state is then
+"the last checkpoint record + the control records after ``through``": its cost follows the tail, not the
+table's age.
+
+Publishing writes a checkpoint once the tail is :data:`CHECKPOINT_EVERY` records long; on the way it
+retires ledger entries whose records retention deleted, writing the checkpoint first and the entries'
+tombstones after (a crash in between leaves the entries in place, which is harmless).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import zlib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from airflow_logstore import kafka_client
+from airflow_logstore.core import control
+from airflow_logstore.core.checkpoint import decode_state, encode_state, retire
+from airflow_logstore.core.control import ControlState
+
+if TYPE_CHECKING:
+    from airflow_logstore.kafka_client import ControlTopic
+
+log = logging.getLogger(__name__)
+
+#: A publish writes a new checkpoint once this many control records follow the last one.
+CHECKPOINT_EVERY = 200
+CHECKPOINT_KEY = b"checkpoint"
+CHECKPOINT_TOPIC_CONFIGS = {
+    "cleanup.policy": "compact",
+    "retention.ms": "-1",
+    "unclean.leader.election.enable": "false",
+    "max.message.bytes": str(16 * 1024 * 1024),
+}
+
+
+def checkpoint_topic(control_topic: str) -> str:
+    return f"{control_topic}-checkpoint"
+
+
+def latest(ctl: ControlTopic) -> tuple[ControlState, int]:
+    """(the latest checkpoint's state, the control offset to fold on from); an empty state and 0 when
+    there is none, or when it does not fit the control topic (recreated since)."""
+    cons = kafka_client.consumer(ctl.config, **{"fetch.max.bytes": 64 * 1024 * 1024})
+    try:
+        topic = checkpoint_topic(ctl.topic)
+        if kafka_client.describe_topic(ctl.config, topic) is None:
+            return ControlState(), 0
+        low, high = kafka_client.partition_offsets(cons, topic, 1)[0]
+        if high <= low:
+            return ControlState(), 0
+        for batch in kafka_client.scan(cons, topic, {0: high - 1}, {0: high}):
+            for message in batch:
+                try:
+                    state, through = _decode(message.value())
+                except (ValueError, TypeError, KeyError, zlib.error) as exc:
+                    log.warning(
+                        "checkpoint of '%s' does not decode (%s): reading the whole topic", ctl.topic, exc
+                    )
+                    return ControlState(), 0
+                control_end = kafka_client.partition_offsets(cons, ctl.topic, 1)[0][1]
+                if through >= control_end:
+                    log.warning("checkpoint of '%s' is past its end (recreated?): ignored", ctl.topic)
+                    return ControlState(), 0
+                return state, through + 1
+        return ControlState(), 0
+    finally:
+        cons.close()
+
+
+def read_state(ctl: ControlTopic) -> ControlState:
+    """The control state: the latest checkpoint with every control record after it folded on."""
+    state, start = latest(ctl)
+    cons = kafka_client.consumer(ctl.config)
+    try:
+        low, end = kafka_client.partition_offsets(cons, ctl.topic, 1)[0]
+        records = []
+        for batch in kafka_client.scan(cons, ctl.topic, {0: max(start, low)}, {0: end}):
+            for message in batch:
+                record = control.decode(
+                    message.key(),
+                    message.value(),
+                    message.offset(),
+                    kafka_client.message_timestamp_ms(message),
+                )
+                if record is not None:
+                    records.append(record)
+        state.checkpoint_start = start
+        return control.fold(records, state)
+    finally:
+        cons.close()
+
+
+def maybe_checkpoint(
+    ctl: ControlTopic, state: ControlState, log_start: Mapping[int, int], *, every: int | None = None
+) -> dict[str, Any] | None:
+    """Write a checkpoint of ``state`` when its tail is long enough; retire what retention deleted.
+
+    :param state: a state read with :func:`read_state` (folded from ``checkpoint_start`` to ``end_offset``).
+    :param log_start: per log partition its first offset (records below were deleted by retention).
+    :param every: the tail length that makes a checkpoint due (default :data:`CHECKPOINT_EVERY`).
+    :returns: what was done, in numbers, or None when no checkpoint was due.
+    """
+    if state.end_offset - state.checkpoint_start < (every or CHECKPOINT_EVERY):
+        return None
+    kept, gone = retire(state, log_start)
+    through = state.end_offset - 1
+    payload = _encode(encode_state(kept, through))
+    kafka_client.ensure_topic(
+        ctl.config,
+        checkpoint_topic(ctl.topic),
+        partitions=1,
+        replication_factor=None,
+        topic_configs=CHECKPOINT_TOPIC_CONFIGS,
+    )
+    _append(ctl, payload)
+    for writer_id, batch_id in gone:
+        ctl.append(control.commit_key(writer_id, batch_id), None)
+    report = {"through": through, "bytes": len(payload), "commits": len(kept.commits), "retired": len(gone)}
+    log.info("control checkpoint of '%s': %s", ctl.topic, report)
+    return report
+
+
+def _append(ctl: ControlTopic, payload: bytes) -> None:
+    topic = checkpoint_topic(ctl.topic)
+    tracker = kafka_client.DeliveryTracker()
+    with kafka_client.shared_producer(
+        ctl.config, **{"linger.ms": 0, "message.max.bytes": 16 * 1024 * 1024}
+    ) as prod:
+        prod.produce(topic, key=CHECKPOINT_KEY, value=payload, partition=0, on_delivery=tracker)
+        kafka_client.flush(prod, tracker, 1, f"checkpoint topic '{topic}'", timeout=60.0)
+
+
+def _encode(data: Mapping[str, Any]) -> bytes:
+    return zlib.compress(json.dumps(data, separators=(",", ":")).encode(), 1)
+
+
+def _decode(value: bytes | None) -> tuple[ControlState, int]:
+    if value is None:
+        raise ValueError("checkpoint record has no value")
+    state, through = decode_state(json.loads(zlib.decompress(value)), ControlState)
+    return state, through

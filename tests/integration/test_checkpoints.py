@@ -1,0 +1,115 @@
+"""Control checkpoints on the real broker: a checkpoint plus the tail reads like the whole control topic,
+and ledger entries whose records retention deleted retire (with tombstones) without being forgotten."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from airflow_logstore import checkpoints, kafka_client
+from airflow_logstore.core import control
+from airflow_logstore.core.codec import RecordMeta, encode_headers
+from airflow_logstore.core.control import ControlState
+from airflow_logstore.core.summary import CommitInfo
+from airflow_logstore.publish import publish_visible_offsets
+from airflow_logstore.reader import read_log
+from airflow_logstore.tables import LogStoreTable
+from airflow_logstore.testing.tables import make_table
+
+BATCH = 5
+
+
+def write_batches(table: LogStoreTable, first: int, count: int) -> None:
+    """``count`` batches of one writer attempt each: claim, records in partition 0, ledger entry."""
+    config = table.config()
+    ctl = table.control(config)
+    prod = kafka_client.producer(table.kafka_config(config))
+    for batch in range(first, first + count):
+        epoch = ctl.claim_epoch("w")
+        tracker = kafka_client.DeliveryTracker()
+        headers = encode_headers(RecordMeta("w", epoch, batch, "0.1"))
+        for n in range(BATCH):
+            value = b'{"kind":"+I","row":{"id":%d,"name":"n","amount":1}}' % (batch * 100 + n)
+            prod.produce(config.topic, value=value, headers=headers, partition=0, on_delivery=tracker)
+        kafka_client.flush(prod, tracker, BATCH, "test batch")
+        span = tracker.offsets[0]
+        commit = CommitInfo("w", batch, epoch, offsets={0: span}, tasks=frozenset({"0.1"}))
+        ctl.record_commit(commit.to_json(), "w", batch)
+
+
+def whole_topic(table: LogStoreTable) -> ControlState:
+    """The control state folded from offset 0, with no checkpoint."""
+    ctl = table.control()
+    cons = kafka_client.consumer(ctl.config)
+    try:
+        low, end = kafka_client.partition_offsets(cons, ctl.topic, 1)[0]
+        records: list[Any] = []
+        for batch in kafka_client.scan(cons, ctl.topic, {0: low}, {0: end}):
+            for m in batch:
+                stamp = kafka_client.message_timestamp_ms(m)
+                records.append(control.decode(m.key(), m.value(), m.offset(), stamp))
+        return control.fold(r for r in records if r is not None)
+    finally:
+        cons.close()
+
+
+@pytest.fixture
+def table(env, monkeypatch: pytest.MonkeyPatch) -> LogStoreTable:
+    monkeypatch.setattr(checkpoints, "CHECKPOINT_EVERY", 20)
+    return make_table(env, properties={"log-store.partitions": "1"})
+
+
+def test_publish_checkpoints_and_a_read_equals_the_whole_topic(table: LogStoreTable) -> None:
+    write_batches(table, 1, 12)  # 24 control records: a checkpoint is due
+    report = publish_visible_offsets(table)
+    assert report.checkpoint is not None and report.checkpoint["commits"] == 12
+    assert report.checkpoint["retired"] == 0
+    write_batches(table, 13, 3)
+    ctl = table.control()
+    _, start = checkpoints.latest(ctl)
+    assert start == report.checkpoint["through"] + 1 > 0
+
+    state, full = ctl.read(), whole_topic(table)
+    assert state.checkpoint_start == start
+    for name in ("epochs", "commits", "watermark", "end_offset"):
+        assert getattr(state, name) == getattr(full, name), name
+    publish_visible_offsets(table)
+    consistent = read_log(table, consistency="transactional")
+    assert len(consistent.records) == 15 * BATCH
+
+
+def test_retention_retires_ledger_entries_and_leaves_what_the_protocol_asks(table: LogStoreTable) -> None:
+    write_batches(table, 1, 12)
+    config = table.config()
+    admin = kafka_client.admin_client(table.kafka_config(config))
+    from confluent_kafka import TopicPartition
+
+    # retention deletes the records of batches 1-4
+    cut = TopicPartition(config.topic, 0, 4 * BATCH)
+    admin.delete_records([cut])[cut].result(timeout=30)
+
+    report = publish_visible_offsets(table)
+    assert report.checkpoint is not None and report.checkpoint["retired"] == 4
+    state = table.control().read()
+    assert sorted(b for (_, b) in state.commits) == list(range(5, 13))
+    assert state.retired["w"].batches == [[1, 4]]
+    assert state.committed("w", 2) is not None  # an old batch is still known as committed
+    full = whole_topic(table)  # the tombstones are in the topic: a full fold keeps only the live entries
+    tombstoned = [k for k in range(1, 5) if ("w", k) in full.commits]
+    assert tombstoned == [1, 2, 3, 4]  # compaction has not run: the entries are still there ...
+    cons = kafka_client.consumer(table.kafka_config(config))
+    try:
+        low, end = kafka_client.partition_offsets(cons, config.control_topic, 1)[0]
+        keys = [
+            m.key()
+            for b in kafka_client.scan(cons, config.control_topic, {0: low}, {0: end})
+            for m in b
+            if m.value() is None
+        ]
+    finally:
+        cons.close()
+    assert sorted(keys) == sorted(control.commit_key("w", b).encode() for b in range(1, 5))  # ... tombstoned
+    publish_visible_offsets(table)
+    consistent = read_log(table, consistency="transactional")
+    assert len(consistent.records) == 8 * BATCH

@@ -1,0 +1,130 @@
+"""Control-state checkpoints and retirement of ledger entries (core.checkpoint)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import random
+from typing import Any
+
+import pytest
+
+from airflow_logstore.core import control
+from airflow_logstore.core.checkpoint import (
+    RetiredBatches,
+    decode_state,
+    encode_state,
+    retirable,
+    retire,
+)
+from airflow_logstore.core.commit import Verdict, decide
+from airflow_logstore.core.control import ControlRecord, ControlState, fold
+from airflow_logstore.core.summary import CommitInfo
+
+
+def commit(writer: str, batch: int, epoch: int, first: int, last: int) -> CommitInfo:
+    return CommitInfo(writer, batch, epoch, offsets={0: (first, last)}, tasks=frozenset({"0.1"}))
+
+
+def rich_log() -> list[ControlRecord]:
+    """A control topic with every kind of record, at consecutive offsets with broker timestamps."""
+    items: list[tuple[str, dict[str, Any] | None]] = [
+        (control.epoch_key("w"), {"writer": "w"}),
+        (control.commit_key("w", 1), commit("w", 1, 1, 0, 9).to_json()),
+        (control.K_WATERMARK, {"offsets": {"0": 9}, "commits": ["w/1/1"]}),
+        (control.epoch_key("x"), {"writer": "x"}),
+        (control.lease_key("reconciler"), {"owner": "r1", "ttl_ms": 30000}),
+        (control.K_RECONCILE, {"positions": {"0": 10}, "lease": 5}),
+        (control.gap_key(0), {"from": 0, "to": 3}),
+        (control.commit_key("x", 1), commit("x", 1, 4, 10, 19).to_json()),
+        (control.K_WATERMARK, {"offsets": {"0": 19}, "commits": ["x/1/4"]}),
+        ("garbage", {"unknown": True}),
+    ]
+    return [ControlRecord(key, value, i, 1_000 + i) for i, (key, value) in enumerate(items)]
+
+
+def roundtrip(state: ControlState, through: int) -> tuple[ControlState, int]:
+    return decode_state(json.loads(json.dumps(encode_state(state, through))), ControlState)
+
+
+@pytest.mark.parametrize("cut", range(0, 11))
+def test_checkpoint_plus_tail_folds_to_the_same_state_as_the_whole_log(cut: int) -> None:
+    log = rich_log()
+    whole = fold(log)
+    restored, through = roundtrip(fold(log[:cut]), cut - 1)
+    assert through == cut - 1
+    assert fold(log[cut:], restored) == whole
+
+
+def test_every_state_field_has_a_checkpoint_encoding() -> None:
+    """A new ControlState field must be kept by checkpoints (else a checkpoint would lose it)."""
+    encoded = encode_state(ControlState(), 0)
+    assert {f.name for f in dataclasses.fields(ControlState)} <= set(encoded)
+
+
+def test_unknown_field_is_refused() -> None:
+    @dataclasses.dataclass
+    class Other:
+        surprise: int = 0
+
+    with pytest.raises(TypeError, match="'surprise' has no checkpoint encoding"):
+        encode_state(Other(), 0)
+
+
+def test_unknown_format_is_refused() -> None:
+    with pytest.raises(ValueError, match="unsupported checkpoint format"):
+        decode_state({"format": 99, "through": 0}, ControlState)
+
+
+# -- retirement --------------------------------------------------------------------------------------
+
+
+def test_a_commit_retires_once_retention_deleted_all_its_records() -> None:
+    spans = CommitInfo("w", 1, 1, offsets={0: (0, 9), 1: (5, 7)})
+    assert not retirable(spans, {0: 10, 1: 7})
+    assert retirable(spans, {0: 10, 1: 8})
+    assert retirable(CommitInfo("w", 2, 1), {})  # a file-only commit has no records to classify
+
+
+def test_retire_keeps_what_the_protocol_still_asks() -> None:
+    state = fold(rich_log())
+    kept, gone = retire(state, {0: 10})
+    assert gone == [("w", 1)]
+    assert ("w", 1) in state.commits  # the given state is left as it is
+    assert ("w", 1) not in kept.commits and ("x", 1) in kept.commits
+    # a retried old batch is still seen as committed, and still skipped
+    assert kept.committed("w", 1) == CommitInfo("w", 1, epoch=0)
+    assert decide(kept.commits.values(), 1, "w", 1, 1, retired=kept.retired["w"]).verdict is (
+        Verdict.ALREADY_COMMITTED
+    )
+    # and an older epoch is still fenced by it
+    assert decide([], 0, "w", 2, 0, retired=kept.retired["w"]).verdict is Verdict.FENCED
+    assert kept.max_batch_committed_after("w", 0) == 1
+    assert kept.max_batch_committed_after("w", 1) is None
+
+
+def test_retired_summary_answers_like_the_commits_it_replaced() -> None:
+    """Checked against the full list of (epoch, batch) commits on random histories."""
+    rng = random.Random(7)
+    for _ in range(300):
+        pairs = [(rng.randint(1, 40), rng.randint(1, 30)) for _ in range(rng.randint(1, 12))]
+        retired = RetiredBatches()
+        for epoch, batch in pairs:
+            retired = retired.add(batch, epoch)
+        for batch in range(0, 32):
+            assert retired.contains(batch) == any(b == batch for _, b in pairs)
+        for epoch in range(0, 42):
+            newer = [b for e, b in pairs if e > epoch]
+            assert retired.max_batch_after(epoch) == (max(newer) if newer else None), (pairs, epoch)
+        assert retired.newest_epoch() == max(e for e, _ in pairs)
+        ranges = retired.batches
+        assert all(a[1] + 1 < b[0] for a, b in itertools.pairwise(ranges))  # merged
+
+
+def test_retired_summary_stays_small_for_a_long_running_writer() -> None:
+    retired = RetiredBatches()
+    for batch in range(1, 5001):  # one Airflow attempt (epoch) per batch, in order
+        retired = retired.add(batch, 2 * batch)
+    assert retired.batches == [[1, 5000]]
+    assert retired.frontier == [[10000, 5000]]
