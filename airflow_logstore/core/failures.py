@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import quote
 
 FAILURES_DIR = "logstore/failures"
+FENCED = "FencedError"
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,13 @@ class JobFailure:
         return f"{self.error_class}: {self.message}"
 
     def stops_wait_since(self, not_before_ms: int | None) -> bool:
-        """Whether a sensor that started waiting at ``not_before_ms`` must give up because of it."""
-        return not self.retryable and (not_before_ms is None or self.failed_at_ms >= not_before_ms)
+        """Whether a sensor that started waiting at ``not_before_ms`` must give up because of it.
+
+        A fenced attempt never ends the wait: the newer attempt that fenced it may still commit.
+        """
+        if self.retryable or self.error_class == FENCED:
+            return False
+        return not_before_ms is None or self.failed_at_ms >= not_before_ms
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

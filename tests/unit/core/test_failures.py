@@ -42,3 +42,4 @@ def test_only_a_permanent_failure_since_the_wait_began_ends_it() -> None:
     assert _failure().stops_wait_since(5_000)
     assert not _failure().stops_wait_since(5_001)  # an earlier run's failure of the same batch
     assert not _failure(retryable=True).stops_wait_since(0)  # the write is retried: keep waiting
+    assert not _failure(error_class="FencedError").stops_wait_since(0)  # the newer attempt may commit
