@@ -8,5 +8,6 @@ COPY pyproject.toml README.md /opt/airflow-logstore/
 COPY docker/fetch-jars.sh /opt/airflow-logstore/docker/fetch-jars.sh
 RUN /opt/airflow-logstore/docker/fetch-jars.sh /opt/logstore/jars && chown -R airflow /opt/airflow-logstore
 USER airflow
-RUN pip install --no-cache-dir /opt/airflow-logstore
+# as users add a provider: the image's Airflow stays what it is (AIRFLOW_VERSION is set by the base image)
+RUN pip install --no-cache-dir "apache-airflow==${AIRFLOW_VERSION}" /opt/airflow-logstore
 ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64

@@ -19,6 +19,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from airflow_logstore.catalog import CatalogSpec
 from airflow_logstore.spark.apps import application_path
+from airflow_logstore.spark.executors import package_zip
 from airflow_logstore.spark.jobconf import job_properties
 from airflow_logstore.spark.jobs import parse_result
 from airflow_logstore.spark.session import base_conf
@@ -113,6 +114,7 @@ def spark_submit_hook(
             name=name,
             application_args=list(application_args),
             properties_file=properties_file,
+            py_files=str(package_zip()),  # executors get the installed package's code with the job
             env_vars={"PYSPARK_PYTHON": python},
         )
         yield hook

@@ -18,6 +18,7 @@ from airflow_logstore.operators._spark import job_path, spark_submit_hook
 from airflow_logstore.operators.create_table import LogStoreCreateTableOperator
 from airflow_logstore.operators.dual_write import LogStoreDualWriteOperator
 from airflow_logstore.sensors.snapshot_commit import SnapshotCommitSensor
+from airflow_logstore.spark.executors import package_zip
 from airflow_logstore.triggers.snapshot_commit import SnapshotCommitTrigger
 
 KAFKA_SECRET = "kafka-s3cret-pw"
@@ -118,6 +119,8 @@ def test_spark_submit_command_is_exact_and_carries_no_secret(connections: None) 
             "spark.pyspark.driver.python=/opt/venv/bin/python",
             "--properties-file",
             properties_file,
+            "--py-files",
+            str(package_zip()),
             "--jars",
             "/jars/iceberg.jar",
             "--name",
