@@ -124,17 +124,28 @@ def test_broker_outage_mid_write(env, own_broker: LocalBroker, tmp_path: Path) -
     _assert_three_views_agree(handle, _expected(BATCH_1, BATCH_2))
 
 
-def _hold_lock(database: Path, seconds: float, locked: threading.Event) -> None:
+def _hold_lock(database: Path, locked: threading.Event, unlock: threading.Event) -> None:
     connection = sqlite3.connect(database, timeout=60, isolation_level=None)
     connection.execute("BEGIN EXCLUSIVE")
     locked.set()
-    time.sleep(seconds)
+    assert unlock.wait(600)
     connection.execute("COMMIT")
     connection.close()
 
 
-@pytest.mark.parametrize("lock_seconds, commits", [(5.0, True), (45.0, False)])
-def test_catalog_locked_during_the_commit(env, tmp_path: Path, lock_seconds: float, commits: bool) -> None:
+def _wait_for_file(path: Path, job: subprocess.Popen[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists() and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # polls a file the job writes at its pause point; nothing is timed
+    assert path.exists(), f"{path.name} never appeared (job exit code {job.poll()})"
+
+
+@pytest.mark.parametrize("lock_seconds, commits", [(5.0, True), (None, False)])
+def test_catalog_locked_during_the_commit(
+    env, tmp_path: Path, lock_seconds: float | None, commits: bool
+) -> None:
+    """The catalog is locked exactly when the writer publishes its commit (a pause point holds it
+    there until the lock is taken): for a few seconds (under the busy timeout), or until it gave up."""
     name = env.unique("locked")
     handle = LogStoreTable.open(f"faults.{name}")
     create_table(
@@ -145,16 +156,31 @@ def test_catalog_locked_during_the_commit(env, tmp_path: Path, lock_seconds: flo
     )
     base = ["--table", str(handle.name), "--writer-id", "locked"]
     b1 = write_jsonl(tmp_path / "b1.jsonl", BATCH_1)
-    job = env.popen_job("dual_write.py", [*base, "--input", str(b1), "--batch-id", "1"])
+    pauses = tmp_path / "pauses"
+    pauses.mkdir()
+    job = env.popen_job(
+        "dual_write.py",
+        [*base, "--input", str(b1), "--batch-id", "1"],
+        {"LOGSTORE_PAUSE_AT": "commit:before-publish", "LOGSTORE_PAUSE_DIR": str(pauses)},
+    )
     output: list[str] = []
-    _wait_for(job, "log records flushed", 240, output)
-    locked = threading.Event()
-    holder = threading.Thread(target=_hold_lock, args=(env.settings.catalog_db, lock_seconds, locked))
+    drain = threading.Thread(target=lambda: output.extend(job.stdout or ()), daemon=True)
+    drain.start()  # a paused job must never block on a full pipe
+    _wait_for_file(pauses / "commit_before-publish.reached", job, 300)
+    locked, unlock = threading.Event(), threading.Event()
+    holder = threading.Thread(target=_hold_lock, args=(env.settings.catalog_db, locked, unlock))
     holder.start()
     assert locked.wait(30)
-    rest, _ = job.communicate(timeout=400)
-    holder.join()
-    text = "".join(output) + rest
+    (pauses / "commit_before-publish.release").touch()
+    if lock_seconds is not None:  # a short lock: the fault's length, well under the 30 s busy timeout
+        threading.Timer(lock_seconds, unlock.set).start()
+    try:
+        job.wait(timeout=400)
+    finally:
+        unlock.set()  # a long lock: held until the writer gave up
+        holder.join()
+    drain.join(30)
+    text = "".join(output)
     if commits:  # a short lock: the commit waits (busy timeout) and succeeds
         assert job.returncode == 0, text[-3000:]
     else:  # a lock longer than the busy timeout: the batch fails clearly, nothing half-committed

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -295,39 +294,88 @@ def test_snapshot_commit_trigger_fires_on_the_batch_not_on_compaction(env, spark
             return event.payload
         raise AssertionError("trigger ended without an event")
 
-    # Only the compaction snapshot is newer than the current one: the trigger must not fire.
+    # Only the compaction snapshot is newer than the current one: the trigger must not fire. Its clock
+    # is the test's: each wait moves it on, so it times out after exactly the polls its settings give.
     waiting = SnapshotCommitTrigger(
-        table=str(table.name), after_snapshot_id=latest.snapshot_id, poll_interval=0.2, timeout=1.5
+        table=str(table.name), after_snapshot_id=latest.snapshot_id, poll_interval=0.5, timeout=1.0
     )
     classpath, kwargs = waiting.serialize()
     assert classpath == "airflow_logstore.triggers.snapshot_commit.SnapshotCommitTrigger"
     rebuilt = SnapshotCommitTrigger(**kwargs)
-    event = asyncio.run(first_event(rebuilt))
-    assert event["status"] == "timeout" and event["polls"] >= 2
+    now = [0.0]
 
-    # A batch committed while the trigger waits: it fires on exactly that snapshot.
+    async def advance(seconds: float) -> None:
+        now[0] += seconds
+
+    rebuilt.clock, rebuilt.sleep = (lambda: now[0]), advance
+    event = asyncio.run(first_event(rebuilt))
+    assert event["status"] == "timeout" and event["polls"] == 3  # at 0, 0.5 and 1.0 s of its clock
+
+    # A batch committed while the trigger waits: it fires on exactly that snapshot. Pause point: the
+    # trigger's first wait, after a poll that found nothing, holds until the batch is committed.
     async def wait_and_write() -> dict[str, Any]:
         trigger = SnapshotCommitTrigger(
             table=str(table.name), writer_id="sensed", batch_id=3, poll_interval=0.2, timeout=300
         )
+        looked, committed = asyncio.Event(), asyncio.Event()
+
+        async def hold(seconds: float) -> None:
+            looked.set()
+            await committed.wait()
+
+        trigger.sleep = hold
         task = asyncio.ensure_future(first_event(trigger))
-        await asyncio.sleep(0.5)
-        assert not task.done()
+        await asyncio.wait_for(looked.wait(), 120)
+        assert not task.done()  # it looked once, found nothing and waits
         await asyncio.to_thread(writer.write_path, str(write_jsonl(tmp_path / "c.jsonl", ROWS[2])), 3)
-        return await task
+        committed.set()
+        return await asyncio.wait_for(task, 120)
 
     fired = asyncio.run(wait_and_write())
-    assert fired["status"] == "success"
+    assert fired["status"] == "success" and fired["polls"] == 2
     commit = fired["commit"]
     assert commit["batch_id"] == 3 and commit["writer_id"] == "sensed" and commit["epoch"] == writer.epoch
     assert commit["snapshot_id"] == table.load().current_snapshot().snapshot_id
     assert commit["offsets"] and first.snapshot_id != commit["snapshot_id"]
-    started = time.monotonic()
     done = asyncio.run(first_event(SnapshotCommitTrigger(table=str(table.name), batch_id=1, poll_interval=5)))
-    assert done["commit"]["snapshot_id"] == first.snapshot_id and time.monotonic() - started < 5
+    assert done["commit"]["snapshot_id"] == first.snapshot_id and done["polls"] == 1  # no wait at all
 
 
-def test_followers_eventual_at_once_consistent_after_publish(env, spark, tmp_path: Path) -> None:
+class _ConsistentFollowerGate:
+    """A pause point in a consistent follower's loop, as its ``stop`` object: the follower checks
+    ``is_set()`` at the top of every round, after it buffered or released what it consumed; once its
+    consumer has delivered ``expected`` log records, that check holds until ``resume`` is set."""
+
+    def __init__(self, topic: str, expected: int) -> None:
+        import threading
+
+        self.topic, self.expected, self.delivered = topic, expected, 0
+        self.held, self.resume, self.stop = threading.Event(), threading.Event(), threading.Event()
+
+    def counting(self, consumer: Any) -> Any:
+        gate = self
+
+        class Counting:
+            def consume(self, *args: Any, **kwargs: Any) -> Any:
+                messages = consumer.consume(*args, **kwargs)
+                gate.delivered += sum(m.error() is None and m.topic() == gate.topic for m in messages)
+                return messages
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(consumer, name)
+
+        return Counting()
+
+    def is_set(self) -> bool:
+        if self.delivered >= self.expected and not self.held.is_set():
+            self.held.set()
+            assert self.resume.wait(120), "the test never resumed the follower"
+        return self.stop.is_set()
+
+
+def test_followers_eventual_at_once_consistent_after_publish(
+    env, spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import threading
 
     from airflow_logstore.follow import follow
@@ -335,29 +383,43 @@ def test_followers_eventual_at_once_consistent_after_publish(env, spark, tmp_pat
     table = make_table(env)
     writer = open_writer(spark, str(table.name), writer_id="follow")
     seen: dict[str, list[Any]] = {"eventual": [], "consistent": []}
-    stop = threading.Event()
+    got_all = {"eventual": threading.Event(), "consistent": threading.Event()}
+    gate = _ConsistentFollowerGate(table.config().topic or "", len(ROWS[0]))
+    make_consumer = kafka_client.consumer
+
+    def consumer(*args: Any, **kwargs: Any) -> Any:
+        made = make_consumer(*args, **kwargs)
+        return gate.counting(made) if threading.current_thread().name == "consistent" else made
+
+    monkeypatch.setattr(kafka_client, "consumer", consumer)
 
     def run(kind: str) -> None:
         consistency = "transactional" if kind == "consistent" else "eventual"
+        stop = gate if kind == "consistent" else gate.stop
         for record in follow(LogReader(table, consistency=consistency), "earliest", stop=stop):
             seen[kind].append(record)
+            if len(seen[kind]) >= len(ROWS[0]):
+                got_all[kind].set()
 
-    threads = [threading.Thread(target=run, args=(mode,), daemon=True) for mode in ("eventual", "consistent")]
+    threads = [
+        threading.Thread(target=run, args=(mode,), name=mode, daemon=True)
+        for mode in ("eventual", "consistent")
+    ]
     for thread in threads:
         thread.start()
-    writer.write_path(str(write_jsonl(tmp_path / "f1.jsonl", ROWS[0])), 1)
-    deadline = time.monotonic() + 30
-    while len(seen["eventual"]) < len(ROWS[0]) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    try:
+        writer.write_path(str(write_jsonl(tmp_path / "f1.jsonl", ROWS[0])), 1)
+        assert got_all["eventual"].wait(60)
+        assert gate.held.wait(60), "the consistent follower never received the batch"
+        assert seen["consistent"] == []  # it has every record of the committed batch, not yet published
+        publish_visible_offsets(table)
+        gate.resume.set()
+        assert got_all["consistent"].wait(60)
+    finally:
+        gate.resume.set()
+        gate.stop.set()
+        for thread in threads:
+            thread.join(10)
     assert len(seen["eventual"]) == len(ROWS[0])
-    time.sleep(1.0)
-    assert seen["consistent"] == []  # committed but not yet published
-    publish_visible_offsets(table)
-    deadline = time.monotonic() + 30
-    while len(seen["consistent"]) < len(ROWS[0]) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    stop.set()
-    for thread in threads:
-        thread.join(10)
     assert sorted(r.row["id"] for r in seen["consistent"]) == sorted(r["id"] for r in ROWS[0])
     assert all(r.decision is not None and r.decision.value == "committed" for r in seen["consistent"])
