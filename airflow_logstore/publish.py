@@ -128,6 +128,7 @@ def publish_visible_offsets(handle: LogStoreTable) -> PublishReport:
                 "commits": report.newly_visible,
                 "snapshot_id": report.current_snapshot_id,
                 "published_at_ms": int(time.time() * 1000),
+                **scan.settled(start, new),
             },
         )
     report.checkpoint = maybe_checkpoint(ctl, state, {p: low for p, (low, _) in bounds.items()})

@@ -26,7 +26,7 @@ from airflow_logstore.core.changelog import Normalizer
 from airflow_logstore.core.codec import RecordMeta, RowKind, decode_headers, decode_value, typed_row
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import ChangelogMode, Consistency, resolve_read_options
-from airflow_logstore.core.summary import S_POSITIONS, positions_from_json
+from airflow_logstore.core.summary import S_POSITIONS, CommitInfo, positions_from_json
 from airflow_logstore.core.visibility import Decision, ReadFilter
 from airflow_logstore.deadletter import DeadLetterFile
 from airflow_logstore.exceptions import OptionError, RecordDecodeError
@@ -153,6 +153,30 @@ def snapshot_positions(table: Table, snapshot_id: int | None) -> tuple[int | Non
 
     Compaction snapshots carry no positions; the nearest LogStore ancestor's positions apply.
     """
+    chosen, summary = _logstore_summary(table, snapshot_id)
+    return chosen, positions_from_json(summary.get(S_POSITIONS))
+
+
+@dataclass(frozen=True)
+class SnapshotStart:
+    """What the log part of a hybrid read needs of its snapshot: which commits it already holds."""
+
+    sequence: int  # the snapshot's sequence number (0: no snapshot, it holds nothing)
+    included: frozenset[str] | None  # its ``logstore.log-included`` (None: written before that list)
+
+
+def snapshot_start(table: Table, snapshot_id: int | None) -> SnapshotStart:
+    chosen, summary = _logstore_summary(table, snapshot_id)
+    snapshot = table.snapshot_by_id(chosen) if chosen is not None else None
+    commit = CommitInfo.from_summary(summary)
+    return SnapshotStart(
+        snapshot.sequence_number or 0 if snapshot is not None else 0,
+        commit.included if commit is not None else (frozenset() if chosen is None else None),
+    )
+
+
+def _logstore_summary(table: Table, snapshot_id: int | None) -> tuple[int | None, Mapping[str, str]]:
+    """(the snapshot chosen, the summary of it or of its nearest ancestor that carries positions)."""
     snapshot = table.snapshot_by_id(snapshot_id) if snapshot_id is not None else table.current_snapshot()
     if snapshot is None:
         if snapshot_id is not None:
@@ -162,15 +186,9 @@ def snapshot_positions(table: Table, snapshot_id: int | None) -> tuple[int | Non
     while snapshot is not None:
         summary = snapshot.summary.additional_properties if snapshot.summary else {}
         if S_POSITIONS in summary:
-            return chosen, positions_from_json(summary[S_POSITIONS])
+            return chosen, summary
         snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
     return chosen, {}
-
-
-def snapshot_sequence(table: Table, snapshot_id: int | None) -> int:
-    """The sequence number of a snapshot (0 for none: a hybrid read of an empty table holds nothing)."""
-    snapshot = table.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
-    return snapshot.sequence_number or 0 if snapshot is not None else 0
 
 
 class LogReader:
@@ -222,15 +240,23 @@ class LogReader:
         _, positions = snapshot_positions(self.table, start.value)
         return {p: max(positions.get(p, 0), bounds[p][0]) for p in bounds}
 
-    def snapshot_start_sequence(self, start: StartPosition | Mapping[int, int]) -> int | None:
-        """For a read that starts at a snapshot, that snapshot's sequence number (else None).
+    def snapshot_start(self, start: StartPosition | Mapping[int, int]) -> SnapshotStart | None:
+        """For a read that starts at a snapshot, what that snapshot holds (else None).
 
         Such a read is the log part of a hybrid read: it returns the changes the snapshot does not hold.
         """
         if isinstance(start, Mapping) or start.kind != "snapshot":
             return None
-        chosen, _ = snapshot_positions(self.table, start.value)
-        return snapshot_sequence(self.table, chosen)
+        return snapshot_start(self.table, start.value)
+
+    def read_filter(
+        self, consistent: bool, hybrid: SnapshotStart | None, start: Mapping[int, int]
+    ) -> ReadFilter:
+        """The rule this read keeps records by (the control state is read only when it is needed)."""
+        state = self.state() if consistent or hybrid is not None else None
+        if hybrid is None:
+            return ReadFilter(state, consistent)
+        return ReadFilter(state, consistent, hybrid.sequence, dict(start), hybrid.included)
 
     def read(
         self,
@@ -238,16 +264,16 @@ class LogReader:
         end: Mapping[int, int] | None = None,
         limit: int | None = None,
         *,
-        hybrid_sequence: int | None = None,
+        hybrid: SnapshotStart | None = None,
     ) -> LogRead:
         """Read from ``start`` up to ``end`` (default: the log end now) into a list.
 
-        :param hybrid_sequence: the log part of a hybrid read of the snapshot with this sequence number
-            (``start`` is then that snapshot's positions): see ``core.visibility.hybrid_keeps``.
+        :param hybrid: the log part of a hybrid read of this snapshot (``start`` is then its
+            positions): see ``core.visibility.hybrid_keeps``.
         """
         records: list[LogRecord] = []
         report = ReadReport(str(self.handle.name), "log", self.consistency.value, self.changelog_mode.value)
-        for record in self.iterate(start, end, report=report, hybrid_sequence=hybrid_sequence):
+        for record in self.iterate(start, end, report=report, hybrid=hybrid):
             records.append(record)
             if limit is not None and len(records) >= limit:
                 break
@@ -260,7 +286,7 @@ class LogReader:
         end: Mapping[int, int] | None = None,
         *,
         report: ReadReport | None = None,
-        hybrid_sequence: int | None = None,
+        hybrid: SnapshotStart | None = None,
     ) -> Iterator[LogRecord]:
         """Stream the records from ``start`` to ``end`` without keeping them (constant memory)."""
         if isinstance(start, str):
@@ -280,11 +306,8 @@ class LogReader:
                 else {p: min(int(end.get(p, bounds[p][1])), bounds[p][1]) for p in bounds}
             )
             consistent = self.consistency is Consistency.TRANSACTIONAL
-            if hybrid_sequence is None:
-                hybrid_sequence = self.snapshot_start_sequence(start)
-            hybrid = hybrid_sequence is not None
-            state = self.state() if consistent or hybrid else None
-            read_filter = ReadFilter(state, consistent, hybrid_sequence, dict(first) if hybrid else None)
+            read_filter = self.read_filter(consistent, hybrid or self.snapshot_start(start), first)
+            state = read_filter.state
             if state is not None and consistent:
                 visible_end = {p: min(last[p], state.watermark.get(p, -1) + 1) for p in last}
                 report.not_yet_visible = sum(max(0, last[p] - max(visible_end[p], first[p])) for p in last)
@@ -382,7 +405,7 @@ def read_hybrid(handle: LogStoreTable, snapshot_id: int | None = None, **options
     chosen, positions = snapshot_positions(reader.table, snapshot_id)
     file_rows = reader.table.scan(snapshot_id=chosen).to_arrow() if chosen is not None else _empty(reader)
     start = {p: positions.get(p, 0) for p in range(reader.config.partitions)}
-    log_read = reader.read(start, hybrid_sequence=snapshot_sequence(reader.table, chosen))
+    log_read = reader.read(start, hybrid=snapshot_start(reader.table, chosen))
     log_read.report.mode = "hybrid"
     log_read.report.snapshot_id = chosen
     log_read.report.file_rows = file_rows.num_rows

@@ -6,9 +6,11 @@ of a control-topic offset (``through``); a reader folds the records after it ont
 (:func:`airflow_logstore.core.control.fold` is the same either way, because folding is applied record by
 record and the checkpoint *is* the fold of the records up to ``through``).
 
-**Retirement** keeps the state itself bounded. A ledger entry is needed to classify its batch's records;
-once retention has deleted all of them (every partition's log start is past the entry's last offset) no
-reader or reconciler can meet them again. Such an entry leaves ``commits`` for a compact per-writer
+**Retirement** keeps the state itself bounded. A ledger entry is needed to classify its batch's records
+until either retention deletes them or a publish scan *settles* them: publishing records, with each
+watermark move, the range it classified and the data records in it that are not committed (redundant or
+foreign runs, usually none), so a settled record is classified from those ranges alone. Such an entry
+leaves ``commits`` for a compact per-writer
 summary (:class:`RetiredBatches`) that still answers what the protocol asks about old batches: *is
 (writer, batch) committed?* (so a retried old batch is skipped, never committed twice) and *which batch
 did epochs newer than e commit?* (successor logic for dead epochs). Its key is then deleted from the
@@ -18,10 +20,11 @@ control topic with a tombstone, so compaction removes it there too.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_logstore.core import ranges
 from airflow_logstore.core.summary import CommitInfo
 
 FORMAT = 1
@@ -43,7 +46,7 @@ class RetiredBatches:
     frontier: list[list[int]] = field(default_factory=list)
 
     def contains(self, batch_id: int) -> bool:
-        return any(first <= batch_id <= last for first, last in self.batches)
+        return ranges.contains(self.batches, batch_id)
 
     def newest_epoch(self) -> int:
         return self.frontier[0][0] if self.frontier else 0
@@ -57,15 +60,8 @@ class RetiredBatches:
 
     def add(self, batch_id: int, epoch: int) -> RetiredBatches:
         """A new summary with one more retired commit (the receiver is left as it is)."""
-        ranges = sorted([*(list(r) for r in self.batches), [batch_id, batch_id]])
-        merged: list[list[int]] = []
-        for first, last in ranges:
-            if merged and first <= merged[-1][1] + 1:
-                merged[-1][1] = max(merged[-1][1], last)
-            else:
-                merged.append([first, last])
         points = [*(list(p) for p in self.frontier), [epoch, batch_id]]
-        return RetiredBatches(merged, _frontier(points))
+        return RetiredBatches(ranges.merge([*self.batches, [batch_id, batch_id]]), _frontier(points))
 
 
 def _frontier(points: list[list[int]]) -> list[list[int]]:
@@ -79,9 +75,16 @@ def _frontier(points: list[list[int]]) -> list[list[int]]:
     return steps
 
 
-def retirable(commit: CommitInfo, log_start: Mapping[int, int]) -> bool:
-    """True when retention has deleted every record of ``commit`` (a file-only commit has none left)."""
-    return all(last < log_start.get(partition, 0) for partition, (_, last) in commit.offsets.items())
+def retirable(
+    commit: CommitInfo, log_start: Mapping[int, int], settled: Mapping[int, Sequence[Sequence[int]]]
+) -> bool:
+    """True when no reader needs ``commit``'s ledger entry to classify its records: in every partition
+    they were deleted by retention, or a publish scan settled them (``ControlState.settled_hole``
+    classifies them then). A file-only commit has no records."""
+    return all(
+        last < log_start.get(partition, 0) or ranges.covers(settled.get(partition, ()), first, last)
+        for partition, (first, last) in commit.offsets.items()
+    )
 
 
 def retire(state: Any, log_start: Mapping[int, int]) -> tuple[Any, list[tuple[str, int]]]:
@@ -93,7 +96,7 @@ def retire(state: Any, log_start: Mapping[int, int]) -> tuple[Any, list[tuple[st
     retired = dict(state.retired)
     gone = []
     for key, commit in state.commits.items():
-        if not retirable(commit, log_start):
+        if not retirable(commit, log_start, state.settled):
             keep[key] = commit
             continue
         retired[commit.writer_id] = retired.get(commit.writer_id, RetiredBatches()).add(
@@ -166,6 +169,8 @@ _CODECS: dict[str, tuple[Any, Any]] = {
     ),
     "watermark": (_int_keys, _from_int_keys),
     "watermark_commits": (lambda names: list(names)[-WATERMARK_COMMITS_KEPT:], list),
+    "settled": (_int_keys, _from_int_keys),
+    "holes": (_int_keys, _from_int_keys),
     "leases": (_encode_leases, _decode_leases),
     "reconcile_positions": (_int_keys, _from_int_keys),
     "reconcile_lease": (_same, _same),

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from airflow_logstore.core import ranges
 from airflow_logstore.core.checkpoint import RetiredBatches
 from airflow_logstore.core.summary import CommitInfo
 
@@ -87,6 +88,10 @@ class ControlState:
     retired: dict[str, RetiredBatches] = field(default_factory=dict)  # see core.checkpoint
     watermark: dict[int, int] = field(default_factory=dict)
     watermark_commits: list[str] = field(default_factory=list)
+    # per partition: the offset ranges publish scans settled, and inside them the data records that are
+    # not committed ("redundant" / "foreign" runs); see core.visibility.WatermarkScan.settled
+    settled: dict[int, list[list[int]]] = field(default_factory=dict)
+    holes: dict[int, dict[str, list[list[int]]]] = field(default_factory=dict)
     leases: dict[str, list[Lease]] = field(default_factory=dict)
     reconcile_positions: dict[int, int] = field(default_factory=dict)
     reconcile_lease: int | None = None
@@ -115,6 +120,16 @@ class ControlState:
         if older is not None:
             batches.append(older)
         return max(batches) if batches else None
+
+    def settled_hole(self, partition: int, offset: int) -> str | None:
+        """For a record a publish scan settled: "" when committed data, else its hole kind; None when
+        no publish scan recorded a decision for this offset."""
+        if not ranges.contains(self.settled.get(partition, ()), offset):
+            return None
+        for kind, runs in self.holes.get(partition, {}).items():
+            if ranges.contains(runs, offset):
+                return kind
+        return ""
 
     def newest_committed_epoch(self, writer_id: str) -> int:
         """The newest epoch of ``writer_id`` that has committed anything (0: none)."""
@@ -147,6 +162,7 @@ def _apply(state: ControlState, record: ControlRecord) -> None:
                 p = int(partition)
                 state.watermark[p] = max(state.watermark.get(p, -1), int(offset))
             state.watermark_commits.extend(value.get("commits") or [])
+            _apply_settled(state, value)
     elif key.startswith(K_LEASE):
         _apply_lease(state, key[len(K_LEASE) :], value, record)
     elif key == K_RECONCILE:
@@ -169,6 +185,16 @@ def _lease_time(value: dict[str, Any], record: ControlRecord) -> tuple[int, int]
     if ttl is None:  # written before ttl_ms: an absolute expiry in the writer's clock
         ttl = int(value.get("expires_at_ms", 0)) - stamped if stamped else 0
     return written, int(ttl)
+
+
+def _apply_settled(state: ControlState, value: dict[str, Any]) -> None:
+    for partition, span in (value.get("scanned") or {}).items():
+        p = int(partition)
+        state.settled[p] = ranges.merge([*state.settled.get(p, []), span])
+    for partition, kinds in (value.get("holes") or {}).items():
+        merged = state.holes.setdefault(int(partition), {})
+        for kind, runs in kinds.items():
+            merged[str(kind)] = ranges.merge([*merged.get(str(kind), []), *runs])
 
 
 def _apply_lease(state: ControlState, name: str, value: dict[str, Any] | None, record: ControlRecord) -> None:

@@ -12,6 +12,8 @@ Summary properties of a dual-write snapshot::
     logstore.log-positions  {"<partition>": next, ...}  where a hybrid read of this snapshot starts the
                             log: below it every record was decided before the commit
                             (``core.visibility.commit_positions``)
+    logstore.log-included   "w/1,w/2"  the commits this snapshot holds whose records lie at or above its
+                            positions (a hybrid read skips exactly these in its log part)
     logstore.log-records    number of log records of the batch
     logstore.emit-mode      file,log | file
 """
@@ -32,6 +34,7 @@ S_TASKS = "logstore.task-attempts"
 S_POSITIONS = "logstore.log-positions"
 S_RECORDS = "logstore.log-records"
 S_EMIT = "logstore.emit-mode"
+S_INCLUDED = "logstore.log-included"
 
 OP_DUAL_WRITE = "dual-write"
 OP_COMPACTION = "compaction"
@@ -71,6 +74,13 @@ def advance_positions(previous: Mapping[int, int], offsets: Mapping[int, tuple[i
     return merged
 
 
+def _name_set(text: str | None) -> frozenset[str] | None:
+    """A comma-separated set from a summary: "" is the empty set, absent is None."""
+    if text is None:
+        return None
+    return frozenset(text.split(",")) if text else frozenset()
+
+
 @dataclass(frozen=True)
 class CommitInfo:
     """One committed batch: (writer, batch) -> epoch, snapshot and the log offsets it covers."""
@@ -86,6 +96,7 @@ class CommitInfo:
     positions: dict[int, int] = field(default_factory=dict)
     record_count: int = 0
     emit_mode: str = "file,log"
+    included: frozenset[str] | None = None  # "writer/batch" (see S_INCLUDED); None: not recorded
 
     @property
     def key(self) -> tuple[str, int]:
@@ -111,6 +122,8 @@ class CommitInfo:
         }
         if self.tasks is not None:
             summary[S_TASKS] = ",".join(sorted(self.tasks))
+        if self.included is not None:
+            summary[S_INCLUDED] = ",".join(sorted(self.included))
         return summary
 
     @classmethod
@@ -126,6 +139,7 @@ class CommitInfo:
         if summary.get(S_OPERATION) != OP_DUAL_WRITE or S_BATCH not in summary:
             return None
         tasks = summary.get(S_TASKS)
+        included = summary.get(S_INCLUDED)
         return cls(
             writer_id=summary[S_WRITER],
             batch_id=int(summary[S_BATCH]),
@@ -139,6 +153,7 @@ class CommitInfo:
             positions=positions_from_json(summary.get(S_POSITIONS)),
             record_count=int(summary.get(S_RECORDS, "0")),
             emit_mode=summary.get(S_EMIT, "file,log"),
+            included=_name_set(included),
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -24,7 +24,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
+from airflow_logstore.core import ranges
 from airflow_logstore.core.codec import RecordMeta, RecordType
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.summary import CommitInfo
@@ -55,6 +57,11 @@ def classify(meta: RecordMeta, partition: int, offset: int, state: ControlState)
         if commit.epoch == meta.epoch and commit.covers(partition, offset, meta.task):
             return Decision.LOG_ONLY if meta.log_only else Decision.COMMITTED
         return Decision.REDUNDANT
+    settled = state.settled_hole(partition, offset)
+    if settled is not None:  # decided by a publish scan; its ledger entry may have retired since
+        if settled:
+            return Decision.REDUNDANT if settled == "redundant" else Decision.FOREIGN
+        return Decision.LOG_ONLY if meta.log_only else Decision.COMMITTED
     if meta.log_only:
         return Decision.LOG_ONLY
     latest = state.epochs.get(meta.writer_id)
@@ -81,6 +88,7 @@ class WatermarkScan:
         self.blocked: dict[int, int] = {}  # partition -> first undecided offset
         self.decided_up_to: dict[int, int] = {}
         self.open_pairs: dict[int, list[int]] = {}  # partition -> offsets of unclosed opening halves
+        self.holes: dict[int, dict[str, list[list[int]]]] = {}  # partition -> kind -> offset runs
 
     def observe(self, partition: int, offset: int, decision: Decision | None, pair_half: int = 0) -> None:
         """Record one scanned record; ``decision`` None means undecodable (decided: dead-lettered).
@@ -92,6 +100,12 @@ class WatermarkScan:
         if decision is not None and decision.undecided:
             self.blocked[partition] = offset
             return
+        if decision in HOLE_KINDS:
+            runs = self.holes.setdefault(partition, {}).setdefault(HOLE_KINDS[decision], [])
+            if runs and runs[-1][1] == offset - 1:
+                runs[-1][1] = offset
+            else:
+                runs.append([offset, offset])
         opened = self.open_pairs.setdefault(partition, [])
         if pair_half == 1:
             opened.append(offset)
@@ -111,6 +125,28 @@ class WatermarkScan:
                 candidate = min(candidate, self.open_pairs[partition][0] - 1)
             result[partition] = max(result.get(partition, -1), candidate)
         return result
+
+    def settled(self, start: Mapping[int, int], watermark: Mapping[int, int]) -> dict[str, Any]:
+        """What this scan settled, for the watermark record: per partition the range it classified up
+        to the new watermark (``scanned``) and, inside it, the data records that are *not* committed
+        (``holes``: redundant or foreign runs). With these a settled record is classified without its
+        ledger entry (see :func:`classify`), so entries can retire (``core.checkpoint``)."""
+        scanned = {
+            str(p): [start[p], watermark[p]] for p in start if p in watermark and watermark[p] >= start[p]
+        }
+        holes = {}
+        for partition, kinds in self.holes.items():
+            if str(partition) not in scanned:
+                continue
+            clipped = {kind: ranges.clip(runs, watermark[partition]) for kind, runs in kinds.items()}
+            clipped = {kind: runs for kind, runs in clipped.items() if runs}
+            if clipped:
+                holes[str(partition)] = clipped
+        return {"scanned": scanned, "holes": holes}
+
+
+#: Decisions a settled record keeps without its ledger entry, by the name of its hole kind.
+HOLE_KINDS = {Decision.REDUNDANT: "redundant", Decision.FOREIGN: "foreign"}
 
 
 def newly_visible_commits(
@@ -172,6 +208,23 @@ def commit_positions(previous: Mapping[int, int], watermark: Mapping[int, int]) 
     return positions
 
 
+def included_commits(
+    commits: Iterable[CommitInfo], positions: Mapping[int, int], own: CommitInfo
+) -> frozenset[str]:
+    """The commits a new snapshot holds that have records at or above its positions ("writer/batch").
+
+    A hybrid read of the snapshot skips exactly these in its log part (``logstore.log-included``):
+    everything committed below the positions is in the snapshot's rows anyway, and everything above
+    them not listed here committed after it. Usually the snapshot's own batch and the few committed
+    since the last publish.
+    """
+
+    def above(commit: CommitInfo) -> bool:
+        return any(last >= positions.get(p, 0) for p, (_, last) in commit.offsets.items())
+
+    return frozenset(f"{c.writer_id}/{c.batch_id}" for c in [*commits, own] if above(c))
+
+
 def in_snapshot(commit: CommitInfo | None, snapshot_sequence: int | None) -> bool:
     """True when ``commit``'s data is part of the snapshot with sequence number ``snapshot_sequence``.
 
@@ -195,6 +248,7 @@ def hybrid_keeps(
     snapshot_sequence: int | None,
     start: Mapping[int, int],
     consistent: bool,
+    snapshot_included: frozenset[str] | None = None,
 ) -> bool:
     """Does a hybrid read (a snapshot's rows, then the log from ``start``) return this log record?
 
@@ -206,8 +260,7 @@ def hybrid_keeps(
     if offset < start.get(partition, 0):
         return False
     if decision in (Decision.COMMITTED, Decision.LOG_ONLY):
-        commit = state.commits.get((meta.writer_id, meta.batch_id))
-        if decision is Decision.COMMITTED and in_snapshot(commit, snapshot_sequence):
+        if decision is Decision.COMMITTED and _held(meta, state, snapshot_sequence, snapshot_included):
             return False
         return decision is Decision.COMMITTED or not consistent
     if consistent:
@@ -216,6 +269,16 @@ def hybrid_keeps(
         target_partition, target_offset = meta.reverses
         return target_offset >= start.get(target_partition, 0)
     return True
+
+
+def _held(
+    meta: RecordMeta, state: ControlState, sequence: int | None, included: frozenset[str] | None
+) -> bool:
+    """Does the snapshot hold this committed record's batch? Its ``log-included`` list says so; a
+    snapshot written before that list existed is asked by sequence number."""
+    if included is not None:
+        return f"{meta.writer_id}/{meta.batch_id}" in included
+    return in_snapshot(state.commits.get((meta.writer_id, meta.batch_id)), sequence)
 
 
 @dataclass(frozen=True)
@@ -232,6 +295,7 @@ class ReadFilter:
     consistent: bool
     snapshot_sequence: int | None = None
     start: Mapping[int, int] | None = None
+    snapshot_included: frozenset[str] | None = None
 
     def decide(self, meta: RecordMeta, partition: int, offset: int) -> tuple[bool, Decision | None]:
         """(keep the record?, its decision, or None when no state was needed)."""
@@ -248,6 +312,7 @@ class ReadFilter:
                 self.snapshot_sequence,
                 self.start,
                 self.consistent,
+                self.snapshot_included,
             )
             return keep, decision
         return (decision is Decision.COMMITTED or not self.consistent), decision

@@ -33,7 +33,7 @@ from airflow_logstore.core.commit import Verdict, decide, staging_branch
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import EMIT_FILE, EMIT_LOG, LogStoreConfig, format_emit_mode
 from airflow_logstore.core.summary import CommitInfo
-from airflow_logstore.core.visibility import commit_positions
+from airflow_logstore.core.visibility import commit_positions, included_commits
 from airflow_logstore.exceptions import CommitConflictError, FencedError, OptionError
 from airflow_logstore.pause import fail_once, pause_point
 from airflow_logstore.schema import primary_key_of
@@ -400,7 +400,9 @@ class DualWriter:
                     f"writer '{self.writer_id}' epoch {self.epoch} was fenced ({decision.reason}); this "
                     "attempt stops before committing (its records are left for reconciliation)"
                 )
-            staged = replace(commit, positions=commit_positions(_positions(state), state.watermark))
+            positions = commit_positions(_positions(state), state.watermark)
+            included = included_commits(state.commits.values(), positions, commit)
+            staged = replace(commit, positions=positions, included=included)
             landed = self._try_publish(final, base, staged, attempt)
             if landed is not None:
                 return landed

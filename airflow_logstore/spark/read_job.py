@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-    from airflow_logstore.reader import LogReader
+    from airflow_logstore.reader import LogReader, SnapshotStart
 
 DECODED_SCHEMA = (
     "_kind string, _partition int, _offset long, _writer_id string, _epoch long, _batch_id long, "
@@ -91,18 +91,17 @@ def read_log_frame(
     reader: LogReader,
     start: dict[int, int],
     end: dict[int, int],
-    hybrid_sequence: int | None = None,
+    hybrid: SnapshotStart | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """(records with the table's columns and _kind/_partition/... metadata, dead letters).
 
-    :param hybrid_sequence: the log part of a hybrid read of the snapshot with this sequence number.
+    :param hybrid: the log part of a hybrid read of this snapshot.
     """
     from pyspark.sql import functions as F
 
     consistent = reader.consistency is Consistency.TRANSACTIONAL
-    hybrid = hybrid_sequence is not None
-    state = reader.state() if consistent or hybrid else None
-    read_filter = ReadFilter(state, consistent, hybrid_sequence, dict(start) if hybrid else None)
+    read_filter = reader.read_filter(consistent, hybrid, start)
+    state = read_filter.state
     if state is not None and consistent:
         end = {p: min(end[p], state.watermark.get(p, -1) + 1) for p in end}
     start = {p: min(start[p], end[p]) for p in end}
@@ -154,7 +153,7 @@ def run(
     spark: SparkSession, args: argparse.Namespace, catalog: Any, kafka_extra: dict[str, Any]
 ) -> dict[str, Any]:
     from airflow_logstore import kafka_client
-    from airflow_logstore.reader import LogReader, StartPosition, snapshot_positions, snapshot_sequence
+    from airflow_logstore.reader import LogReader, StartPosition, snapshot_positions, snapshot_start
     from airflow_logstore.tables import LogStoreTable
 
     handle = LogStoreTable.open(args.table, catalog, kafka_extra)
@@ -186,12 +185,8 @@ def run(
         finally:
             cons.close()
         end = {p: high for p, (_, high) in bounds.items()}
-        hybrid_sequence = (
-            snapshot_sequence(reader.table, snapshot_id)
-            if args.mode == "hybrid"
-            else reader.snapshot_start_sequence(start_at)
-        )
-        records, dead = read_log_frame(spark, reader, start, end, hybrid_sequence)
+        hybrid = snapshot_start(reader.table, snapshot_id) if args.mode == "hybrid" else None
+        records, dead = read_log_frame(spark, reader, start, end, hybrid or reader.snapshot_start(start_at))
         result["log_records"] = records.count()
         result["dead_lettered"] = dead.count()
         result["consistency"] = reader.consistency.value

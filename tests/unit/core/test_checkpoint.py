@@ -18,9 +18,11 @@ from airflow_logstore.core.checkpoint import (
     retirable,
     retire,
 )
+from airflow_logstore.core.codec import RecordMeta
 from airflow_logstore.core.commit import Verdict, decide
 from airflow_logstore.core.control import ControlRecord, ControlState, fold
 from airflow_logstore.core.summary import CommitInfo
+from airflow_logstore.core.visibility import Decision, WatermarkScan, classify
 
 
 def commit(writer: str, batch: int, epoch: int, first: int, last: int) -> CommitInfo:
@@ -82,9 +84,16 @@ def test_unknown_format_is_refused() -> None:
 
 def test_a_commit_retires_once_retention_deleted_all_its_records() -> None:
     spans = CommitInfo("w", 1, 1, offsets={0: (0, 9), 1: (5, 7)})
-    assert not retirable(spans, {0: 10, 1: 7})
-    assert retirable(spans, {0: 10, 1: 8})
-    assert retirable(CommitInfo("w", 2, 1), {})  # a file-only commit has no records to classify
+    assert not retirable(spans, {0: 10, 1: 7}, {})
+    assert retirable(spans, {0: 10, 1: 8}, {})
+    assert retirable(CommitInfo("w", 2, 1), {}, {})  # a file-only commit has no records to classify
+
+
+def test_a_commit_retires_once_publish_scans_settled_all_its_records() -> None:
+    spans = CommitInfo("w", 1, 1, offsets={0: (0, 9), 1: (5, 7)})
+    assert retirable(spans, {}, {0: [[0, 20]], 1: [[3, 7]]})
+    assert not retirable(spans, {}, {0: [[0, 20]], 1: [[6, 7]]})  # offset 5 of partition 1 is not
+    assert retirable(spans, {0: 10}, {1: [[0, 7]]})  # retention in one partition, settled in the other
 
 
 def test_retire_keeps_what_the_protocol_still_asks() -> None:
@@ -128,3 +137,70 @@ def test_retired_summary_stays_small_for_a_long_running_writer() -> None:
         retired = retired.add(batch, 2 * batch)
     assert retired.batches == [[1, 5000]]
     assert retired.frontier == [[10000, 5000]]
+
+
+# -- settled records: classified without their ledger entry -----------------------------------------
+
+
+def scanned_log() -> tuple[list[ControlRecord], list[tuple[RecordMeta, int, int]]]:
+    """A control topic after one publish scan, and the data records that scan classified.
+
+    Partition 0: batch 1 of epoch 2 (offsets 0-2), a zombie's copy from epoch 1 (3-4), a foreign record
+    (5), batch 2 of epoch 2 (6-7), then batch 3 still in flight (8).
+    """
+    c1 = CommitInfo("w", 1, 2, offsets={0: (0, 2)}, tasks=frozenset({"0.1"}))
+    c2 = CommitInfo("w", 2, 2, offsets={0: (6, 7)}, tasks=frozenset({"0.2"}))
+    records = [
+        ControlRecord(control.epoch_key("w"), {}, 0),  # epoch 1
+        ControlRecord(control.epoch_key("w"), {}, 1),  # epoch 2
+        ControlRecord(control.commit_key("w", 1), c1.to_json(), 2),
+        ControlRecord(control.commit_key("w", 2), c2.to_json(), 3),
+    ]
+    data = [
+        *((RecordMeta("w", 2, 1, "0.1"), 0, o) for o in (0, 1, 2)),
+        *((RecordMeta("w", 1, 1, "0.0"), 0, o) for o in (3, 4)),
+        (RecordMeta("stranger", 9, 1, "0.0"), 0, 5),
+        *((RecordMeta("w", 2, 2, "0.2"), 0, o) for o in (6, 7)),
+        (RecordMeta("w", 2, 3, "0.3"), 0, 8),
+    ]
+    state = fold(records)
+    scan = WatermarkScan({})
+    for meta, partition, offset in data:
+        scan.observe(partition, offset, classify(meta, partition, offset, state))
+    watermark = scan.finish({0: 9})
+    value = {"offsets": {str(p): o for p, o in watermark.items()}, **scan.settled({0: 0}, watermark)}
+    return [*records, ControlRecord(control.K_WATERMARK, value, 4)], data
+
+
+def test_a_publish_scan_records_what_it_settled() -> None:
+    records, _ = scanned_log()
+    value = records[-1].value or {}
+    assert value["offsets"] == {"0": 7}
+    assert value["scanned"] == {"0": [0, 7]}
+    assert value["holes"] == {"0": {"redundant": [[3, 4]], "foreign": [[5, 5]]}}
+
+
+def test_retired_entries_leave_every_decision_as_it_was() -> None:
+    records, data = scanned_log()
+    state = fold(records)
+    kept, gone = retire(state, {})
+    assert gone == [("w", 1), ("w", 2)]
+    restored, _ = roundtrip(kept, 4)
+    for meta, partition, offset in data:
+        before = classify(meta, partition, offset, state)
+        assert classify(meta, partition, offset, restored) is before, (meta, offset)
+    assert [classify(m, p, o, restored) for m, p, o in data] == [
+        *[Decision.COMMITTED] * 3,
+        *[Decision.REDUNDANT] * 2,
+        Decision.FOREIGN,
+        *[Decision.COMMITTED] * 2,
+        Decision.IN_FLIGHT,
+    ]
+
+
+def test_an_unsettled_commit_does_not_retire() -> None:
+    records, _ = scanned_log()
+    c3 = CommitInfo("w", 3, 2, offsets={0: (8, 8)}, tasks=frozenset({"0.3"}))
+    state = fold([*records, ControlRecord(control.commit_key("w", 3), c3.to_json(), 5)])
+    kept, gone = retire(state, {})
+    assert ("w", 3) in kept.commits and ("w", 3) not in gone

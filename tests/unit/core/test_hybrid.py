@@ -11,6 +11,7 @@ from airflow_logstore.core.visibility import (
     commit_positions,
     hybrid_keeps,
     in_snapshot,
+    included_commits,
 )
 
 
@@ -90,3 +91,22 @@ def test_read_filter_modes() -> None:
     assert consistent.decide(in_flight, 0, 7) == (False, Decision.IN_FLIGHT)
     hybrid = ReadFilter(state, consistent=True, snapshot_sequence=2, start={0: 0})
     assert hybrid.decide(committed, 0, 3) == (False, Decision.COMMITTED)
+
+
+def test_included_commits_are_the_ones_with_records_at_or_above_the_positions() -> None:
+    older = CommitInfo("a", 1, 1, offsets={0: (0, 4)})
+    lagging = CommitInfo("b", 1, 2, offsets={0: (5, 9), 1: (0, 3)})
+    own = CommitInfo("a", 2, 1, offsets={0: (10, 12)})
+    assert included_commits([older, lagging], {0: 5, 1: 4}, own) == frozenset({"b/1", "a/2"})
+    assert included_commits([older, lagging], {0: 13, 1: 4}, CommitInfo("a", 3, 1)) == frozenset()
+
+
+def test_hybrid_uses_the_snapshots_included_list_over_sequence_numbers() -> None:
+    state = state_with(B1, epochs={"b": 2})  # B1 has sequence 3: "not in a snapshot of sequence 2"
+    meta_b = RecordMeta("b", 2, 1, "0.2")
+    start = {0: 0}
+    included = frozenset({"b/1"})
+    assert not hybrid_keeps(meta_b, 0, 12, Decision.COMMITTED, state, 2, start, True, included)
+    assert hybrid_keeps(meta_b, 0, 12, Decision.COMMITTED, state, 2, start, True, frozenset())
+    # a retired commit (no ledger entry) is still skipped when the snapshot lists it
+    assert not hybrid_keeps(meta_b, 0, 12, Decision.COMMITTED, state_with(), 9, start, True, included)

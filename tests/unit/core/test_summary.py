@@ -199,3 +199,15 @@ def test_positions_json_helpers() -> None:
     assert text == '{"0":1,"2":5}'
     assert positions_from_json(text) == {0: 1, 2: 5}
     assert positions_from_json(None) == {} and positions_from_json("") == {}
+
+
+def test_included_commits_round_trip_through_the_summary() -> None:
+    commit = CommitInfo("w", 3, 7, offsets={0: (1, 2)}, included=frozenset({"w/3", "x/1"}))
+    summary = commit.to_summary()
+    assert summary["logstore.log-included"] == "w/3,x/1"
+    restored = CommitInfo.from_summary(summary)
+    assert restored is not None and restored.included == frozenset({"w/3", "x/1"})
+    assert CommitInfo.from_summary({**summary, "logstore.log-included": ""}).included == frozenset()  # type: ignore[union-attr]
+    without = dict(summary)
+    del without["logstore.log-included"]
+    assert CommitInfo.from_summary(without).included is None  # type: ignore[union-attr]
