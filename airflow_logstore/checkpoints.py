@@ -50,21 +50,21 @@ def latest(ctl: ControlTopic) -> tuple[ControlState, int]:
     cons = kafka_client.consumer(ctl.config, **{"fetch.max.bytes": 64 * 1024 * 1024})
     try:
         topic = checkpoint_topic(ctl.topic)
-        if kafka_client.describe_topic(ctl.config, topic) is None:
-            return ControlState(), 0
+        found = cons.list_topics(topic=topic, timeout=kafka_client.request_timeout(None)).topics.get(topic)
+        if found is None or found.error is not None or not found.partitions:
+            return ControlState(), 0  # no checkpoint yet
         low, high = kafka_client.partition_offsets(cons, topic, 1)[0]
         if high <= low:
             return ControlState(), 0
+        # every offset request before the fetch: behind a fetch a request waits up to fetch.wait.max.ms
+        control_end = kafka_client.partition_offsets(cons, ctl.topic, 1)[0][1]
         for batch in kafka_client.scan(cons, topic, {0: high - 1}, {0: high}):
             for message in batch:
                 try:
                     state, through = _decode(message.value())
                 except (ValueError, TypeError, KeyError, zlib.error) as exc:
-                    log.warning(
-                        "checkpoint of '%s' does not decode (%s): reading the whole topic", ctl.topic, exc
-                    )
+                    log.warning("checkpoint of '%s' does not decode (%s): full read", ctl.topic, exc)
                     return ControlState(), 0
-                control_end = kafka_client.partition_offsets(cons, ctl.topic, 1)[0][1]
                 if through >= control_end:
                     log.warning("checkpoint of '%s' is past its end (recreated?): ignored", ctl.topic)
                     return ControlState(), 0

@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from airflow_logstore.core.checkpoint import RETIRED_EPOCH
 from airflow_logstore.core.properties import CompactionPolicy
 from airflow_logstore.core.summary import OP_COMPACTION, S_OPERATION, S_POSITIONS, CommitInfo
 from airflow_logstore.exceptions import LogStoreError, OptionError
@@ -394,7 +395,7 @@ def secure_ledger(handle: LogStoreTable, table: Table, expiring: Sequence[Commit
     missing = []
     for commit in expiring:
         entry = state.committed(commit.writer_id, commit.batch_id)
-        if entry is None or entry.epoch != commit.epoch:
+        if entry is None or entry.epoch not in (commit.epoch, RETIRED_EPOCH):  # retired: recorded, settled
             found = "missing" if entry is None else f"epoch {entry.epoch}"
             missing.append(f"{commit.writer_id}/{commit.batch_id}/{commit.epoch} ({found})")
     if missing:

@@ -121,16 +121,16 @@ def publish_visible_offsets(handle: LogStoreTable) -> PublishReport:
     if any(new.get(p, -1) > previous.get(p, -1) for p in new):
         report.advanced = True
         report.newly_visible = newly_visible_commits(state, previous, new)
-        ctl.append(
-            control.K_WATERMARK,
-            {
-                "offsets": {str(p): o for p, o in sorted(new.items())},
-                "commits": report.newly_visible,
-                "snapshot_id": report.current_snapshot_id,
-                "published_at_ms": int(time.time() * 1000),
-                **scan.settled(start, new),
-            },
-        )
+        value = {
+            "offsets": {str(p): o for p, o in sorted(new.items())},
+            "commits": report.newly_visible,
+            "snapshot_id": report.current_snapshot_id,
+            "published_at_ms": int(time.time() * 1000),
+            **scan.settled(start, new),
+        }
+        offset = ctl.append(control.K_WATERMARK, value)
+        if offset == state.end_offset:  # nothing came between: the checkpoint can include this move
+            control.fold([control.ControlRecord(control.K_WATERMARK, value, offset)], state)
     report.checkpoint = maybe_checkpoint(ctl, state, {p: low for p, (low, _) in bounds.items()})
     report.seconds = round(time.monotonic() - started, 3)
     log.info(

@@ -28,6 +28,8 @@ from airflow_logstore.core import ranges
 from airflow_logstore.core.summary import CommitInfo
 
 FORMAT = 1
+#: The epoch of a retired ledger entry as ``ControlState.committed`` returns it: committed, details gone.
+RETIRED_EPOCH = 0
 #: A checkpoint keeps at most this many of the most recent "newly visible" commit names (a log for people).
 WATERMARK_COMMITS_KEPT = 1000
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from airflow_logstore.core.checkpoint import RetiredBatches
+from airflow_logstore.core.checkpoint import RETIRED_EPOCH, RetiredBatches
 from airflow_logstore.core.summary import CommitInfo
 
 
@@ -59,7 +59,7 @@ def decide(
     newest_committed = retired.newest_epoch() if retired is not None else 0
     existing = None
     if retired is not None and retired.contains(batch_id):
-        existing = CommitInfo(writer_id, batch_id, epoch=0)  # retired: its details went with its records
+        existing = CommitInfo(writer_id, batch_id, epoch=RETIRED_EPOCH)  # its details went with its records
     for commit in commits:
         if commit.writer_id != writer_id:
             continue

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airflow_logstore.core import ranges
-from airflow_logstore.core.checkpoint import RetiredBatches
+from airflow_logstore.core.checkpoint import RETIRED_EPOCH, RetiredBatches
 from airflow_logstore.core.summary import CommitInfo
 
 K_EPOCH = "epoch/"
@@ -109,7 +109,7 @@ class ControlState:
         """The commit of (writer, batch); a retired one comes back with epoch 0 and nothing else known."""
         commit = self.commits.get((writer_id, batch_id))
         if commit is None and writer_id in self.retired and self.retired[writer_id].contains(batch_id):
-            return CommitInfo(writer_id, batch_id, epoch=0)
+            return CommitInfo(writer_id, batch_id, epoch=RETIRED_EPOCH)
         return commit
 
     def max_batch_committed_after(self, writer_id: str, epoch: int) -> int | None:

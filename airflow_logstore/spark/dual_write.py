@@ -202,7 +202,11 @@ class DualWriter:
         return merged_state(table, state)
 
     def next_batch_id(self) -> int:
-        batches = [b for (w, b) in self.state().commits if w == self.writer_id]
+        state = self.state()
+        batches = [b for (w, b) in state.commits if w == self.writer_id]
+        retired = state.retired.get(self.writer_id)
+        if retired is not None and retired.batches:
+            batches.append(retired.batches[-1][1])
         return max(batches) + 1 if batches else 1
 
     # -- one batch -----------------------------------------------------------------------------------
