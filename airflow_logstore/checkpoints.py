@@ -47,54 +47,61 @@ def checkpoint_topic(control_topic: str) -> str:
 def latest(ctl: ControlTopic) -> tuple[ControlState, int]:
     """(the latest checkpoint's state, the control offset to fold on from); an empty state and 0 when
     there is none, or when it does not fit the control topic (recreated since)."""
-    cons = kafka_client.consumer(ctl.config, **{"fetch.max.bytes": 64 * 1024 * 1024})
+    cons = _consumer(ctl)
     try:
-        topic = checkpoint_topic(ctl.topic)
-        found = cons.list_topics(topic=topic, timeout=kafka_client.request_timeout(None)).topics.get(topic)
-        if found is None or found.error is not None or not found.partitions:
-            return ControlState(), 0  # no checkpoint yet
-        low, high = kafka_client.partition_offsets(cons, topic, 1)[0]
-        if high <= low:
-            return ControlState(), 0
-        # every offset request before the fetch: behind a fetch a request waits up to fetch.wait.max.ms
         control_end = kafka_client.partition_offsets(cons, ctl.topic, 1)[0][1]
-        for batch in kafka_client.scan(cons, topic, {0: high - 1}, {0: high}):
-            for message in batch:
-                try:
-                    state, through = _decode(message.value())
-                except (ValueError, TypeError, KeyError, zlib.error) as exc:
-                    log.warning("checkpoint of '%s' does not decode (%s): full read", ctl.topic, exc)
-                    return ControlState(), 0
-                if through >= control_end:
-                    log.warning("checkpoint of '%s' is past its end (recreated?): ignored", ctl.topic)
-                    return ControlState(), 0
-                return state, through + 1
-        return ControlState(), 0
+        return _latest(ctl, cons, control_end)
     finally:
         cons.close()
 
 
 def read_state(ctl: ControlTopic) -> ControlState:
     """The control state: the latest checkpoint with every control record after it folded on."""
-    state, start = latest(ctl)
-    cons = kafka_client.consumer(ctl.config)
+    cons = _consumer(ctl)
     try:
         low, end = kafka_client.partition_offsets(cons, ctl.topic, 1)[0]
+        state, start = _latest(ctl, cons, end)
         records = []
         for batch in kafka_client.scan(cons, ctl.topic, {0: max(start, low)}, {0: end}):
             for message in batch:
-                record = control.decode(
-                    message.key(),
-                    message.value(),
-                    message.offset(),
-                    kafka_client.message_timestamp_ms(message),
-                )
+                stamp = kafka_client.message_timestamp_ms(message)
+                record = control.decode(message.key(), message.value(), message.offset(), stamp)
                 if record is not None:
                     records.append(record)
         state.checkpoint_start = start
         return control.fold(records, state)
     finally:
         cons.close()
+
+
+def _consumer(ctl: ControlTopic) -> Any:
+    """One consumer for the checkpoint and the tail. Short fetch waits: the broker answers a fetch
+    at the end of a partition only after ``fetch.wait.max.ms``, and the next request waits behind it."""
+    return kafka_client.consumer(ctl.config, **{"fetch.max.bytes": 64 * 1024 * 1024, "fetch.wait.max.ms": 5})
+
+
+def _latest(ctl: ControlTopic, cons: Any, control_end: int) -> tuple[ControlState, int]:
+    """The latest checkpoint through ``cons``. Every offset request comes before its fetch: behind a
+    fetch, a request on the same connection waits up to ``fetch.wait.max.ms``."""
+    topic = checkpoint_topic(ctl.topic)
+    found = cons.list_topics(topic=topic, timeout=kafka_client.request_timeout(None)).topics.get(topic)
+    if found is None or found.error is not None or not found.partitions:
+        return ControlState(), 0  # no checkpoint yet
+    low, high = kafka_client.partition_offsets(cons, topic, 1)[0]
+    if high <= low:
+        return ControlState(), 0
+    for batch in kafka_client.scan(cons, topic, {0: high - 1}, {0: high}):
+        for message in batch:
+            try:
+                state, through = _decode(message.value())
+            except (ValueError, TypeError, KeyError, zlib.error) as exc:
+                log.warning("checkpoint of '%s' does not decode (%s): full read", ctl.topic, exc)
+                return ControlState(), 0
+            if through >= control_end:
+                log.warning("checkpoint of '%s' is past its end (recreated?): ignored", ctl.topic)
+                return ControlState(), 0
+            return state, through + 1
+    return ControlState(), 0
 
 
 def maybe_checkpoint(

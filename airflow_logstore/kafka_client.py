@@ -457,10 +457,14 @@ def scan(
     if not pending:
         return
     cons.assign([TopicPartition(topic, p, start.get(p, 0)) for p in pending])
+    following = {p: start.get(p, 0) for p in pending}  # the next offset expected per partition
     last_progress = time.monotonic()
     try:
         while pending:
-            messages = cons.consume(num_messages=batch_size, timeout=poll_timeout)
+            # consume() returns once it has num_messages or after the timeout: ask for no more than are
+            # left, so the last batch of a range comes at once (a compacted topic may have fewer)
+            left = sum(pending[p] - following[p] for p in pending)
+            messages = cons.consume(num_messages=max(1, min(batch_size, left)), timeout=poll_timeout)
             batch = []
             for message in messages:
                 error = message.error()
@@ -473,6 +477,7 @@ def scan(
                 if stop is None or message.offset() >= stop:
                     continue
                 batch.append(message)
+                following[partition] = message.offset() + 1
                 if message.offset() >= stop - 1:
                     del pending[partition]
             if batch:
