@@ -3,11 +3,13 @@
 Each actor is a generator that yields a label before every step that touches shared state (a log or
 control-topic append or read, a catalog load or compare-and-set), so the scheduler can interleave, pause
 or kill it there. Every *decision* is the project's real core code (``classify``, ``WatermarkScan``,
-``decide``, ``commit_positions``, ``ReadFilter``, ``control.fold``, ``plan_batch``, the reconcile
+``decide``, ``commit_positions``, ``included_commits``, ``ReadFilter``, ``control.fold``, ``retire``,
+``encode_state`` / ``decode_state``, ``plan_batch``, the reconcile
 planner, ``plan_expiry``); the actors only mirror the order of the I/O of the real modules, and each
 step names the function it mirrors.
 
-``Bugs`` restores the old behaviour of holes 1-4 of issue 13 (test-only switches).
+``Bugs`` restores the old behaviour of holes 1-4 of issue 13, and plants bugs in settled ranges,
+retirement and ``logstore.log-included`` (test-only switches).
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from airflow_logstore.compaction import RetentionPolicy, SnapshotInfo, plan_expi
 from airflow_logstore.core import control
 from airflow_logstore.core import reconcile as rec
 from airflow_logstore.core.changes import apply_final, plan_batch
+from airflow_logstore.core.checkpoint import RETIRED_EPOCH, encode_state, retire
 from airflow_logstore.core.codec import (
     RecordMeta,
+    RecordType,
     decode_headers,
     encode_headers,
     encode_key,
@@ -41,7 +45,13 @@ from airflow_logstore.core.summary import (
     advance_positions,
     positions_from_json,
 )
-from airflow_logstore.core.visibility import ReadFilter, WatermarkScan, classify, commit_positions
+from airflow_logstore.core.visibility import (
+    ReadFilter,
+    WatermarkScan,
+    classify,
+    commit_positions,
+    included_commits,
+)
 from airflow_logstore.spark.dual_write import task_identity
 
 from .model import Catalog, ControlTopic, KafkaLog, LogEntry, Row, Snapshot, TableView, TaskRun, row_id
@@ -60,6 +70,9 @@ class Bugs:
     state_before_ends: bool = False  # 3: publish reads the control state before the log end offsets
     advance_positions: bool = False  # 4: positions = max(last + 1) of the batch's offsets
     split_pairs: bool = False  # found by the simulation: the watermark ignores reassert pairs
+    retire_unsettled: bool = False  # checkpoints retire every ledger entry, settled or not
+    no_holes: bool = False  # watermark records settle their range without its redundant/foreign runs
+    no_included: bool = False  # hybrid reads ignore logstore.log-included (ask the ledger by sequence)
 
     def any(self) -> bool:
         return any(getattr(self, f.name) for f in fields(self))
@@ -108,6 +121,7 @@ class World:
     trace: list[str] = field(default_factory=list)
     events: Counter[str] = field(default_factory=Counter)  # what happened, for the coverage test
     latest: dict[str, int] = field(default_factory=dict)  # ground truth: each writer's newest epoch
+    checkpoint_every: int = 5  # checkpoints.maybe_checkpoint(every=...): small, so checkpoints are frequent
 
     @property
     def primary_key(self) -> list[str]:
@@ -140,9 +154,9 @@ def merged_state(view: TableView, state: ControlState) -> ControlState:
 
 
 def sync_ledger(world: World, state: ControlState, view: TableView) -> None:
-    """publish.sync_ledger: ledger entries for live commits the ledger lacks."""
+    """publish.sync_ledger: ledger entries for live commits the ledger lacks (in it, or retired)."""
     for commit in snapshot_commits(view):
-        if commit.key not in state.commits:
+        if state.committed(commit.writer_id, commit.batch_id) is None:
             world.control.record_commit(commit)
             state.commits[commit.key] = commit
 
@@ -164,6 +178,16 @@ def snapshot_positions(view: TableView, snapshot_id: int | None) -> dict[int, in
         if S_POSITIONS in snapshot.summary:
             return positions_from_json(snapshot.summary[S_POSITIONS])
     return {}
+
+
+def snapshot_start(view: TableView, chosen: Snapshot) -> tuple[int, frozenset[str] | None]:
+    """reader.snapshot_start: (the snapshot's sequence number, the ``logstore.log-included`` of it or of
+    its nearest ancestor with positions; None when that summary has none)."""
+    for snapshot in view.ancestors(chosen.snapshot_id):
+        if S_POSITIONS in snapshot.summary:
+            commit = snapshot.commit
+            return chosen.sequence_number, commit.included if commit is not None else None
+    return chosen.sequence_number, None
 
 
 def _positions(state: ControlState) -> dict[int, int]:
@@ -319,6 +343,7 @@ def _commit(
             commit.writer_id,
             commit.batch_id,
             commit.epoch,
+            retired=state.retired.get(commit.writer_id),
         )
         yield "commit:decided"  # pause_point("commit:decided")
         if decision.verdict is Verdict.ALREADY_COMMITTED and decision.existing is not None:
@@ -331,7 +356,8 @@ def _commit(
             positions = advance_positions(_positions(state), commit.offsets)
         else:
             positions = commit_positions(_positions(state), state.watermark)
-        staged = replace(commit, positions=positions)
+        included = included_commits(state.commits.values(), positions, commit)
+        staged = replace(commit, positions=positions, included=included)
         branch = f"stage/{name}/{attempt}"
         snapshot = world.catalog.stage(
             base.main, staged.to_summary(), _staged_rows(world, base.current(), final, rows), branch
@@ -363,6 +389,7 @@ def _commit_once_unconditionally(
         commit.writer_id,
         commit.batch_id,
         commit.epoch,
+        retired=state.retired.get(commit.writer_id),
     )
     if decision.verdict is Verdict.ALREADY_COMMITTED and decision.existing is not None:
         return decision.existing
@@ -373,7 +400,9 @@ def _commit_once_unconditionally(
         if world.bugs.advance_positions
         else commit_positions(_positions(state), state.watermark)
     )
-    staged = replace(commit, positions=positions)
+    staged = replace(
+        commit, positions=positions, included=included_commits(state.commits.values(), positions, commit)
+    )
     yield "commit: MERGE"
     while True:  # Iceberg re-applies a conflicting MERGE on the new main (commit_retry)
         yield from _load_base(world)
@@ -400,16 +429,17 @@ def publisher(world: World) -> Steps:
         yield "publish: read control"  # hole 3: the control state first ...
         state = world.control.read()
         yield "publish: offsets"  # ... the log's end offsets second
-        ends = world.log.end_offsets()
+        bounds = world.log.bounds()
     else:
         yield "publish: offsets"  # kafka_client.partition_offsets first
-        ends = world.log.end_offsets()
+        bounds = world.log.bounds()
         yield "publish:offsets-read"  # pause point, then ctl.read()
         state = world.control.read()
     yield "publish: load table"  # handle.load(); sync_ledger
     sync_ledger(world, state, world.catalog.load())
     previous = dict(state.watermark)
-    start = {p: previous.get(p, -1) + 1 for p in ends}
+    start = {p: max(previous.get(p, -1) + 1, low) for p, (low, _) in bounds.items()}
+    ends = {p: high for p, (_, high) in bounds.items()}
     scan = WatermarkScan(previous)
     yield "publish: scan"
     for entry in world.log.scan(start, ends):
@@ -420,11 +450,46 @@ def publisher(world: World) -> Steps:
         scan.observe(entry.partition, entry.offset, decision, 0 if world.bugs.split_pairs else meta.pair_half)
     new = scan.finish(ends)
     if any(new.get(p, -1) > previous.get(p, -1) for p in new):
-        yield "publish: append watermark"  # ctl.append(K_WATERMARK, ...)
-        world.control.append(control.K_WATERMARK, {"offsets": {str(p): o for p, o in sorted(new.items())}})
-        world.note(f"publisher: watermark {previous} -> {new} (blocked at {scan.blocked})", "watermark moved")
+        settled = scan.settled(start, new)
+        if world.bugs.no_holes:
+            settled["holes"] = {}
+        value = {"offsets": {str(p): o for p, o in sorted(new.items())}, **settled}
+        yield "publish: append watermark"  # ctl.append(K_WATERMARK, {..., **scan.settled(start, new)})
+        offset = world.control.append(control.K_WATERMARK, value)
+        if offset == state.end_offset:  # nothing came between: the checkpoint can include this move
+            control.fold([control.ControlRecord(control.K_WATERMARK, value, offset)], state)
+        world.note(
+            f"publisher: watermark {previous} -> {new} (blocked at {scan.blocked}), settled {settled}",
+            "watermark moved",
+        )
+        if settled["holes"]:
+            world.events["watermark settled a hole"] += 1
     if scan.blocked:
         world.events["watermark blocked by an undecided record"] += 1
+    yield from maybe_checkpoint(world, state, {p: low for p, (low, _) in bounds.items()})
+
+
+def maybe_checkpoint(world: World, state: ControlState, log_start: dict[int, int]) -> Steps:
+    """checkpoints.maybe_checkpoint: retire, write the checkpoint, then tombstone the retired keys."""
+    if state.end_offset - state.checkpoint_start < world.checkpoint_every:
+        return
+    if world.bugs.retire_unsettled:  # as if retention had deleted every record
+        log_start = {p: 1 << 62 for p in range(world.partitions)}
+    kept, gone = retire(state, log_start)
+    through = state.end_offset - 1
+    data = encode_state(kept, through)
+    yield "checkpoint: write"  # checkpoints._append
+    world.control.write_checkpoint(data)
+    world.note(
+        f"publisher: checkpoint through control offset {through}: {len(kept.commits)} ledger entries kept,"
+        f" retired {gone}",
+        "checkpoint written",
+    )
+    if gone:
+        world.events["commits retired"] += 1
+    for writer_id, batch_id in gone:
+        yield "checkpoint: tombstone"  # ctl.append(commit_key, None)
+        world.control.append(control.commit_key(writer_id, batch_id), None)
 
 
 # --- reconciler (reconciler._run) -------------------------------------------------------------------------
@@ -512,8 +577,8 @@ def compaction(world: World) -> Steps:
     state = world.control.read()
     for commit in plan.expiring_commits:
         entry = state.committed(commit.writer_id, commit.batch_id)
-        if entry is None or entry.epoch != commit.epoch:
-            world.note(f"expiry refused: {commit.key} not in the ledger")
+        if entry is None or entry.epoch not in (commit.epoch, RETIRED_EPOCH):  # retired: recorded, settled
+            world.note(f"expiry refused: {commit.key} not in the ledger", "expiry refused")
             return
     yield "expire: expire"
     removed = world.catalog.expire(plan.expire)
@@ -525,8 +590,13 @@ def compaction(world: World) -> Steps:
 
 def consistent_follower(world: World, seen: Observed) -> Steps:
     """follow.follow (consistent): tail log and control topic; release decided records <= watermark."""
-    state = merged_state(world.catalog.load(), ControlState())  # ControlFollower.__init__
-    control_next = 0
+    state, control_next = world.control.latest()  # ControlFollower.__init__: the latest checkpoint ...
+    state = merged_state(world.catalog.load(), state)  # ... with the live snapshots' commits
+    if control_next:
+        world.note(
+            f"{seen.name}: starts from the checkpoint through {control_next - 1}",
+            "follower from a checkpoint",
+        )
     log_next = dict.fromkeys(range(world.partitions), 0)
     pending: dict[int, list[LogEntry]] = {p: [] for p in range(world.partitions)}
     while True:
@@ -549,12 +619,22 @@ def consistent_follower(world: World, seen: Observed) -> Steps:
             if ready < len(messages) and messages[ready].offset <= mark:
                 world.events["follower held an undecided record below the watermark"] += 1
             for entry in messages[:ready]:
-                keep, _ = ReadFilter(state, consistent=True).decide(
-                    decode_headers(entry.headers), partition, entry.offset
-                )
+                meta = decode_headers(entry.headers)
+                keep, _ = ReadFilter(state, consistent=True).decide(meta, partition, entry.offset)
+                _note_settled(world, meta, entry, state)
                 if keep:
                     seen.records.append(entry)
             del messages[:ready]
+
+
+def _note_settled(world: World, meta: Any, entry: LogEntry, state: ControlState) -> None:
+    """Coverage: a record classified by a publish scan's settled range (its ledger entry retired)."""
+    if meta.record_type is RecordType.DATA and (meta.writer_id, meta.batch_id) not in state.commits:
+        hole = state.settled_hole(entry.partition, entry.offset)
+        if hole is not None:
+            world.events["read a retired commit's record"] += 1
+            if hole:
+                world.events[f"read a settled {hole} record"] += 1
 
 
 def _decided(entry: LogEntry, state: ControlState) -> bool:
@@ -589,13 +669,21 @@ def log_read(
     if consistent or hybrid:
         yield "read: control"  # self.state(): merged_state(self.table, control.read())
         state = merged_state(view, world.control.read())
-    sequence = hybrid_of.sequence_number if hybrid_of is not None else None
-    read_filter = ReadFilter(state, consistent, sequence, dict(start) if hybrid else None)
+    if hybrid_of is not None:  # reader.snapshot_start: the snapshot's sequence and log-included
+        sequence, included = snapshot_start(view, hybrid_of)
+        if world.bugs.no_included:
+            included = None
+        read_filter = ReadFilter(state, consistent, sequence, dict(start), included)
+    else:
+        read_filter = ReadFilter(state, consistent)
     if state is not None and consistent:
         last = {p: min(last[p], state.watermark.get(p, -1) + 1) for p in last}
         seen.end = dict(last)
     for entry in world.log.scan(start, last):
-        keep, _ = read_filter.decide(decode_headers(entry.headers), entry.partition, entry.offset)
+        meta = decode_headers(entry.headers)
+        keep, _ = read_filter.decide(meta, entry.partition, entry.offset)
+        if state is not None:
+            _note_settled(world, meta, entry, state)
         if keep:
             seen.records.append(entry)
     return last

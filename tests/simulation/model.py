@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any
 
 from airflow_logstore.core import control
+from airflow_logstore.core.checkpoint import decode_state
 from airflow_logstore.core.control import ControlRecord, ControlState
 from airflow_logstore.core.summary import CommitInfo
 
@@ -81,13 +82,25 @@ class KafkaLog:
 
 
 class ControlTopic:
-    """The control topic (one partition); ``read`` folds it from the start, as ``ControlTopic.read`` does."""
+    """The control topic (one partition) and its checkpoint topic.
 
-    def __init__(self) -> None:
+    ``read`` is ``checkpoints.read_state``: the latest checkpoint (``decode_state`` of its JSON) with the
+    control records after its ``through`` folded on; with ``full`` (or while no checkpoint exists) the
+    whole topic is folded from offset 0 (what a reader does when the checkpoint does not decode).
+    Compaction is lazy, so a full fold still sees every record, tombstoned ledger entries included.
+    Folding is incremental by design (``fold`` applies record by record), so each fold is cached and
+    extended, and every read returns a fresh copy the caller may change.
+    """
+
+    def __init__(self, full_fold_rate: float = 0.0, rng: Any = None) -> None:
         self.records: list[ControlRecord] = []
         self.clock = 0
-        self._folded = ControlState()  # fold() of the records so far (fold is incremental by design)
-        self._count = 0
+        self.checkpoints: list[str] = []  # the checkpoint topic: encode_state(...) as JSON, oldest first
+        self.full_fold_rate = full_fold_rate  # how often a read ignores the checkpoint (seeded)
+        self.rng = rng
+        self._full = _Fold(ControlState(), 0)  # the whole topic folded so far
+        self._tail: _Fold | None = None  # the latest checkpoint with the records after it folded so far
+        self.reads: Counter[str] = Counter()  # coverage: reads from a checkpoint / of the whole topic
 
     def append(self, key: str, value: dict[str, Any] | None) -> int:
         self.clock += 1
@@ -95,27 +108,65 @@ class ControlTopic:
         self.records.append(ControlRecord(key, value, offset, self.clock))
         return offset
 
-    def read(self) -> ControlState:
-        """``ControlTopic.read``: the whole topic folded; a fresh object the caller may change."""
-        control.fold(self.records[self._count :], self._folded)
-        self._count = len(self.records)
-        s = self._folded
-        return replace(
-            s,
-            epochs=dict(s.epochs),
-            commits=dict(s.commits),
-            watermark=dict(s.watermark),
-            watermark_commits=list(s.watermark_commits),
-            leases={k: list(v) for k, v in s.leases.items()},
-            reconcile_positions=dict(s.reconcile_positions),
-            gaps=dict(s.gaps),
-        )
+    def write_checkpoint(self, data: dict[str, Any]) -> None:
+        """checkpoints._append: the checkpoint topic's newest record (stored as the JSON Kafka carries)."""
+        self.checkpoints.append(json.dumps(data, separators=(",", ":")))
+        self._tail = None
+
+    def latest(self, full: bool | None = None) -> tuple[ControlState, int]:
+        """checkpoints.latest: (the latest checkpoint's state, the control offset to fold on from)."""
+        if full is None:
+            full = self.rng is not None and self.rng.random() < self.full_fold_rate
+        if not self.checkpoints or full:
+            return ControlState(), 0
+        state, through = decode_state(json.loads(self.checkpoints[-1]), ControlState)
+        assert through < len(self.records), "a checkpoint past the control topic's end"
+        return state, through + 1
+
+    def read(self, full: bool | None = None) -> ControlState:
+        """checkpoints.read_state: the latest checkpoint + the records after it (a fresh object)."""
+        if full is None:
+            full = self.rng is not None and self.rng.random() < self.full_fold_rate
+        if full or not self.checkpoints:
+            cached = self._full
+            if self.checkpoints:
+                self.reads["control read of the whole topic past a checkpoint"] += 1
+        else:
+            self.reads["control read from a checkpoint"] += 1
+            if self._tail is None:
+                state, start = self.latest(full=False)
+                state.checkpoint_start = start
+                self._tail = _Fold(state, start)
+            cached = self._tail
+        control.fold(self.records[cached.next :], cached.state)
+        cached.next = len(self.records)
+        return copy_state(cached.state)
 
     def claim_epoch(self, writer_id: str) -> int:
         return self.append(control.epoch_key(writer_id), {"writer": writer_id}) + 1
 
     def record_commit(self, commit: CommitInfo) -> None:
         self.append(control.commit_key(commit.writer_id, commit.batch_id), commit.to_json())
+
+
+@dataclass
+class _Fold:
+    state: ControlState
+    next: int  # the next control offset to fold
+
+
+def copy_state(state: ControlState) -> ControlState:
+    """A copy whose containers (two levels deep: ``holes``, ``leases``) the caller may change."""
+
+    def copied(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {
+                k: dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v
+                for k, v in value.items()
+            }
+        return list(value) if isinstance(value, list) else value
+
+    return ControlState(**{f.name: copied(getattr(state, f.name)) for f in fields(state)})
 
 
 @dataclass(frozen=True)

@@ -102,8 +102,10 @@ def run(seed: int, bugs: Bugs | None = None) -> Result:
         keyed=keyed,
         inputs=make_inputs(rng, writers, rng.randint(2, 3), keyed),
         log=KafkaLog(2),
-        control=ControlTopic(),
+        # some reads fold the whole topic instead of the latest checkpoint + its tail
+        control=ControlTopic(full_fold_rate=rng.choice([0.0, 0.1, 0.3]), rng=rng),
         catalog=Catalog(),
+        checkpoint_every=rng.randint(3, 10),
     )
     cast: list[Actor] = []
     for writer in writers:
@@ -138,6 +140,18 @@ def run(seed: int, bugs: Bugs | None = None) -> Result:
     eventual = Observed("eventual follower", consistent=False, final=True)
     incremental = Observed("incremental consistent reader", consistent=True, final=True)
     world.observed += [follower, eventual, incremental]
+    if rng.random() < 0.5:  # a consistent follower started later: from the latest checkpoint
+        late = Observed("late consistent follower", consistent=True, final=True)
+        world.observed.append(late)
+        cast.append(
+            Actor(
+                "late consistent follower",
+                lambda: actors.consistent_follower(world, late),
+                False,
+                background=True,
+                at_step=rng.randint(20, 200),
+            )
+        )
     cast.append(
         Actor(
             "consistent follower", lambda: actors.consistent_follower(world, follower), False, background=True
@@ -202,6 +216,7 @@ def run(seed: int, bugs: Bugs | None = None) -> Result:
         for _ in steps_of:
             pass
     watermark = world.control.read().watermark
+    world.events.update(world.control.reads)
     return Result(seed, bugs, check(world, watermark), world.trace, steps, world.events)
 
 

@@ -81,6 +81,14 @@ COVERED = (
     "reassert written",
     "compaction CAS lost",
     "snapshots expired",
+    "watermark settled a hole",
+    "checkpoint written",
+    "commits retired",
+    "control read from a checkpoint",
+    "control read of the whole topic past a checkpoint",
+    "follower from a checkpoint",
+    "read a retired commit's record",
+    "read a settled redundant record",
 )
 
 
@@ -103,6 +111,9 @@ PLANTED = [
     ("state_before_ends", {CONSISTENT_LOST}, 1000),
     ("advance_positions", {HYBRID}, 300),
     ("split_pairs", {HYBRID_SPLIT_PAIR}, 3000),
+    ("retire_unsettled", {CONSISTENT_LOST, CONSISTENT_UNCOMMITTED, HYBRID}, 1000),
+    ("no_holes", {CONSISTENT_UNCOMMITTED}, 300),
+    ("no_included", {HYBRID}, 300),
 ]
 
 
