@@ -50,20 +50,21 @@ def package_zip(folder: Path | None = None) -> Path:
 
     Named by a hash of its content, so every job of one installation reuses the same file.
 
-    :param folder: where to keep it (default: ``logstore-py-files`` in the temporary directory)
+    :param folder: where to keep it (default: ``logstore-py-files-<uid>`` in the temporary directory)
     """
     root = Path(airflow_logstore.__file__).resolve().parent
     files = _package_files(root)
     digest = hashlib.sha256()
     for path in files:
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
-    folder = folder or Path(tempfile.gettempdir()) / "logstore-py-files"
+    folder = folder or Path(tempfile.gettempdir()) / f"logstore-py-files-{os.getuid()}"
     target = folder / f"airflow_logstore-{airflow_logstore.__version__}-{digest.hexdigest()[:16]}.zip"
     if target.exists():
         return target
     folder.mkdir(parents=True, exist_ok=True)
     fd, partial = tempfile.mkstemp(dir=folder, suffix=".zip.partial")
     os.close(fd)
+    os.chmod(partial, 0o644)  # plain code, no secret: readable like the installed package
     with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in files:
             archive.write(path, Path("airflow_logstore") / path.relative_to(root))
