@@ -374,7 +374,8 @@ def plan_expiry(
         keep=tuple(s.snapshot_id for s in keep),
         expire=tuple(s.snapshot_id for s in expire if s.snapshot_id not in keep_ids),
         kept_for_hybrid_reads=tuple(s.snapshot_id for s in chain[by_policy:kept]),
-        expiring_commits=tuple(s.commit for s in expire if s.commit is not None),
+        # only commits of main's line were ever committed: a staging branch's leftover never was
+        expiring_commits=tuple(s.commit for s in chain[kept:] if s.commit is not None),
     )
 
 

@@ -136,7 +136,7 @@ def reassert_values(value: bytes | None) -> tuple[tuple[RowKind, bytes], tuple[R
 # --- classification ------------------------------------------------------------------------------------
 
 
-_Entry = tuple[RecordMeta, "tuple[int, int] | None", Decision, Decision]
+_Entry = tuple[RecordMeta, "tuple[int, int] | None", "Decision | None", "Decision | None"]
 
 
 class Classifier:
@@ -144,8 +144,11 @@ class Classifier:
 
     ``classify`` depends on the offset only through ``CommitInfo.covers`` — whether the offset lies in
     the commit's span for that partition — so per (meta, partition) two answers suffice: inside and
-    outside the span. Decoded headers are memoized by the codec (identical headers give the same
-    object), so the cache is keyed by object identity and keeps a reference to the meta it describes.
+    outside the span. Without a ledger entry it may also depend on the settled ranges of the partition
+    (a retired entry, ``ControlState.settled_hole``): such an entry holds no decision and each record
+    is classified on its own (found by the simulation: a cached answer reversed committed records).
+    Decoded headers are memoized by the codec (identical headers give the same object), so the cache
+    is keyed by object identity and keeps a reference to the meta it describes.
     """
 
     MAX_ENTRIES = 1024  # recent attempts; rebuilt cheaply (bounded memory on long scans)
@@ -155,11 +158,14 @@ class Classifier:
         self._cache: dict[tuple[int, int], _Entry] = {}
 
     def __call__(self, meta: RecordMeta, partition: int, offset: int) -> Decision:
-        entry = self.entry(meta, partition)
-        span = entry[1]
-        if span is not None and span[0] <= offset <= span[1]:
-            return entry[2]
-        return entry[3]
+        return self.decide(self.entry(meta, partition), partition, offset)
+
+    def decide(self, entry: _Entry, partition: int, offset: int) -> Decision:
+        """The decision for the record at ``offset`` that ``entry`` describes."""
+        span, inside, outside = entry[1], entry[2], entry[3]
+        if inside is None or outside is None:
+            return classify(entry[0], partition, offset, self.state)
+        return inside if span is not None and span[0] <= offset <= span[1] else outside
 
     def entry(self, meta: RecordMeta, partition: int) -> _Entry:
         """(meta, commit span or None, decision inside the span, decision outside it)."""
@@ -173,6 +179,8 @@ class Classifier:
         if meta.record_type is not RecordType.DATA:  # one record each: classify, do not cache
             return (meta, None, outside, outside)
         commit = self.state.commits.get((meta.writer_id, meta.batch_id))
+        if commit is None and self.state.settled.get(partition):
+            return (meta, None, None, None)  # per offset: settled ranges decide
         span = commit.offsets.get(partition) if commit is not None else None
         inside = classify(meta, partition, span[0], self.state) if span is not None else outside
         entry = (meta, span, inside, outside)
@@ -498,8 +506,7 @@ class PartitionPlanner:
                 return self._dead(str(exc))
             entry = self.classify.entry(meta, self.partition)
             self._last_headers, self._last_entry = headers, entry
-        span = entry[1]
-        decision = entry[2] if span is not None and span[0] <= offset <= span[1] else entry[3]
+        decision = self.classify.decide(entry, self.partition, offset)
         if decision is _COMMITTED:  # the common case first: most records need nothing but counting
             self._committed += 1
             if key is not None and (self._keys or self.lookback is not None):

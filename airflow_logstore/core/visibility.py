@@ -62,6 +62,11 @@ def classify(meta: RecordMeta, partition: int, offset: int, state: ControlState)
         if settled:
             return Decision.REDUNDANT if settled == "redundant" else Decision.FOREIGN
         return Decision.LOG_ONLY if meta.log_only else Decision.COMMITTED
+    retired = state.retired.get(meta.writer_id)
+    if retired is not None and retired.contains(meta.batch_id):
+        # every committed record of a retired batch is settled (or deleted by retention): this one is
+        # another attempt's copy (found by the simulation, e.g. seed 285)
+        return Decision.REDUNDANT
     if meta.log_only:
         return Decision.LOG_ONLY
     latest = state.epochs.get(meta.writer_id)

@@ -204,3 +204,41 @@ def test_an_unsettled_commit_does_not_retire() -> None:
     state = fold([*records, ControlRecord(control.commit_key("w", 3), c3.to_json(), 5)])
     kept, gone = retire(state, {})
     assert ("w", 3) in kept.commits and ("w", 3) not in gone
+
+
+# -- found by the simulation -------------------------------------------------------------------------
+
+
+def retired_state() -> ControlState:
+    """Writer a: batch 1 committed by epoch 1 at offset 0 (settled, then retired); epoch 3 claimed."""
+    c1 = CommitInfo("a", 1, 1, offsets={0: (0, 0)}, tasks=frozenset({"0.1"}))
+    records = [
+        ControlRecord(control.epoch_key("a"), {}, 0),  # epoch 1
+        ControlRecord(control.commit_key("a", 1), c1.to_json(), 1),
+        ControlRecord(control.epoch_key("a"), {}, 2),  # epoch 3
+        ControlRecord(control.K_WATERMARK, {"offsets": {"0": 0}, "scanned": {"0": [0, 0]}}, 3),
+    ]
+    kept, gone = retire(fold(records), {})
+    assert gone == [("a", 1)]
+    return kept
+
+
+def test_another_epochs_copy_of_a_retired_batch_is_redundant_not_in_flight_forever() -> None:
+    """Seed 285: a newer epoch re-produced a batch whose commit had landed; after retirement nothing
+    decided its copy, and the watermark stuck."""
+    state = retired_state()
+    copy = RecordMeta("a", 3, 1, "0.3")
+    assert classify(copy, 0, 2, state) is Decision.REDUNDANT
+    assert classify(RecordMeta("a", 1, 1, "0.1"), 0, 0, state) is Decision.COMMITTED  # settled, kept
+
+
+def test_reconcile_classifier_decides_settled_records_one_by_one() -> None:
+    """Seed 4: the reconciler's cached answer (for offsets outside a ledger span) reversed a committed
+    record of a retired batch."""
+    from airflow_logstore.core.reconcile import Classifier
+
+    state = retired_state()
+    classifier = Classifier(state)
+    committed = RecordMeta("a", 1, 1, "0.1")
+    assert classifier(committed, 0, 0) is Decision.COMMITTED
+    assert classifier(committed, 0, 5) is Decision.REDUNDANT  # the same headers, not settled: a copy
