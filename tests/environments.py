@@ -87,6 +87,8 @@ def cached_env(name: str, key: str, populate: Callable[[Path], None], *, seed: b
         _run(uv(), "venv", "--quiet", "--python", PYTHON, *(["--seed"] if seed else []), str(folder))
         populate(folder)
         (folder / _COMPLETE).write_text(key + "\n")
+        # pyspark is an sdist: every resolution unpacks it (~1.5 GB) into uv's cache; drop what is unused
+        _run(uv(), "cache", "prune", "--quiet")
     return folder
 
 
