@@ -257,23 +257,22 @@ def hybrid_keeps(
 ) -> bool:
     """Does a hybrid read (a snapshot's rows, then the log from ``start``) return this log record?
 
-    The log part returns what the snapshot does not hold: a committed record whose commit is in the
-    snapshot is already in its rows; a reversal of a record below ``start`` undoes something the read
-    never returned. A consistent read returns committed records only; an eventual one everything else
-    too (in-flight, redundant and their reversals, which cancel).
+    The log part returns the changes the snapshot does not hold: never a committed record of a commit
+    the snapshot holds (it is in the rows). A consistent read returns the other committed records; an
+    eventual one also what may still commit (in flight, dead pending), log-only records and reasserts,
+    but nothing known never to be a table change: redundant and foreign records, and reversals (which
+    only ever undo redundant records). So a hybrid read is the table at the snapshot plus its later
+    changes whether or not reconciliation has run.
     """
     if offset < start.get(partition, 0):
         return False
-    if decision in (Decision.COMMITTED, Decision.LOG_ONLY):
-        if decision is Decision.COMMITTED and _held(meta, state, snapshot_sequence, snapshot_included):
-            return False
-        return decision is Decision.COMMITTED or not consistent
-    if consistent:
-        return False
-    if decision is Decision.REVERSAL and meta.reverses is not None:
-        target_partition, target_offset = meta.reverses
-        return target_offset >= start.get(target_partition, 0)
-    return True
+    if decision is Decision.COMMITTED:
+        return not _held(meta, state, snapshot_sequence, snapshot_included)
+    return not consistent and decision not in NEVER_A_TABLE_CHANGE
+
+
+#: Records an eventual hybrid read leaves out: decided, and never part of the table.
+NEVER_A_TABLE_CHANGE = frozenset({Decision.REDUNDANT, Decision.FOREIGN, Decision.REVERSAL})
 
 
 def _held(

@@ -65,20 +65,23 @@ def test_consistent_hybrid_returns_committed_records_only() -> None:
         assert not hybrid_keeps(meta, 0, 20, decision, state, 0, {0: 0}, consistent=True)
 
 
-def test_eventual_hybrid_skips_reversals_of_records_it_never_returned() -> None:
+def test_eventual_hybrid_leaves_out_what_never_is_a_table_change() -> None:
+    """Redundant and foreign records and reversals (before or after reconciliation ran) are left out,
+    so an eventual hybrid read folds to the table at once (a fenced attempt's copy is not returned)."""
     state = state_with()
-    below = RecordMeta("r", 0, 0, record_type=RecordType.REVERSAL, reverses=(0, 3))
-    above = RecordMeta("r", 0, 0, record_type=RecordType.REVERSAL, reverses=(0, 8))
-    start = {0: 5}
-    assert not hybrid_keeps(below, 0, 9, Decision.REVERSAL, state, 0, start, consistent=False)
-    assert hybrid_keeps(above, 0, 9, Decision.REVERSAL, state, 0, start, consistent=False)
+    reversal = RecordMeta("r", 0, 0, record_type=RecordType.REVERSAL, reverses=(0, 8))
+    assert not hybrid_keeps(reversal, 0, 9, Decision.REVERSAL, state, 0, {0: 5}, consistent=False)
+    meta = RecordMeta("c", 4, 1, "0.3")
+    for decision in (Decision.REDUNDANT, Decision.FOREIGN):
+        assert not hybrid_keeps(meta, 0, 20, decision, state, 0, {0: 0}, consistent=False)
 
 
-def test_eventual_hybrid_returns_in_flight_and_redundant_records() -> None:
+def test_eventual_hybrid_returns_what_may_still_commit_log_only_records_and_reasserts() -> None:
     state = state_with()
     meta = RecordMeta("c", 4, 1, "0.3")
-    assert hybrid_keeps(meta, 0, 20, Decision.IN_FLIGHT, state, 0, {0: 0}, consistent=False)
-    assert hybrid_keeps(meta, 0, 20, Decision.REDUNDANT, state, 0, {0: 0}, consistent=False)
+    for decision in (Decision.IN_FLIGHT, Decision.DEAD_PENDING, Decision.LOG_ONLY, Decision.REASSERT):
+        assert hybrid_keeps(meta, 0, 20, decision, state, 0, {0: 0}, consistent=False)
+        assert not hybrid_keeps(meta, 0, 20, decision, state, 0, {0: 0}, consistent=True)
 
 
 def test_read_filter_modes() -> None:
