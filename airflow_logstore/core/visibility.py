@@ -198,6 +198,15 @@ def count_decisions(decisions: Iterable[Decision]) -> dict[str, int]:
     return counts
 
 
+def recorded_positions(commits: Iterable[CommitInfo]) -> dict[int, int]:
+    """Per partition the highest ``logstore.log-positions`` any of ``commits`` recorded."""
+    positions: dict[int, int] = {}
+    for commit in commits:
+        for partition, position in commit.positions.items():
+            positions[partition] = max(positions.get(partition, 0), position)
+    return positions
+
+
 def commit_positions(previous: Mapping[int, int], watermark: Mapping[int, int]) -> dict[int, int]:
     """Where a hybrid read of a new snapshot starts each partition's log (``logstore.log-positions``).
 

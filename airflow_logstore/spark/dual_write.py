@@ -33,7 +33,7 @@ from airflow_logstore.core.commit import Verdict, decide, staging_branch
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import EMIT_FILE, EMIT_LOG, LogStoreConfig, format_emit_mode
 from airflow_logstore.core.summary import CommitInfo
-from airflow_logstore.core.visibility import commit_positions, included_commits
+from airflow_logstore.core.visibility import commit_positions, included_commits, recorded_positions
 from airflow_logstore.exceptions import CommitConflictError, FencedError, OptionError
 from airflow_logstore.pause import fail_once, pause_point
 from airflow_logstore.schema import primary_key_of
@@ -404,7 +404,7 @@ class DualWriter:
                     f"writer '{self.writer_id}' epoch {self.epoch} was fenced ({decision.reason}); this "
                     "attempt stops before committing (its records are left for reconciliation)"
                 )
-            positions = commit_positions(_positions(state), state.watermark)
+            positions = commit_positions(recorded_positions(state.commits.values()), state.watermark)
             included = included_commits(state.commits.values(), positions, commit)
             staged = replace(commit, positions=positions, included=included)
             landed = self._try_publish(final, base, staged, attempt)
@@ -515,14 +515,6 @@ def _value_json(kind: Any, row: Any) -> Any:
     from pyspark.sql import functions as F
 
     return F.to_json(F.struct(kind.alias("kind"), row.alias("row")), JSON_OPTIONS).cast("binary")
-
-
-def _positions(state: ControlState) -> dict[int, int]:
-    positions: dict[int, int] = {}
-    for commit in state.commits.values():
-        for partition, position in commit.positions.items():
-            positions[partition] = max(positions.get(partition, 0), position)
-    return positions
 
 
 def open_writer(

@@ -51,6 +51,7 @@ from airflow_logstore.core.visibility import (
     classify,
     commit_positions,
     included_commits,
+    recorded_positions,
 )
 from airflow_logstore.spark.dual_write import task_identity
 
@@ -188,15 +189,6 @@ def snapshot_start(view: TableView, chosen: Snapshot) -> tuple[int, frozenset[st
             commit = snapshot.commit
             return chosen.sequence_number, commit.included if commit is not None else None
     return chosen.sequence_number, None
-
-
-def _positions(state: ControlState) -> dict[int, int]:
-    """spark.dual_write._positions."""
-    positions: dict[int, int] = {}
-    for commit in state.commits.values():
-        for partition, position in commit.positions.items():
-            positions[partition] = max(positions.get(partition, 0), position)
-    return positions
 
 
 # --- the dual-write writer (spark.dual_write.DualWriter) ------------------------------------------------
@@ -353,9 +345,9 @@ def _commit(
             world.note(f"{name}: fenced ({decision.reason})", "fenced")
             return None
         if world.bugs.advance_positions:
-            positions = advance_positions(_positions(state), commit.offsets)
+            positions = advance_positions(recorded_positions(state.commits.values()), commit.offsets)
         else:
-            positions = commit_positions(_positions(state), state.watermark)
+            positions = commit_positions(recorded_positions(state.commits.values()), state.watermark)
         included = included_commits(state.commits.values(), positions, commit)
         staged = replace(commit, positions=positions, included=included)
         branch = f"stage/{name}/{attempt}"
@@ -396,9 +388,9 @@ def _commit_once_unconditionally(
     if decision.verdict is Verdict.FENCED:
         return None
     positions = (
-        advance_positions(_positions(state), commit.offsets)
+        advance_positions(recorded_positions(state.commits.values()), commit.offsets)
         if world.bugs.advance_positions
-        else commit_positions(_positions(state), state.watermark)
+        else commit_positions(recorded_positions(state.commits.values()), state.watermark)
     )
     staged = replace(
         commit, positions=positions, included=included_commits(state.commits.values(), positions, commit)
