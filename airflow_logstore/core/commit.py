@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from airflow_logstore.core.checkpoint import RETIRED_EPOCH, RetiredBatches
+from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.summary import CommitInfo
 
 
@@ -81,6 +82,18 @@ def decide(
             existing,
         )
     return CommitDecision(Verdict.PROCEED, "no commit of this batch and no newer epoch", None)
+
+
+def decide_on(state: ControlState, writer_id: str, batch_id: int, epoch: int) -> CommitDecision:
+    """:func:`decide` against a control state merged with the base's lineage."""
+    return decide(
+        state.commits.values(),
+        state.latest_epoch(writer_id),
+        writer_id,
+        batch_id,
+        epoch,
+        retired=state.retired.get(writer_id),
+    )
 
 
 def staging_branch(writer_id: str, batch_id: int, epoch: int, attempt: int) -> str:

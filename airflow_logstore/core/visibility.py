@@ -22,7 +22,7 @@ The watermark of a partition is the highest offset below which no record is unde
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -237,6 +237,14 @@ def included_commits(
         return any(last >= positions.get(p, 0) for p, (_, last) in commit.offsets.items())
 
     return frozenset(f"{c.writer_id}/{c.batch_id}" for c in [*commits, own] if above(c))
+
+
+def with_positions(commit: CommitInfo, state: ControlState) -> CommitInfo:
+    """``commit`` with the positions and included commits of a snapshot built on ``state``'s base."""
+    positions = commit_positions(recorded_positions(state.commits.values()), state.watermark)
+    return replace(
+        commit, positions=positions, included=included_commits(state.commits.values(), positions, commit)
+    )
 
 
 def in_snapshot(commit: CommitInfo | None, snapshot_sequence: int | None) -> bool:

@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.catalog import CatalogSpec
 from airflow_logstore.core.codec import RecordMeta, encode_headers
-from airflow_logstore.core.commit import Verdict, decide, staging_branch
+from airflow_logstore.core.commit import Verdict, decide_on, staging_branch
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import EMIT_FILE, EMIT_LOG, LogStoreConfig, format_emit_mode
 from airflow_logstore.core.summary import CommitInfo
-from airflow_logstore.core.visibility import commit_positions, included_commits, recorded_positions
+from airflow_logstore.core.visibility import with_positions
 from airflow_logstore.exceptions import CommitConflictError, FencedError, OptionError
 from airflow_logstore.pause import fail_once, pause_point
 from airflow_logstore.schema import primary_key_of
@@ -387,14 +387,7 @@ class DualWriter:
             if attempt == 1:
                 staged_commit.drop_stale_branches(base, self.writer_id, self.epoch, self.handle)
             state = merged_state(base.table, self.control.read() if self.config.enabled else ControlState())
-            decision = decide(
-                state.commits.values(),
-                state.latest_epoch(self.writer_id),
-                self.writer_id,
-                commit.batch_id,
-                self.epoch,
-                retired=state.retired.get(self.writer_id),
-            )
+            decision = decide_on(state, self.writer_id, commit.batch_id, self.epoch)
             pause_point("commit:decided")
             if decision.verdict is Verdict.ALREADY_COMMITTED and decision.existing is not None:
                 log.info("batch %s: %s; nothing committed", commit.batch_id, decision.reason)
@@ -404,10 +397,7 @@ class DualWriter:
                     f"writer '{self.writer_id}' epoch {self.epoch} was fenced ({decision.reason}); this "
                     "attempt stops before committing (its records are left for reconciliation)"
                 )
-            positions = commit_positions(recorded_positions(state.commits.values()), state.watermark)
-            included = included_commits(state.commits.values(), positions, commit)
-            staged = replace(commit, positions=positions, included=included)
-            landed = self._try_publish(final, base, staged, attempt)
+            landed = self._try_publish(final, base, with_positions(commit, state), attempt)
             if landed is not None:
                 return landed
             sleep_s = backoff_seconds(attempt)

@@ -3,7 +3,7 @@
 Each actor is a generator that yields a label before every step that touches shared state (a log or
 control-topic append or read, a catalog load or compare-and-set), so the scheduler can interleave, pause
 or kill it there. Every *decision* is the project's real core code (``classify``, ``WatermarkScan``,
-``decide``, ``commit_positions``, ``included_commits``, ``ReadFilter``, ``control.fold``, ``retire``,
+``decide_on``, ``commit_positions``, ``included_commits``, ``ReadFilter``, ``control.fold``, ``retire``,
 ``encode_state`` / ``decode_state``, ``plan_batch``, the reconcile
 planner, ``plan_expiry``); the actors only mirror the order of the I/O of the real modules, and each
 step names the function it mirrors.
@@ -34,7 +34,7 @@ from airflow_logstore.core.codec import (
     encode_value,
     partition_for_key,
 )
-from airflow_logstore.core.commit import Verdict, decide
+from airflow_logstore.core.commit import Verdict, decide_on
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.summary import (
     OP_BASE,
@@ -49,9 +49,9 @@ from airflow_logstore.core.visibility import (
     ReadFilter,
     WatermarkScan,
     classify,
-    commit_positions,
     included_commits,
     recorded_positions,
+    with_positions,
 )
 from airflow_logstore.spark.dual_write import task_identity
 
@@ -329,14 +329,7 @@ def _commit(
         base = world.catalog.load()
         yield "commit: read control"  # merged_state(base.table, control.read())
         state = merged_state(base, world.control.read())
-        decision = decide(
-            state.commits.values(),
-            state.latest_epoch(commit.writer_id),
-            commit.writer_id,
-            commit.batch_id,
-            commit.epoch,
-            retired=state.retired.get(commit.writer_id),
-        )
+        decision = decide_on(state, commit.writer_id, commit.batch_id, commit.epoch)
         yield "commit:decided"  # pause_point("commit:decided")
         if decision.verdict is Verdict.ALREADY_COMMITTED and decision.existing is not None:
             world.note(f"{name}: {decision.reason}", "already committed at commit")
@@ -344,12 +337,8 @@ def _commit(
         if decision.verdict is Verdict.FENCED:
             world.note(f"{name}: fenced ({decision.reason})", "fenced")
             return None
-        if world.bugs.advance_positions:
-            positions = advance_positions(recorded_positions(state.commits.values()), commit.offsets)
-        else:
-            positions = commit_positions(recorded_positions(state.commits.values()), state.watermark)
-        included = included_commits(state.commits.values(), positions, commit)
-        staged = replace(commit, positions=positions, included=included)
+        staged = _staged(world, commit, state)
+        positions = staged.positions
         branch = f"stage/{name}/{attempt}"
         snapshot = world.catalog.stage(
             base.main, staged.to_summary(), _staged_rows(world, base.current(), final, rows), branch
@@ -368,6 +357,16 @@ def _commit(
     return None
 
 
+def _staged(world: World, commit: CommitInfo, state: ControlState) -> CommitInfo:
+    """core.visibility.with_positions, or hole 4's old positions (max last + 1) under that bug."""
+    if not world.bugs.advance_positions:
+        return with_positions(commit, state)
+    positions = advance_positions(recorded_positions(state.commits.values()), commit.offsets)
+    return replace(
+        commit, positions=positions, included=included_commits(state.commits.values(), positions, commit)
+    )
+
+
 def _commit_once_unconditionally(
     world: World, commit: CommitInfo, final: dict[Any, Any], rows: list[Row], runs: frozenset[TaskRun]
 ) -> Generator[str, None, CommitInfo | None]:
@@ -375,26 +374,12 @@ def _commit_once_unconditionally(
     name = f"{commit.writer_id} e{commit.epoch} b{commit.batch_id}"
     yield "commit: fence check"
     state = merged_state(world.catalog.load(), world.control.read())
-    decision = decide(
-        state.commits.values(),
-        state.latest_epoch(commit.writer_id),
-        commit.writer_id,
-        commit.batch_id,
-        commit.epoch,
-        retired=state.retired.get(commit.writer_id),
-    )
+    decision = decide_on(state, commit.writer_id, commit.batch_id, commit.epoch)
     if decision.verdict is Verdict.ALREADY_COMMITTED and decision.existing is not None:
         return decision.existing
     if decision.verdict is Verdict.FENCED:
         return None
-    positions = (
-        advance_positions(recorded_positions(state.commits.values()), commit.offsets)
-        if world.bugs.advance_positions
-        else commit_positions(recorded_positions(state.commits.values()), state.watermark)
-    )
-    staged = replace(
-        commit, positions=positions, included=included_commits(state.commits.values(), positions, commit)
-    )
+    staged = _staged(world, commit, state)
     yield "commit: MERGE"
     while True:  # Iceberg re-applies a conflicting MERGE on the new main (commit_retry)
         yield from _load_base(world)
