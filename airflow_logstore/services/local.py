@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -334,7 +335,8 @@ class LocalBroker:
             if process is not None and process.poll() is not None:
                 raise ServiceError(
                     f"the Kafka broker exited with {process.returncode}; "
-                    f"see {self.stdout_file} and {self.log_file}"
+                    f"see {self.stdout_file} and {self.log_file}; last lines:\n"
+                    f"{_tail(self.stdout_file)}\n{_tail(self.log_file)}"
                 )
             if _port_open(self.options.port):
                 try:
@@ -407,6 +409,56 @@ def _port_open(port: int) -> bool:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int, *, consecutive: int = 1) -> list[int]:
+    """``count`` distinct free ports on 127.0.0.1, each followed by ``consecutive - 1`` free neighbours.
+
+    Every port stays bound until all are chosen, so no two of them coincide (a broker's
+    SASL port can never be its own controller port)."""
+    held: list[socket.socket] = []
+    chosen: list[int] = []
+    try:
+        for _ in range(count * 50):
+            if len(chosen) == count:
+                break
+            group = _bind_group(consecutive)
+            if group:
+                held.extend(group)
+                chosen.append(int(group[0].getsockname()[1]))
+        if len(chosen) < count:
+            raise ServiceError(f"no {count} free port groups of {consecutive} found on 127.0.0.1")
+        return chosen
+    finally:
+        for sock in held:
+            sock.close()
+
+
+# Below the kernel's ephemeral range (32768-60999 by default): no outgoing connection of
+# Spark, py4j or a Kafka client takes such a port between choosing it and a server binding it.
+_SERVER_PORTS = range(20000, 32000)
+_PORT_CHOICE = random.SystemRandom()  # never the seeded global generator that two test workers share
+
+
+def _bind_group(size: int) -> list[socket.socket]:
+    base = _PORT_CHOICE.randrange(_SERVER_PORTS.start, _SERVER_PORTS.stop - size)
+    group: list[socket.socket] = []
+    for port in range(base, base + size):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            sock.close()
+            for held in group:
+                held.close()
+            return []
+        group.append(sock)
+    return group
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""

@@ -7,7 +7,6 @@ the shared download cache, so parallel test sessions never collide.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_logstore import kafka_client
-from airflow_logstore.services.local import BrokerOptions, LocalBroker
+from airflow_logstore.services.local import BrokerOptions, LocalBroker, free_ports
 from airflow_logstore.settings import LocalSettings, local_settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -27,19 +26,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 def free_port_pair() -> int:
     """A port p such that p and p+1 are free on 127.0.0.1."""
-    for _ in range(50):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port >= 65534:
-            continue
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no pair of free ports found")
+    return free_ports(1, consecutive=2)[0]
 
 
 @dataclass

@@ -20,8 +20,7 @@ from airflow_logstore.operators.create_table import LogStoreCreateTableOperator
 from airflow_logstore.operators.dual_write import LogStoreDualWriteOperator
 from airflow_logstore.operators.publish import LogStorePublishVisibleOffsetsOperator
 from airflow_logstore.reader import read_log
-from airflow_logstore.services.local import BrokerOptions, LocalBroker, free_port
-from airflow_logstore.testing.environment import free_port_pair
+from airflow_logstore.services.local import BrokerOptions, LocalBroker, free_ports
 from airflow_logstore.testing.tables import write_jsonl
 
 SECRET = "Sasl-S3cret-7f3a9c"
@@ -30,7 +29,9 @@ USER = "logstore"
 
 @pytest.fixture(scope="module")
 def sasl_broker(env) -> Iterator[LocalBroker]:
-    options = BrokerOptions(port=free_port_pair(), sasl_port=free_port(), sasl_users={USER: SECRET})
+    # chosen together, so the SASL port is never the broker's controller port (port + 1)
+    port, sasl_port = free_ports(2, consecutive=2)
+    options = BrokerOptions(port=port, sasl_port=sasl_port, sasl_users={USER: SECRET})
     broker = LocalBroker(env.settings, options=options, state_dir=env.settings.home / "kafka-sasl")
     broker.up()
     yield broker
