@@ -8,7 +8,9 @@ Nothing here does I/O.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 WAREHOUSE_BUCKET = "warehouse"
 S3_REGION = "us-east-1"
@@ -114,3 +116,242 @@ def port_count(topology: ClusterTopology) -> int:
 
 
 CLUSTER = ClusterTopology()
+
+
+# -- how clients reach the topology: one set of functions for the local profile and docker-compose.yml ---
+
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class ServiceHosts:
+    """The host name of every service, as its clients reach it. Ports always come from the topology.
+
+    The local cluster profile runs everything on 127.0.0.1 (:data:`LOCAL_HOSTS`); docker-compose.yml gives
+    every node its own service name (:data:`COMPOSE_HOSTS`). Empty ``kafka`` / ``spark_workers`` mean
+    ``default`` for every node."""
+
+    default: str = LOOPBACK
+    postgres: str = ""
+    s3: str = ""
+    rest_catalog: str = ""
+    kafka: tuple[str, ...] = ()
+    spark_master: str = ""
+    spark_workers: tuple[str, ...] = ()
+    airflow: str = ""
+
+    def of(self, role: str) -> str:
+        """The host of a single-node role: ``postgres``, ``s3``, ``rest_catalog``, ``spark_master`` or
+        ``airflow``."""
+        host = getattr(self, role)
+        return str(host or self.default)
+
+    def kafka_node(self, kafka: KafkaCluster, node_id: int) -> str:
+        if not self.kafka:
+            return self.default
+        if len(self.kafka) != len(kafka.ports):
+            raise ValueError(f"{len(kafka.ports)} Kafka hosts are needed, got {len(self.kafka)}")
+        return self.kafka[node_id - 1]
+
+    def spark_worker(self, spark: SparkCluster, index: int) -> str:
+        """The host of worker ``index`` (0-based)."""
+        if not self.spark_workers:
+            return self.default
+        if len(self.spark_workers) != spark.workers:
+            raise ValueError(f"{spark.workers} Spark worker hosts are needed, got {len(self.spark_workers)}")
+        return self.spark_workers[index]
+
+
+LOCAL_HOSTS = ServiceHosts()
+COMPOSE_HOSTS = ServiceHosts(
+    default="",
+    postgres="postgres",
+    s3="minio",
+    rest_catalog="iceberg-rest",
+    kafka=("kafka-1", "kafka-2", "kafka-3"),
+    spark_master="spark-master",
+    spark_workers=("spark-worker-1", "spark-worker-2"),
+    airflow="airflow-apiserver",
+)
+
+
+class ConnectionSecrets(Protocol):
+    """The credentials the connections carry (the cluster profile's ``ClusterSecrets`` has them)."""
+
+    @property
+    def s3_access_key(self) -> str: ...
+
+    @property
+    def s3_secret_key(self) -> str: ...
+
+    @property
+    def catalog_credential(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Secrets:
+    s3_access_key: str
+    s3_secret_key: str
+    catalog_credential: str = ""
+    postgres_password: str = ""
+
+
+#: docker-compose.yml names its secrets, never their values: Compose fills them in from ``.env``
+#: (``docker/.env.example`` lists them) and refuses to start when one is missing.
+COMPOSE_SECRETS = Secrets(
+    s3_access_key="${MINIO_ROOT_USER:?set it in .env, see docker/.env.example}",
+    s3_secret_key="${MINIO_ROOT_PASSWORD:?set it in .env, see docker/.env.example}",
+    postgres_password="${POSTGRES_PASSWORD:?set it in .env, see docker/.env.example}",
+)
+
+
+def kafka_bootstrap(topology: ClusterTopology, hosts: ServiceHosts | None = None) -> str:
+    """Every broker's client listener, ``host:port,...``."""
+    hosts = hosts or LOCAL_HOSTS
+    kafka = topology.kafka
+    return ",".join(f"{hosts.kafka_node(kafka, node)}:{kafka.ports[node - 1]}" for node in kafka.node_ids)
+
+
+def kafka_quorum_voters(topology: ClusterTopology, hosts: ServiceHosts | None = None) -> str:
+    """The static controller quorum, ``id@host:controller_port,...``."""
+    hosts = hosts or LOCAL_HOSTS
+    kafka = topology.kafka
+    return ",".join(
+        f"{node}@{hosts.kafka_node(kafka, node)}:{kafka.controller_port(node)}" for node in kafka.node_ids
+    )
+
+
+def kafka_node_properties(
+    topology: ClusterTopology, node_id: int, hosts: ServiceHosts | None = None, *, bind_all: bool = False
+) -> dict[str, str]:
+    """``server.properties`` of one combined-mode KRaft node (without ``log.dirs``): its listeners, the
+    static quorum and every setting of :attr:`KafkaCluster.settings`. ``bind_all`` listens on every
+    interface (a container); otherwise on the node's own host."""
+    hosts = hosts or LOCAL_HOSTS
+    kafka = topology.kafka
+    host = hosts.kafka_node(kafka, node_id)
+    bind = "" if bind_all else host
+    port, controller = kafka.ports[node_id - 1], kafka.controller_port(node_id)
+    return {
+        "node.id": str(node_id),
+        "process.roles": "broker,controller",
+        "listeners": f"PLAINTEXT://{bind}:{port},CONTROLLER://{bind}:{controller}",
+        "advertised.listeners": f"PLAINTEXT://{host}:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "controller.quorum.voters": kafka_quorum_voters(topology, hosts),
+        **kafka.settings,
+    }
+
+
+def kafka_docker_env(properties: dict[str, str]) -> dict[str, str]:
+    """The ``apache/kafka`` image's environment for ``properties``: ``KAFKA_`` + the name upper-cased,
+    ``.`` as ``_``, ``_`` as ``__`` and ``-`` as ``___`` (the image's documented mapping)."""
+
+    def name(key: str) -> str:
+        return "KAFKA_" + key.replace("_", "__").replace("-", "___").replace(".", "_").upper()
+
+    return {name(key): value for key, value in properties.items()}
+
+
+def rest_catalog_environment(
+    topology: ClusterTopology, secrets: ConnectionSecrets, *, jdbc_uri: str, hosts: ServiceHosts | None = None
+) -> dict[str, str]:
+    """The environment of Iceberg's REST catalog server (``RESTCatalogServer``, also the
+    ``apache/iceberg-rest-fixture`` image): a JDBC catalog at ``jdbc_uri`` (``jdbc:sqlite:file:...`` for a
+    file-backed one) whose tables live on the object store through S3FileIO. The server turns
+    ``CATALOG_A_B__C`` into the catalog property ``a.b-c``."""
+    hosts = hosts or LOCAL_HOSTS
+    return {
+        "CATALOG_CATALOG__IMPL": "org.apache.iceberg.jdbc.JdbcCatalog",
+        "CATALOG_URI": jdbc_uri,
+        "CATALOG_JDBC_SCHEMA__VERSION": "V1",
+        "CATALOG_WAREHOUSE": topology.warehouse,
+        "CATALOG_IO__IMPL": "org.apache.iceberg.aws.s3.S3FileIO",
+        "CATALOG_S3_ENDPOINT": topology.s3_endpoint(hosts.of("s3")),
+        "CATALOG_S3_PATH__STYLE__ACCESS": "true",
+        "CATALOG_S3_ACCESS__KEY__ID": secrets.s3_access_key,
+        "CATALOG_S3_SECRET__ACCESS__KEY": secrets.s3_secret_key,
+        "CATALOG_CLIENT_REGION": topology.region,
+        "REST_PORT": str(topology.rest_catalog_port),
+        "AWS_REGION": topology.region,
+    }
+
+
+def airflow_database_url(topology: ClusterTopology, password: str, hosts: ServiceHosts | None = None) -> str:
+    """Airflow's metadata database (``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN``) on the topology's PostgreSQL."""
+    hosts = hosts or LOCAL_HOSTS
+    return (
+        f"postgresql+psycopg2://{topology.postgres_user}:{password}@{hosts.of('postgres')}:"
+        f"{topology.postgres_port}/{topology.postgres_database}"
+    )
+
+
+def spark_master_args(topology: ClusterTopology, hosts: ServiceHosts | None = None) -> list[str]:
+    """``spark-class org.apache.spark.deploy.master.Master`` arguments."""
+    hosts = hosts or LOCAL_HOSTS
+    spark = topology.spark
+    return [
+        "--host", hosts.of("spark_master"),
+        "--port", str(spark.master_port),
+        "--webui-port", str(spark.master_ui_port),
+    ]  # fmt: skip
+
+
+def spark_worker_args(topology: ClusterTopology, index: int, hosts: ServiceHosts | None = None) -> list[str]:
+    """``spark-class org.apache.spark.deploy.worker.Worker`` arguments of worker ``index`` (0-based)."""
+    hosts = hosts or LOCAL_HOSTS
+    spark = topology.spark
+    return [
+        "--host", hosts.spark_worker(spark, index),
+        "--webui-port", str(spark.worker_ui_ports[index]),
+        "--cores", str(spark.worker_cores),
+        "--memory", spark.worker_memory,
+        spark.master_url(hosts.of("spark_master")),
+    ]  # fmt: skip
+
+
+def airflow_connections(
+    topology: ClusterTopology, hosts: ServiceHosts | None, secrets: ConnectionSecrets
+) -> dict[str, str]:
+    """The connections and variables of a deployment of ``topology`` (environment variable -> value): the
+    only settings in which it differs from the embedded default; the DAGs stay the same.
+
+    ``hosts`` None is the local cluster profile (127.0.0.1); docker-compose.yml uses :data:`COMPOSE_HOSTS`
+    and :data:`COMPOSE_SECRETS` (a test checks that its environment is exactly this)."""
+    hosts = hosts or LOCAL_HOSTS
+    bootstrap = kafka_bootstrap(topology, hosts)
+    logstore: dict[str, Any] = {
+        "conn_type": "logstore",
+        "host": topology.rest_catalog_uri(hosts.of("rest_catalog")),
+        "extra": {
+            "type": "rest",
+            "warehouse": topology.warehouse,
+            "catalog_name": topology.catalog_name,
+            "properties": {
+                "io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
+                "s3.endpoint": topology.s3_endpoint(hosts.of("s3")),
+                "s3.path-style-access": "true",
+                "s3.access-key-id": secrets.s3_access_key,
+                "s3.secret-access-key": secrets.s3_secret_key,
+                "s3.region": topology.region,
+                "client.region": topology.region,
+            },
+        },
+    }
+    if secrets.catalog_credential:
+        logstore["password"] = secrets.catalog_credential  # the REST catalog's ``credential``
+    kafka = {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}
+    spark = {
+        "conn_type": "spark",
+        "host": f"spark://{hosts.of('spark_master')}",
+        "port": topology.spark.master_port,
+        "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"},
+    }
+    return {
+        "AIRFLOW_CONN_LOGSTORE_DEFAULT": json.dumps(logstore),
+        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(kafka),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark),
+        "AIRFLOW_VAR_LOGSTORE_KAFKA_ADDRESS": bootstrap,
+    }
