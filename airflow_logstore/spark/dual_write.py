@@ -126,6 +126,7 @@ def produce_partition(batches: Iterable[pa.RecordBatch], ctx: ProduceContext) ->
     headers = encode_headers(RecordMeta(ctx.writer_id, ctx.epoch, ctx.batch_id, task, log_only=ctx.log_only))
     tracker = DeliveryTracker()
     sent = 0
+    pause_point("produce:started")  # tests: hold every task before its first record (a broker dies)
     # the Python worker keeps its producer between tasks: a new one waits ~0.5 s for its producer id
     with shared_producer(ctx.kafka_config, **{"linger.ms": 50, "batch.size": 1_000_000}) as prod:
         for batch in batches:
@@ -142,6 +143,7 @@ def produce_partition(batches: Iterable[pa.RecordBatch], ctx: ProduceContext) ->
                 if sent % 5000 == 0:
                     prod.poll(0)
         flush(prod, tracker, sent, f"producing batch {ctx.batch_id} to '{ctx.topic}'")
+    pause_point("produce:flushed")  # tests: hold tasks whose records are in the log (a worker dies)
     fail_once("produce:flushed")  # tests: this task attempt fails after its records are in the log
     offsets = json.dumps({str(p): list(span) for p, span in tracker.offsets.items()})
     yield pa.RecordBatch.from_pylist([{"task": task, "count": sent, "offsets": offsets}])
