@@ -261,7 +261,8 @@ def rest_catalog_environment(
     """The environment of Iceberg's REST catalog server (``RESTCatalogServer``, also the
     ``apache/iceberg-rest-fixture`` image): a JDBC catalog at ``jdbc_uri`` (``jdbc:sqlite:file:...`` for a
     file-backed one) whose tables live on the object store through S3FileIO. The server turns
-    ``CATALOG_A_B__C`` into the catalog property ``a.b-c``."""
+    ``CATALOG_A_B__C`` into the catalog property ``a.b-c``, and listens on ``rest.port`` (on every
+    interface: it has no setting for the address)."""
     hosts = hosts or LOCAL_HOSTS
     return {
         "CATALOG_CATALOG__IMPL": "org.apache.iceberg.jdbc.JdbcCatalog",
@@ -274,7 +275,7 @@ def rest_catalog_environment(
         "CATALOG_S3_ACCESS__KEY__ID": secrets.s3_access_key,
         "CATALOG_S3_SECRET__ACCESS__KEY": secrets.s3_secret_key,
         "CATALOG_CLIENT_REGION": topology.region,
-        "REST_PORT": str(topology.rest_catalog_port),
+        "CATALOG_REST_PORT": str(topology.rest_catalog_port),
         "AWS_REGION": topology.region,
     }
 
@@ -354,4 +355,15 @@ def airflow_connections(
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(kafka),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark),
         "AIRFLOW_VAR_LOGSTORE_KAFKA_ADDRESS": bootstrap,
+    }
+
+
+def compose_airflow_settings(topology: ClusterTopology) -> dict[str, str]:
+    """docker-compose.yml's Airflow settings: :func:`airflow_connections` and :func:`airflow_database_url`
+    on :data:`COMPOSE_HOSTS`, with :data:`COMPOSE_SECRETS` (names of ``.env`` variables, never values)."""
+    return {
+        **airflow_connections(topology, COMPOSE_HOSTS, COMPOSE_SECRETS),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": airflow_database_url(
+            topology, COMPOSE_SECRETS.postgres_password, COMPOSE_HOSTS
+        ),
     }
