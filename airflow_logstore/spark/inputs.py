@@ -6,6 +6,7 @@ kind, a line that is not JSON) fails the batch with an error naming the row and 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,27 +27,74 @@ CORRUPT_COLUMN = "_logstore_corrupt"
 FORMATS = ("json", "csv", "parquet")
 
 
-def infer_format(path: str) -> str:
+#: Lists a folder for :func:`infer_format`: its children as (path, is a folder), None when ``path`` is a
+#: file; raises :class:`BadInputError` when it does not exist.
+FolderLister = Callable[[str], "list[tuple[str, bool]] | None"]
+
+_SUFFIXES = (
+    (".jsonl", "json"),
+    (".ndjson", "json"),
+    (".json", "json"),
+    (".csv", "csv"),
+    (".parquet", "parquet"),
+)
+
+
+def format_of_name(path: str) -> str | None:
+    """The format a file name's extension says (``a.jsonl`` -> json), or None."""
     name = path.rstrip("/").lower()
-    for suffix, fmt in (
-        (".jsonl", "json"),
-        (".ndjson", "json"),
-        (".json", "json"),
-        (".csv", "csv"),
-        (".parquet", "parquet"),
-    ):
-        if name.endswith(suffix):
-            return fmt
-    folder = Path(path)
-    if folder.is_dir():
-        for child in sorted(folder.iterdir()):
-            if not child.name.startswith((".", "_")):
-                return infer_format(str(child))
-    raise OptionError("input-format", f"cannot tell the format of '{path}'; pass json, csv or parquet")
+    return next((fmt for suffix, fmt in _SUFFIXES if name.endswith(suffix)), None)
+
+
+def _visible(path: str) -> bool:
+    return not path.rstrip("/").rsplit("/", 1)[-1].startswith((".", "_"))
+
+
+def infer_format(path: str, list_folder: FolderLister) -> str:
+    """The input format of ``path`` (any Hadoop URI: file, folder, ``s3://``...): from its extension,
+    else from the first visible file with a known extension in the folder (subfolders included)."""
+    found = format_of_name(path)
+    if found:
+        return found
+    children = list_folder(path)
+    if children is None:
+        raise OptionError("input-format", f"cannot tell the format of '{path}'; pass json, csv or parquet")
+    visible = sorted(child for child in children if _visible(child[0]))
+    for child, is_folder in visible:
+        found = format_of_name(child) if not is_folder else _folder_format(child, list_folder)
+        if found:
+            return found
+    raise OptionError(
+        "input-format", f"no file in folder '{path}' has a known extension; pass json, csv or parquet"
+    )
+
+
+def _folder_format(path: str, list_folder: FolderLister) -> str | None:
+    try:
+        return infer_format(path, list_folder)
+    except OptionError:
+        return None
+
+
+def hadoop_lister(spark: SparkSession) -> FolderLister:
+    """A :data:`FolderLister` through the JVM's Hadoop FileSystem (what Spark itself reads the input with)."""
+    jvm = spark.sparkContext._jvm
+    hadoop_conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+
+    def list_folder(path: str) -> list[tuple[str, bool]] | None:
+        folder = jvm.org.apache.hadoop.fs.Path(path)  # type: ignore[union-attr]
+        fs = folder.getFileSystem(hadoop_conf)
+        if not fs.exists(folder):
+            raise BadInputError(f"input path '{path}' does not exist")
+        if not fs.getFileStatus(folder).isDirectory():
+            return None
+        return [(str(s.getPath().toString()), bool(s.isDirectory())) for s in fs.listStatus(folder)]
+
+    return list_folder
 
 
 def read_raw(spark: SparkSession, path: str, fmt: str | None) -> DataFrame:
-    fmt = (fmt or infer_format(path)).lower()
+    fmt = (fmt or infer_format(path, hadoop_lister(spark))).lower()
     if fmt in ("jsonl", "ndjson"):
         fmt = "json"
     if fmt not in FORMATS:
