@@ -22,6 +22,24 @@ KAFKA_BROKER_ARTIFACTS: tuple[str, ...] = (
     f"org.apache.logging.log4j:log4j-core:{LOG4J_VERSION}",
 )
 
+#: Iceberg's REST catalog server (``org.apache.iceberg.rest.RESTCatalogServer`` and its servlet, from
+#: the open-api test fixtures and core's test jar) with a JDBC (SQLite) backend and S3FileIO, for the
+#: cluster profile (services/rest_catalog.py). 1.11.0: the newest release that publishes the fixtures.
+REST_CATALOG_ICEBERG_VERSION = "1.11.0"
+REST_CATALOG_JETTY_VERSION = "12.1.8"  # what Iceberg 1.11.0 builds the fixtures with
+REST_CATALOG_ARTIFACTS: tuple[str, ...] = (
+    f"org.apache.iceberg:iceberg-open-api:{REST_CATALOG_ICEBERG_VERSION}:test-fixtures",
+    f"org.apache.iceberg:iceberg-core:{REST_CATALOG_ICEBERG_VERSION}:tests",
+    f"org.apache.iceberg:iceberg-core:{REST_CATALOG_ICEBERG_VERSION}",
+    f"org.apache.iceberg:iceberg-aws:{REST_CATALOG_ICEBERG_VERSION}",
+    f"org.apache.iceberg:iceberg-aws-bundle:{REST_CATALOG_ICEBERG_VERSION}",
+    f"org.eclipse.jetty.ee10:jetty-ee10-servlet:{REST_CATALOG_JETTY_VERSION}",
+    f"org.eclipse.jetty.compression:jetty-compression-server:{REST_CATALOG_JETTY_VERSION}",
+    f"org.eclipse.jetty.compression:jetty-compression-gzip:{REST_CATALOG_JETTY_VERSION}",
+    f"org.xerial:sqlite-jdbc:{SQLITE_JDBC_VERSION}",
+    "org.slf4j:slf4j-simple:2.0.17",
+)
+
 #: Jars added to Spark: Iceberg runtime, the Kafka source for streaming, the catalog's JDBC driver.
 #: Listed one by one (no transitive resolution) so nothing Spark already ships is duplicated.
 SPARK_EXTRA_ARTIFACTS: tuple[str, ...] = (

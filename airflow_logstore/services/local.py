@@ -43,10 +43,15 @@ _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
 
 
 def _dependency_xml(coordinate: str) -> str:
-    group, artifact, version = coordinate.split(":")
+    """A ``<dependency>`` of ``group:artifact:version`` or ``group:artifact:version:classifier``."""
+    parts = coordinate.split(":")
+    if len(parts) not in (3, 4) or not all(parts):
+        raise ValueError(f"not a Maven coordinate (group:artifact:version[:classifier]): {coordinate!r}")
+    group, artifact, version = parts[:3]
+    classifier = f"<classifier>{parts[3]}</classifier>" if len(parts) == 4 else ""
     return (
         f"    <dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
-        f"<version>{version}</version></dependency>"
+        f"<version>{version}</version>{classifier}</dependency>"
     )
 
 
