@@ -1,13 +1,14 @@
-"""Write and read failure reports with the table's own FileIO (local folder, S3, ... as the warehouse)."""
+"""Write and read failure reports and job results with the table's own FileIO (local folder, S3, ...
+as the warehouse), so they reach the submitter wherever the job's driver ran."""
 
 from __future__ import annotations
 
 import json
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from airflow_logstore.core.failures import JobFailure, failure_path
+from airflow_logstore.core.failures import JobFailure, failure_path, result_path
 from airflow_logstore.exceptions import classify, first_line
 
 if TYPE_CHECKING:
@@ -16,21 +17,49 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def _write_json(table: Table, path: str, data: Any) -> str:
+    with table.io.new_output(path).create(overwrite=True) as out:
+        out.write(json.dumps(data, sort_keys=True, default=str).encode())
+    return path
+
+
+def _read_json(table: Table, path: str) -> Any | None:
+    source = table.io.new_input(path)
+    if not source.exists():
+        return None
+    with source.open() as stream:
+        return json.loads(stream.read())
+
+
 def write_failure(table: Table, failure: JobFailure) -> str:
     """Write (or overwrite) the report of ``failure``; return its path."""
     path = failure_path(table.location(), failure.writer_id, failure.batch_id)
-    with table.io.new_output(path).create(overwrite=True) as out:
-        out.write(json.dumps(failure.to_json(), sort_keys=True).encode())
-    return path
+    return _write_json(table, path, failure.to_json())
 
 
 def read_failure(table: Table, writer_id: str, batch_id: int) -> JobFailure | None:
     """The latest report of (writer, batch), or None when no attempt reported a failure."""
-    source = table.io.new_input(failure_path(table.location(), writer_id, batch_id))
-    if not source.exists():
-        return None
-    with source.open() as stream:
-        return JobFailure.from_json(json.loads(stream.read()))
+    data = _read_json(table, failure_path(table.location(), writer_id, batch_id))
+    return None if data is None else JobFailure.from_json(data)
+
+
+def write_result(table: Table, report_id: str, result: Any) -> str:
+    """Write the result of the job submitted with ``report_id``; return its path."""
+    return _write_json(table, result_path(table.location(), report_id), result)
+
+
+def read_result(table: Table, report_id: str) -> Any | None:
+    """The result the job submitted with ``report_id`` wrote, or None when there is none."""
+    return _read_json(table, result_path(table.location(), report_id))
+
+
+def delete_result(table: Table, report_id: str) -> None:
+    """Best effort: remove a result once its submitter has it (a leftover is only a small file)."""
+    path = result_path(table.location(), report_id)
+    try:
+        table.io.delete(path)
+    except Exception as exc:
+        log.warning("could not delete the job result %s: %s", path, first_line(exc))
 
 
 def failure_of(

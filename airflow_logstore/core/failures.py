@@ -5,6 +5,10 @@ job writes a small JSON report next to the table's files, at a path that only de
 the writer and the batch (:func:`failure_path`). The operator that submitted the job finds its own
 attempt's report by ``report_id``; a sensor waiting for the batch finds any report written since its
 run started. A later attempt of the same batch overwrites the report.
+
+A job's result takes the same way back (:func:`result_path`): the job writes it next to the table
+under the id its submitter chose, and the submitter reads it there (driver stdout is lost in
+cluster deploy mode).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 from urllib.parse import quote
 
 FAILURES_DIR = "logstore/failures"
+RESULTS_DIR = "logstore/results"
 FENCED = "FencedError"
 
 
@@ -74,3 +79,10 @@ class JobFailure:
 def failure_path(table_location: str, writer_id: str, batch_id: int) -> str:
     """Where the report of (writer, batch) lives, under the table's location (any writer id is safe)."""
     return f"{table_location.rstrip('/')}/{FAILURES_DIR}/{quote(writer_id, safe='')}/{int(batch_id)}.json"
+
+
+def result_path(table_location: str, report_id: str) -> str:
+    """Where the result of the job submitted with ``report_id`` lives, under the table's location."""
+    if not report_id:
+        raise ValueError("a job result needs a non-empty report id")
+    return f"{table_location.rstrip('/')}/{RESULTS_DIR}/{quote(report_id, safe='')}.json"

@@ -2,6 +2,9 @@
 
 The command is a list built by ``SparkSubmitHook``; catalog and Kafka settings (secrets included) go
 into a private ``--properties-file`` that is deleted after the job, never onto the command line.
+Nothing here assumes the driver or the executors run on this machine: their Python and jars come
+from the configuration (:func:`python_conf`, :func:`resolve_jars`), and a job's result comes back
+through a file next to the table (:func:`job_result`), not through the driver's output.
 """
 
 from __future__ import annotations
@@ -12,17 +15,22 @@ import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from airflow.exceptions import AirflowNotFoundException
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from airflow_logstore.catalog import CatalogSpec
+from airflow_logstore.exceptions import JobFailedError, OptionError
 from airflow_logstore.spark.apps import application_path
 from airflow_logstore.spark.executors import package_zip
 from airflow_logstore.spark.jobconf import job_properties
-from airflow_logstore.spark.jobs import parse_result
 from airflow_logstore.spark.session import base_conf
+
+if TYPE_CHECKING:
+    from airflow_logstore.tables import LogStoreTable
 
 
 def job_path(script: str) -> str:
@@ -31,37 +39,102 @@ def job_path(script: str) -> str:
     return str(application_path(script))
 
 
-def default_jars() -> str:
-    """``LOGSTORE_SPARK_JARS`` when set (empty: the jars are in the Spark image), else the Iceberg, Kafka
-    and JDBC jars from the local cache (downloaded with Maven on first use)."""
-    configured = os.environ.get("LOGSTORE_SPARK_JARS")
+#: The Spark connection's extra key for Spark properties every job of that connection gets
+#: (e.g. ``{"spark-conf": {"spark.pyspark.python": "/opt/venv/bin/python", "spark.jars": "..."}}``).
+CONN_CONF_KEY = "spark-conf"
+EXECUTOR_PYTHON = "spark.pyspark.python"
+DRIVER_PYTHON = "spark.pyspark.driver.python"
+
+
+@dataclass(frozen=True)
+class SparkTarget:
+    """Where a job runs, as the Spark connection says: master, deploy mode, and its Spark properties."""
+
+    master: str
+    deploy_mode: str | None = None
+    conf: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def local(self) -> bool:
+        return self.master.startswith("local")
+
+
+def spark_target(conn_id: str) -> SparkTarget:
+    """The master and deploy mode SparkSubmitHook resolves for ``conn_id``, and its ``spark-conf`` extra."""
+    resolved = SparkSubmitHook(conn_id=conn_id)._connection
+    try:
+        extra = SparkSubmitHook.get_connection(conn_id).extra_dejson
+    except AirflowNotFoundException:
+        extra = {}
+    conf = extra.get(CONN_CONF_KEY) or {}
+    if not isinstance(conf, Mapping):
+        raise OptionError(CONN_CONF_KEY, f"the extra of Spark connection '{conn_id}' must be an object")
+    return SparkTarget(str(resolved["master"]), resolved.get("deploy_mode"), dict(conf))
+
+
+def python_conf(
+    target: SparkTarget,
+    conf: Mapping[str, Any],
+    python: str | None = None,
+    environ: Mapping[str, str] = os.environ,
+) -> dict[str, str]:
+    """The interpreters of the executors and the driver.
+
+    Executors: ``python``, else ``spark.pyspark.python`` (operator or connection conf), else
+    ``PYSPARK_PYTHON``; this process's interpreter only for a local master (elsewhere Spark's own
+    default applies). The driver: the same choice from ``spark.pyspark.driver.python`` /
+    ``PYSPARK_DRIVER_PYTHON``, else this interpreter when it runs here (not in cluster deploy mode).
+    """
+    chosen: dict[str, str] = {}
+    executors = python or conf.get(EXECUTOR_PYTHON) or environ.get("PYSPARK_PYTHON")
+    if not executors and target.local:
+        executors = sys.executable
+    if executors:
+        chosen[EXECUTOR_PYTHON] = str(executors)
+    driver = python or conf.get(DRIVER_PYTHON) or environ.get("PYSPARK_DRIVER_PYTHON")
+    if not driver and target.deploy_mode != "cluster":
+        driver = sys.executable
+    if driver:
+        chosen[DRIVER_PYTHON] = str(driver)
+    return chosen
+
+
+def _jars_setting(configured: str) -> str:
+    folder = Path(configured)
+    if configured and folder.is_dir():
+        return ",".join(str(j) for j in sorted(folder.glob("*.jar")))
+    return configured
+
+
+def resolve_jars(
+    jars: str | None, conf: Mapping[str, Any], environ: Mapping[str, str] = os.environ
+) -> str | None:
+    """The ``--jars`` of a job (None: no ``--jars``); never downloads anything.
+
+    ``jars`` when given ("": none, they are in the Spark image), else ``LOGSTORE_SPARK_JARS`` (a folder
+    or a comma-separated list; empty: the Spark image), else none when ``spark.jars`` or
+    ``spark.jars.packages`` is configured, else the local cache that ``logstore services up`` and
+    ``./dev demo`` fill; else an error naming these settings.
+    """
+    if jars is not None:
+        return jars or None
+    configured = environ.get("LOGSTORE_SPARK_JARS")
     if configured is not None:
-        folder = Path(configured)
-        if configured and folder.is_dir():
-            return ",".join(str(j) for j in sorted(folder.glob("*.jar")))
-        return configured
-    from airflow_logstore.services.local import spark_jars
+        return _jars_setting(configured) or None
+    if conf.get("spark.jars") or conf.get("spark.jars.packages"):
+        return None
+    from airflow_logstore.services.local import cached_spark_jars
 
-    return ",".join(str(j) for j in spark_jars())
-
-
-class CapturingSparkSubmitHook(SparkSubmitHook):
-    """SparkSubmitHook that also keeps the job's result line (``LOGSTORE_RESULT {...}``)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.captured: list[str] = []
-
-    def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
-        def tee() -> Iterator[Any]:
-            for line in itr:
-                self.captured.append(line if isinstance(line, str) else line.decode("utf-8", "replace"))
-                yield line
-
-        super()._process_spark_submit_log(tee())
-
-    def result(self) -> dict[str, Any] | None:
-        return parse_result("\n".join(self.captured))
+    cached = cached_spark_jars()
+    if cached:
+        return ",".join(str(j) for j in cached)
+    raise OptionError(
+        "jars",
+        "no Spark jars configured (Iceberg runtime, Kafka source, catalog driver): set LOGSTORE_SPARK_JARS "
+        "(a folder or comma-separated jars; empty when the Spark image has them), or spark.jars / "
+        f"spark.jars.packages in the operator's spark_conf or the Spark connection's '{CONN_CONF_KEY}' "
+        "extra; a task never downloads them (`logstore services up` fills the local cache)",
+    )
 
 
 def _ensure_spark_submit_on_path() -> None:
@@ -83,6 +156,12 @@ def write_properties_file(properties: Mapping[str, str]) -> str:
     return path
 
 
+def submit_conf(target: SparkTarget, conf: Mapping[str, Any] | None, python: str | None) -> dict[str, Any]:
+    """The job's ``--conf``: LogStore's base settings, the connection's, the operator's, the interpreters."""
+    merged = {**base_conf(), **dict(target.conf), **dict(conf or {})}
+    return {**merged, **python_conf(target, merged, python)}
+
+
 @contextmanager
 def spark_submit_hook(
     *,
@@ -94,29 +173,43 @@ def spark_submit_hook(
     jars: str | None,
     python: str | None,
     conf: Mapping[str, Any] | None = None,
-) -> Iterator[CapturingSparkSubmitHook]:
+) -> Iterator[SparkSubmitHook]:
     """A configured hook whose secrets live in a properties file for the duration of the block."""
     _ensure_spark_submit_on_path()
-    properties = job_properties(catalog, kafka_extra)
-    properties_file = write_properties_file(properties)
-    python = python or sys.executable
-    submit_conf = {
-        **base_conf(),
-        "spark.pyspark.python": python,
-        "spark.pyspark.driver.python": python,
-        **dict(conf or {}),
-    }
+    target = spark_target(conn_id)
+    settings = submit_conf(target, conf, python)
+    jar_list = resolve_jars(jars, settings)  # before the properties file: a bad setting leaves nothing
+    properties_file = write_properties_file(job_properties(catalog, kafka_extra))
     try:
-        hook = CapturingSparkSubmitHook(
-            conf=submit_conf,
+        yield SparkSubmitHook(
+            conf=settings,
             conn_id=conn_id,
-            jars=default_jars() if jars is None else (jars or None),
+            jars=jar_list,
             name=name,
             application_args=list(application_args),
             properties_file=properties_file,
             py_files=str(package_zip()),  # executors get the installed package's code with the job
-            env_vars={"PYSPARK_PYTHON": python},
         )
-        yield hook
     finally:
         Path(properties_file).unlink(missing_ok=True)
+
+
+def job_result(handle: LogStoreTable, report_id: str, what: str) -> dict[str, Any]:
+    """The result the job submitted with ``report_id`` wrote next to the table (then removed).
+
+    Called after spark-submit succeeded: a missing result is an error naming where it was expected.
+    """
+    from airflow_logstore.core.failures import result_path
+    from airflow_logstore.failures import delete_result, read_result
+
+    table = handle.load()
+    result = read_result(table, report_id)
+    if result is None:
+        raise JobFailedError(
+            "JobResultMissing",
+            f"{what}: spark-submit succeeded but the job left no result at "
+            f"{result_path(table.location(), report_id)} (did it run this version of airflow-logstore?)",
+            retryable=True,
+        )
+    delete_result(table, report_id)
+    return dict(result)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -55,8 +56,9 @@ class LogStoreCompactionOperator(BaseOperator):
     :param remove_orphans: remove orphan files
     :param orphan_age_ms: only files older than this are orphans (default 3 days, at least 1 hour)
     :param spark_conn_id: Airflow Spark connection (master, deploy mode, spark-submit binary)
-    :param jars: comma-separated jars; None: the local cache; "": none (they are in the Spark image)
-    :param python: Python executable of the driver and workers (default: this interpreter)
+    :param jars: comma-separated jars; None: from the settings (see ``LogStoreDualWriteOperator``)
+    :param python: Python executable of the driver and executors (default: from the settings, see
+        ``LogStoreDualWriteOperator``)
     :param spark_conf: extra Spark settings
     """
 
@@ -140,12 +142,13 @@ class LogStoreCompactionOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow_logstore.compaction import CompactionOptions
-        from airflow_logstore.operators._spark import job_path, spark_submit_hook
+        from airflow_logstore.operators._spark import job_path, job_result, spark_submit_hook
         from airflow_logstore.spark.compact_job import options_from_args, parser
 
         application_args = self.application_args()
         options: CompactionOptions = options_from_args(parser().parse_args(application_args))
         options.validate()  # fail fast, before Spark starts
+        report_id = uuid.uuid4().hex
         logstore = LogStoreHook(self.logstore_conn_id, self.kafka_config_id)
         handle = logstore.table(self.table)
         with spark_submit_hook(
@@ -153,16 +156,14 @@ class LogStoreCompactionOperator(BaseOperator):
             kafka_extra=handle.kafka_extra,
             conn_id=self.spark_conn_id,
             name=f"logstore-compact-{self.table}",
-            application_args=application_args,
+            application_args=[*application_args, "--report-id", report_id],
             jars=self.jars,
             python=self.python,
             conf=self.spark_conf,
         ) as hook:
             self._submit_hook = hook
             hook.submit(job_path("compact.py"))
-            report = hook.result()
-        if not report:
-            raise RuntimeError(f"the compaction job of {self.table} printed no result line")
+        report = job_result(handle, report_id, f"compaction of {self.table}")
         before, after = report.get("before") or {}, report.get("after") or {}
         self.log.info(
             "compaction of %s: %s (%s); data files %s -> %s, delete files %s -> %s, bytes %s -> %s, "

@@ -32,10 +32,12 @@ class LogStoreDualWriteOperator(BaseOperator):
     :param input_format: json, csv or parquet (default: from the file name)
     :param change_column: CDC column with insert/update/delete (optional in the input)
     :param spark_conn_id: Airflow Spark connection (master, deploy mode, spark-submit binary)
-    :param jars: comma-separated jars for Spark; None: the local cache (Iceberg runtime, Kafka source,
-        JDBC driver); "": none (they are in the Spark image)
-    :param python: Python executable of the driver and workers (default: this interpreter)
-    :param spark_conf: extra Spark settings
+    :param jars: comma-separated jars for Spark; None: ``LOGSTORE_SPARK_JARS``, ``spark.jars`` /
+        ``spark.jars.packages`` in the settings, else the local cache; "": none (in the Spark image)
+    :param python: Python executable of the driver and executors (default: ``spark.pyspark.python``
+        from ``spark_conf`` or the connection's ``spark-conf`` extra, ``PYSPARK_PYTHON``; this
+        interpreter only for a local master)
+    :param spark_conf: extra Spark settings (over the connection's ``spark-conf`` extra)
     """
 
     template_fields: Sequence[str] = ("table", "input_path", "batch_id", "writer_id", "emit_mode")
@@ -105,7 +107,7 @@ class LogStoreDualWriteOperator(BaseOperator):
 
         from airflow_logstore.core.properties import parse_emit_mode
         from airflow_logstore.operators._failures import fail_fast, job_failure
-        from airflow_logstore.operators._spark import job_path, spark_submit_hook
+        from airflow_logstore.operators._spark import job_path, job_result, spark_submit_hook
         from airflow_logstore.snapshots import commit_xcom, find_commit
 
         writer_id = self.writer_id or f"{self.dag_id}.{self.task_id}"
@@ -133,7 +135,7 @@ class LogStoreDualWriteOperator(BaseOperator):
                 raise job_failure(
                     handle, writer_id=writer_id, batch_id=batch_id, report_id=report_id, submit_error=exc
                 ) from None
-            result = hook.result() or {}
+        result = job_result(handle, report_id, f"dual write of batch {batch_id} of {self.table}")
         commit = find_commit(handle, writer_id=writer_id, batch_id=batch_id)
         value: dict[str, Any] = {
             "table": self.table,

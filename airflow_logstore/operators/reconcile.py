@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -92,14 +93,16 @@ class LogStoreReconcileOperator(BaseOperator):
         return report
 
     def _submit(self, hook: LogStoreHook, dry_run: bool) -> dict[str, Any]:
-        from airflow_logstore.operators._spark import job_path, spark_submit_hook
+        from airflow_logstore.operators._spark import job_path, job_result, spark_submit_hook
 
-        args = ["--table", self.table, "--lease-ttl", str(self.lease_ttl_s)]
+        report_id = uuid.uuid4().hex
+        handle = hook.table(self.table)
+        args = ["--table", self.table, "--lease-ttl", str(self.lease_ttl_s), "--report-id", report_id]
         if dry_run:
             args.append("--dry-run")
         with spark_submit_hook(
-            catalog=hook.catalog_spec(),
-            kafka_extra=hook.kafka_extra(),
+            catalog=handle.catalog,
+            kafka_extra=handle.kafka_extra,
             conn_id=self.spark_conn_id,
             name=f"logstore-reconcile-{self.table}",
             application_args=args,
@@ -108,7 +111,7 @@ class LogStoreReconcileOperator(BaseOperator):
         ) as submit:
             self._submit_hook = submit
             submit.submit(job_path("reconcile.py"))
-            return submit.result() or {}
+        return job_result(handle, report_id, f"reconciliation of {self.table}")
 
     def _log(self, report: dict[str, Any]) -> None:
         if report.get("status") == "lease-held":

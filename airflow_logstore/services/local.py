@@ -60,8 +60,7 @@ def fetch_jars(
 ) -> Path:
     """Download ``coordinates`` (and their dependencies when ``transitive``) into the cache, once."""
     settings = settings or local_settings()
-    fingerprint = hashlib.sha256(json.dumps([list(coordinates), transitive]).encode()).hexdigest()[:16]
-    target = settings.jars_dir / f"{name}-{fingerprint}"
+    target = _jars_folder(name, coordinates, transitive, settings)
     marker = target / ".complete"
     if marker.exists():
         return target
@@ -118,6 +117,18 @@ def _download(
 
 def kafka_jars(settings: LocalSettings | None = None) -> Path:
     return fetch_jars("kafka-broker", versions.KAFKA_BROKER_ARTIFACTS, transitive=True, settings=settings)
+
+
+def _jars_folder(name: str, coordinates: Sequence[str], transitive: bool, settings: LocalSettings) -> Path:
+    fingerprint = hashlib.sha256(json.dumps([list(coordinates), transitive]).encode()).hexdigest()[:16]
+    return settings.jars_dir / f"{name}-{fingerprint}"
+
+
+def cached_spark_jars(settings: LocalSettings | None = None) -> list[Path]:
+    """The Spark jars already in the local cache (empty when not downloaded yet); never downloads."""
+    settings = settings or local_settings()
+    folder = _jars_folder("spark-extra", versions.SPARK_EXTRA_ARTIFACTS, False, settings)
+    return sorted(folder.glob("*.jar")) if (folder / ".complete").exists() else []
 
 
 def spark_jars(settings: LocalSettings | None = None) -> list[Path]:

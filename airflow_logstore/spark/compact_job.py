@@ -436,9 +436,12 @@ def options_from_args(args: argparse.Namespace) -> CompactionOptions:
 
 
 def parser() -> argparse.ArgumentParser:
+    from airflow_logstore.spark.jobs import add_report_id
+
     result = argparse.ArgumentParser(prog="compact", description="Compact a LogStore table")
     result.add_argument("--table", required=True)
     add_arguments(result)
+    add_report_id(result)
     return result
 
 
@@ -455,10 +458,12 @@ def run(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``spark_jobs/compact.py``: prints one ``LOGSTORE_RESULT {json}`` line."""
+    """Entry point of ``spark_jobs/compact.py``: prints one ``LOGSTORE_RESULT {json}`` line (and writes
+    the report next to the table when ``--report-id`` is given)."""
     from airflow_logstore.spark.jobconf import job_settings, spark_conf_dict
     from airflow_logstore.spark.jobs import emit_result
     from airflow_logstore.spark.session import build_spark_session
+    from airflow_logstore.tables import LogStoreTable
 
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -467,7 +472,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         options.validate()
         spark = build_spark_session(f"logstore-compact-{args.table}")
         catalog, kafka_extra = job_settings(spark_conf_dict(spark))
-        emit_result(run(spark, args.table, options, catalog, kafka_extra))
+        handle = LogStoreTable.open(args.table, catalog, kafka_extra)
+        emit_result(run_compaction(spark, handle, options).to_dict(), handle, args.report_id)
     except LogStoreError as exc:
         print(f"compact: error: {exc}", file=sys.stderr)
         return 1

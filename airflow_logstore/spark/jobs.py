@@ -1,4 +1,9 @@
-"""Entry points of the PySpark jobs (``spark_jobs/*.py`` call these). Each prints one JSON result line."""
+"""Entry points of the PySpark jobs (``spark_jobs/*.py`` call these).
+
+Each prints one JSON result line (for a person at the console) and, when its submitter passed
+``--report-id``, writes the same result next to the table (:func:`emit_result`): an operator reads it
+there, because the driver's output is lost in cluster deploy mode.
+"""
 
 from __future__ import annotations
 
@@ -14,13 +19,34 @@ from airflow_logstore.exceptions import LogStoreError
 if TYPE_CHECKING:
     from airflow_logstore.catalog import CatalogSpec
     from airflow_logstore.spark.dual_write import DualWriter
+    from airflow_logstore.tables import LogStoreTable
 
 RESULT_PREFIX = "LOGSTORE_RESULT "
 log = logging.getLogger(__name__)
 
 
-def emit_result(result: Any) -> None:
+def emit_result(result: Any, handle: LogStoreTable | None = None, report_id: str | None = None) -> None:
+    """Print the result line; with a ``report_id``, also write the result next to ``handle``'s table.
+
+    A result that cannot be written fails the job: its submitter would not find it.
+    """
     print(RESULT_PREFIX + json.dumps(result, default=str), flush=True)
+    if not report_id:
+        return
+    if handle is None:
+        raise ValueError("a job result with a report id needs the table to write it next to")
+    from airflow_logstore.failures import write_result
+
+    log.info("result written to %s", write_result(handle.load(), report_id, result))
+
+
+def add_report_id(parser: argparse.ArgumentParser) -> None:
+    """``--report-id``: the submitter's tag of this attempt (its result and failure report)."""
+    parser.add_argument(
+        "--report-id",
+        default=None,
+        help="tag of this attempt's result and failure report next to the table (set by the operator)",
+    )
 
 
 def parse_result(output: str) -> dict[str, Any] | None:
@@ -50,9 +76,7 @@ def dual_write_parser() -> argparse.ArgumentParser:
     parser.add_argument("--emit-mode", default=None, help="file,log (default), log or file")
     parser.add_argument("--crash-at", default=None, help="after-log:N or after-commit:N (tests)")
     parser.add_argument("--change-column", default="op")
-    parser.add_argument(
-        "--report-id", default=None, help="tag of this attempt's failure report (set by the operator)"
-    )
+    add_report_id(parser)
     batch = parser.add_argument_group("batch mode")
     batch.add_argument("--input", help="input file or folder (JSON lines, CSV, Parquet)")
     batch.add_argument("--input-format", default=None)
@@ -98,7 +122,7 @@ def dual_write_main(argv: Sequence[str] | None = None) -> int:
             writer.emit_mode = parse_emit_mode(args.emit_mode, writer.config)
         if args.input:
             result = writer.write_path(args.input, args.batch_id, args.input_format)
-            emit_result(result.to_dict())
+            emit_result(result.to_dict(), writer.handle, args.report_id)
         else:
             from airflow_logstore.spark.streaming import run_stream
 
@@ -111,7 +135,7 @@ def dual_write_main(argv: Sequence[str] | None = None) -> int:
                 timeout=args.timeout,
                 max_offsets_per_trigger=args.max_offsets_per_trigger,
             )
-            emit_result({"batches": [r.to_dict() for r in results]})
+            emit_result({"batches": [r.to_dict() for r in results]}, writer.handle, args.report_id)
     except Exception as exc:
         _report_dual_write_failure(args, catalog, writer, exc)
         if not isinstance(exc, LogStoreError):
@@ -149,13 +173,15 @@ def _report_dual_write_failure(
 def read_table_main(argv: Sequence[str] | None = None) -> int:
     from airflow_logstore.spark import read_job
     from airflow_logstore.spark.jobconf import job_settings, spark_conf_dict
+    from airflow_logstore.tables import LogStoreTable
 
     args = read_job.parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         spark = _session(f"logstore-read-{args.table}")
         catalog, kafka_extra = job_settings(spark_conf_dict(spark))
-        emit_result(read_job.run(spark, args, catalog, kafka_extra))
+        result = read_job.run(spark, args, catalog, kafka_extra)
+        emit_result(result, LogStoreTable.open(args.table, catalog, kafka_extra), args.report_id)
     except LogStoreError as exc:
         print(f"read_table: error: {exc}", file=sys.stderr)
         return 1

@@ -137,6 +137,8 @@ def read_log_frame(
 
 
 def parser() -> argparse.ArgumentParser:
+    from airflow_logstore.spark.jobs import add_report_id
+
     p = argparse.ArgumentParser(prog="read_table", description="Read a LogStore table with Spark")
     p.add_argument("--table", required=True)
     p.add_argument("--mode", choices=("file", "log", "hybrid"), default="file")
@@ -146,6 +148,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--snapshot-id", type=int, default=None)
     p.add_argument("--output", default=None, help="write the rows here (else only counts are printed)")
     p.add_argument("--output-format", choices=("parquet", "json"), default="parquet")
+    add_report_id(p)
     return p
 
 

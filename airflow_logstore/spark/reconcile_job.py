@@ -438,18 +438,21 @@ class SparkEngine:
 
 
 def parser() -> argparse.ArgumentParser:
+    from airflow_logstore.spark.jobs import add_report_id
+
     p = argparse.ArgumentParser(prog="reconcile", description="Reconcile a LogStore table's log with Spark")
     p.add_argument("--table", required=True)
     p.add_argument("--dry-run", action="store_true", help="report only; write nothing")
     p.add_argument("--lease-ttl", type=float, default=None, help="lease time-to-live in seconds")
     p.add_argument("--crash-at", default=None, help="SIGKILL at a stage (tests): " + ", ".join(core.STAGES))
+    add_report_id(p)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from airflow_logstore.reconciler import DEFAULT_LEASE_TTL_S, kill_at, reconcile
     from airflow_logstore.spark.jobconf import job_settings, spark_conf_dict
-    from airflow_logstore.spark.jobs import RESULT_PREFIX, _session
+    from airflow_logstore.spark.jobs import _session, emit_result
     from airflow_logstore.tables import LogStoreTable
 
     args = parser().parse_args(argv)
@@ -457,14 +460,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         spark = _session(f"logstore-reconcile-{args.table}")
         catalog, kafka_extra = job_settings(spark_conf_dict(spark))
+        handle = LogStoreTable.open(args.table, catalog, kafka_extra)
         report = reconcile(
-            LogStoreTable.open(args.table, catalog, kafka_extra),
+            handle,
             dry_run=args.dry_run,
             lease_ttl_s=args.lease_ttl or DEFAULT_LEASE_TTL_S,
             engine=SparkEngine(spark),
             stage_hook=kill_at(args.crash_at) if args.crash_at else None,
         )
-        print(RESULT_PREFIX + json.dumps(report.to_dict(), default=str), flush=True)
+        emit_result(report.to_dict(), handle, args.report_id)
     except LogStoreError as exc:
         print(f"reconcile: error: {exc}", file=sys.stderr)
         log.error("reconcile failed: %s", exc)

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_logstore.catalog import embedded_catalog
 from airflow_logstore.exceptions import BadInputError, JobFailedError, KafkaUnavailableError
 from airflow_logstore.failures import failure_of, report_failure
 from airflow_logstore.hooks.logstore import LogStoreHook
-from airflow_logstore.operators._spark import CapturingSparkSubmitHook
 from airflow_logstore.operators.dual_write import LogStoreDualWriteOperator
 from airflow_logstore.settings import local_settings
 from airflow_logstore.tables import LogStoreTable, create_table
@@ -47,7 +47,7 @@ def _fake_submit(
     """Make ``submit`` report ``error`` (None: no report) and fail like spark-submit; returns the calls."""
     calls: list[list[str]] = []
 
-    def submit(self: CapturingSparkSubmitHook, application: str = "", **kwargs: Any) -> None:
+    def submit(self: SparkSubmitHook, application: str = "", **kwargs: Any) -> None:
         args = list(self._application_args)
         calls.append(args)
         report_id = args[args.index("--report-id") + 1] if same_attempt else "an-earlier-attempt"
@@ -58,7 +58,7 @@ def _fake_submit(
             f"Cannot execute: spark-submit --master local[2] {application}. Error code is: 1."
         )
 
-    monkeypatch.setattr(CapturingSparkSubmitHook, "submit", submit)
+    monkeypatch.setattr(SparkSubmitHook, "submit", submit)
     return calls
 
 
