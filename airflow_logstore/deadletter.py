@@ -1,8 +1,9 @@
 """Where records that cannot be decoded go: never dropped silently, always counted.
 
-Readers write to a JSON-lines file (one per log topic, under ``LOGSTORE_HOME/dead-letter``); the
-reconciler, whose verdicts must be shared, writes to a Kafka topic ``<log topic>.logstore-dlq`` keyed
-by ``partition:offset`` (a re-run writes the same keys again, so consumers can deduplicate).
+One place for every reader (Python or Spark, on any host) and the reconciler: the Kafka topic
+``<log topic>.logstore-dlq`` (:func:`dead_letter_topic_name`, created on first use with the table's
+replication, by default the broker's), one JSON entry per record keyed by ``partition:offset`` (a
+re-read writes the same keys again, so consumers can deduplicate).
 """
 
 from __future__ import annotations
@@ -10,10 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import time
-from pathlib import Path
 from typing import Any
-
-from airflow_logstore.settings import local_settings
 
 
 def dead_letter_entry(topic: str, message: Any, reason: str) -> dict[str, Any]:
@@ -33,39 +31,39 @@ def dead_letter_entry(topic: str, message: Any, reason: str) -> dict[str, Any]:
     }
 
 
-class DeadLetterFile:
-    """Appends dead-lettered records to a JSON-lines file."""
-
-    def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
-        self.count = 0
-
-    @classmethod
-    def for_topic(cls, topic: str) -> DeadLetterFile:
-        return cls(local_settings().home / "dead-letter" / f"{topic}.jsonl")
-
-    def add(self, topic: str, message: Any, reason: str) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as out:
-            out.write(json.dumps(dead_letter_entry(topic, message, reason)) + "\n")
-        self.count += 1
-
-
 class DeadLetterTopic:
-    """Produces dead-lettered records to a Kafka topic (created on first use)."""
+    """Produces dead-lettered records to a Kafka topic (created on first use).
+
+    Entries are buffered and produced by :meth:`flush` (at the latest every ``flush_every`` entries);
+    :attr:`count` counts every entry added.
+    """
 
     def __init__(
-        self, kafka_config: dict[str, Any], topic: str, replication_factor: int | None = None
+        self,
+        kafka_config: dict[str, Any],
+        topic: str,
+        replication_factor: int | None = None,
+        flush_every: int = 1000,
     ) -> None:
         self.kafka_config = kafka_config
         self.topic = topic
         self.replication_factor = replication_factor
+        self.flush_every = flush_every
         self.count = 0
         self._entries: list[dict[str, Any]] = []
+
+    @classmethod
+    def for_log(
+        cls, kafka_config: dict[str, Any], log_topic: str, replication_factor: int | None = None
+    ) -> DeadLetterTopic:
+        """The dead-letter topic of a table's log topic."""
+        return cls(kafka_config, dead_letter_topic_name(log_topic), replication_factor)
 
     def add(self, topic: str, message: Any, reason: str) -> None:
         self._entries.append(dead_letter_entry(topic, message, reason))
         self.count += 1
+        if len(self._entries) >= self.flush_every:
+            self.flush()
 
     def flush(self) -> None:
         if not self._entries:

@@ -108,8 +108,10 @@ def follow(
             if gated is not None:
                 yield from _release(reader, gated.state, pending, report, normalizer)
                 _flow_control(cons, reader.topic, pending, paused)
+            reader.dead_letter.flush()  # a follower runs for long: its dead letters go out as they come
     finally:
         cons.close()
+        reader.dead_letter.flush()
         if gated is not None:
             gated.close()
 

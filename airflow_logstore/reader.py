@@ -10,7 +10,7 @@
   the snapshot already holds (``core.visibility.hybrid_keeps``).
 
 Changelog modes: ``all-kinds`` returns +I/-U/+U/-D; ``append-only`` returns +I only and counts the
-other kinds in the report. Undecodable records go to a dead-letter file and are counted.
+other kinds in the report. Undecodable records go to the table's dead-letter topic and are counted.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import ChangelogMode, Consistency, resolve_read_options
 from airflow_logstore.core.summary import S_POSITIONS, CommitInfo, positions_from_json
 from airflow_logstore.core.visibility import Decision, ReadFilter
-from airflow_logstore.deadletter import DeadLetterFile
+from airflow_logstore.deadletter import DeadLetterTopic
 from airflow_logstore.exceptions import OptionError, RecordDecodeError
 from airflow_logstore.schema import field_types, primary_key_of
 from airflow_logstore.tables import LogStoreTable, merged_state
@@ -97,7 +97,7 @@ class ReadReport:
     skipped_kinds: dict[str, int] = field(default_factory=dict)
     not_yet_visible: int = 0
     dead_lettered: int = 0
-    dead_letter_path: str | None = None
+    dead_letter_topic: str | None = None
     normalized_dropped: int = 0
     snapshot_id: int | None = None
     file_rows: int | None = None
@@ -201,7 +201,7 @@ class LogReader:
         options: Mapping[str, Any] | None = None,
         consistency: Consistency | str | None = None,
         changelog_mode: ChangelogMode | str | None = None,
-        dead_letter: DeadLetterFile | None = None,
+        dead_letter: DeadLetterTopic | None = None,
         normalize: bool = False,
     ) -> None:
         self.handle = handle
@@ -214,7 +214,9 @@ class LogReader:
         self.kafka_config = handle.kafka_config(self.config)
         self.field_types = field_types(self.table.schema())
         self.primary_key = primary_key_of(self.table.schema())
-        self.dead_letter = dead_letter or DeadLetterFile.for_topic(self.topic)
+        self.dead_letter = dead_letter or DeadLetterTopic.for_log(
+            self.kafka_config, self.topic, self.config.replication_factor
+        )
         self.normalize = normalize
         if normalize and self.consistency is Consistency.TRANSACTIONAL:
             raise OptionError(
@@ -294,7 +296,7 @@ class LogReader:
         report = report or ReadReport(
             str(self.handle.name), "log", self.consistency.value, self.changelog_mode.value
         )
-        report.dead_letter_path = str(self.dead_letter.path)
+        report.dead_letter_topic = self.dead_letter.topic
         cons = kafka_client.consumer(self.kafka_config)
         normalizer = Normalizer() if self.normalize else None
         try:
@@ -323,6 +325,7 @@ class LogReader:
                         yield from self._emit(record, normalizer, report)
         finally:
             cons.close()
+            self.dead_letter.flush()
             report.dead_lettered = self.dead_letter.count
             if normalizer is not None:
                 report.normalized_dropped = normalizer.dropped

@@ -113,7 +113,7 @@ _STEPS: dict[str, str] = {
     "SchemaMismatchError": "make the input or the --schema match the table's columns ('logstore table show')",
     "FencedError": "a newer attempt of the same writer took over; this one must not continue",
     "CommitConflictError": "another commit won the race; run the command again",
-    "RecordDecodeError": "the record is not in the LogStore format; see the dead-letter file or topic",
+    "RecordDecodeError": "the record is not in the LogStore format; see the topic <log topic>.logstore-dlq",
     "TableNotFoundError": "create it with 'logstore table create', or point LOGSTORE_HOME / LOGSTORE_CATALOG "
     "at the catalog that has it",
     "CatalogUnavailableError": "check LOGSTORE_HOME / LOGSTORE_CATALOG and that the catalog can be reached",

@@ -2,8 +2,8 @@
 
 The log is read with Spark's Kafka source between offsets the driver computes (start position,
 watermark); executors decode and classify records with the same core functions as the Python reader,
-and Spark parses rows into the table's types. Undecodable records are written to a dead-letter folder
-next to the output and counted.
+and Spark parses rows into the table's types. Undecodable records go to the table's dead-letter topic
+(through the driver, like the reconciler's) and are counted.
 """
 
 from __future__ import annotations
@@ -136,6 +136,39 @@ def read_log_frame(
     return records, dead
 
 
+class _DeadRow:
+    """The message interface ``deadletter.dead_letter_entry`` reads, from a dead row of the read."""
+
+    def __init__(self, row: Any) -> None:
+        self.row = row
+
+    def partition(self) -> int:
+        return int(self.row["_partition"])
+
+    def offset(self) -> int:
+        return int(self.row["_offset"])
+
+    def key(self) -> bytes | None:
+        return None
+
+    def value(self) -> bytes | None:
+        return None if self.row["_row"] is None else str(self.row["_row"]).encode()
+
+    def headers(self) -> list[tuple[str, Any]]:
+        return []
+
+
+def send_dead_letters(reader: LogReader, dead: DataFrame) -> tuple[int, str]:
+    """Produce the read's dead letters to the table's dead-letter topic; (count, topic)."""
+    from airflow_logstore.deadletter import DeadLetterTopic
+
+    topic = DeadLetterTopic.for_log(reader.kafka_config, reader.topic, reader.config.replication_factor)
+    for row in dead.toLocalIterator():
+        topic.add(reader.topic, _DeadRow(row), row["_dead_reason"])
+    topic.flush()
+    return topic.count, topic.topic
+
+
 def parser() -> argparse.ArgumentParser:
     from airflow_logstore.spark.jobs import add_report_id
 
@@ -191,10 +224,8 @@ def run(
         hybrid = snapshot_start(reader.table, snapshot_id) if args.mode == "hybrid" else None
         records, dead = read_log_frame(spark, reader, start, end, hybrid or reader.snapshot_start(start_at))
         result["log_records"] = records.count()
-        result["dead_lettered"] = dead.count()
+        result["dead_lettered"], result["dead_letter_topic"] = send_dead_letters(reader, dead)
         result["consistency"] = reader.consistency.value
-        if args.output and result["dead_lettered"]:
-            dead.write.mode("overwrite").json(args.output.rstrip("/") + "_dead_letter")
         frames.append(("log", records))
     if args.output:
         for source, frame in frames:

@@ -13,6 +13,7 @@ from airflow_logstore import kafka_client
 from airflow_logstore.core import control
 from airflow_logstore.core.codec import RowKind
 from airflow_logstore.core.summary import CommitInfo
+from airflow_logstore.deadletter import dead_letter_topic_name
 from airflow_logstore.publish import publish_visible_offsets
 from airflow_logstore.reader import LogReader, read_file, read_hybrid, read_log, run_read
 from airflow_logstore.spark.dual_write import open_writer
@@ -158,6 +159,20 @@ def test_start_positions_and_changelog_modes(env, spark, tmp_path: Path) -> None
     assert len(hinted.records) == len(append_only.records)
 
 
+def _dead_letters(table: Any, topic: str) -> list[dict[str, Any]]:
+    """Every entry of a dead-letter topic."""
+    cons = kafka_client.consumer(table.kafka_config())
+    try:
+        (low, high) = kafka_client.partition_offsets(cons, topic, 1)[0]
+        return [
+            json.loads(m.value())
+            for batch in kafka_client.scan(cons, topic, {0: low}, {0: high})
+            for m in batch
+        ]
+    finally:
+        cons.close()
+
+
 def test_undecodable_records_are_dead_lettered_and_counted(env, spark, tmp_path: Path) -> None:
     table = make_table(env)
     writer = open_writer(spark, str(table.name), writer_id="dlq")
@@ -182,12 +197,10 @@ def test_undecodable_records_are_dead_lettered_and_counted(env, spark, tmp_path:
     assert producer.flush(30) == 0
     writer.write_path(str(write_jsonl(tmp_path / "b.jsonl", ROWS[0][2:4])), 2)
 
-    dead_letter = tmp_path / "dlq.jsonl"
-    from airflow_logstore.deadletter import DeadLetterFile
-
-    read = LogReader(table, consistency="eventual", dead_letter=DeadLetterFile(dead_letter)).read()
+    read = LogReader(table, consistency="eventual").read()
     assert read.report.dead_lettered == 3 and len(read.records) == 4
-    entries = [json.loads(line) for line in dead_letter.read_text().splitlines()]
+    assert read.report.dead_letter_topic == dead_letter_topic_name(topic)
+    entries = _dead_letters(table, read.report.dead_letter_topic)
     assert sorted(e["reason"][:30] for e in entries) == sorted(
         [
             "record has no LogStore headers"[:30],
@@ -196,6 +209,15 @@ def test_undecodable_records_are_dead_lettered_and_counted(env, spark, tmp_path:
         ]
     )
     assert all("offset" in e and "partition" in e for e in entries)
+    # the Spark read job sends the same records to the same topic (from its driver, wherever it runs)
+    done = env.run_job(
+        "read_table.py", ["--table", str(table.name), "--mode", "log", "--consistency", "eventual"]
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert parse_result(done.stdout)["dead_lettered"] == 3
+    again = _dead_letters(table, read.report.dead_letter_topic)
+    assert len(again) == 6
+    assert {(e["partition"], e["offset"]) for e in again} == {(e["partition"], e["offset"]) for e in entries}
     publish = publish_visible_offsets(table)
     # Two have no readable headers; the third claims a writer that never claimed an epoch: foreign.
     assert publish.undecodable == 2 and publish.advanced and publish.blocked_by == {}
