@@ -26,6 +26,14 @@ DEFAULT_NAMESPACE = "default"
 SQLITE_BUSY_TIMEOUT_S = 30
 
 _SECRET_WORDS = re.compile(r"(?i)secret|password|token|credential|access-key|session-key|private")
+#: the catalog's S3 properties (pyiceberg/Iceberg names) and their Hadoop S3A counterparts
+_S3A_KEYS = {
+    "s3.endpoint": "endpoint",
+    "s3.path-style-access": "path.style.access",
+    "s3.access-key-id": "access.key",
+    "s3.secret-access-key": "secret.key",
+    "s3.region": "endpoint.region",
+}
 _IDENTIFIER_PART = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
@@ -117,6 +125,19 @@ class CatalogSpec:
             conf[f"{prefix}.warehouse"] = self.warehouse
         for key, value in self.properties.items():
             conf[f"{prefix}.{key}"] = value
+        conf.update(self.hadoop_s3_conf())
+        return conf
+
+    def hadoop_s3_conf(self) -> dict[str, str]:
+        """Spark's own file access (input files, checkpoints) to the catalog's object store: ``s3://`` and
+        ``s3a://`` through Hadoop's S3A with the catalog's endpoint and keys. Empty off S3."""
+        on_s3 = self.warehouse.startswith(("s3://", "s3a://")) or "s3.endpoint" in self.properties
+        if not on_s3:
+            return {}
+        conf = {"spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem"}
+        for ours, hadoop in _S3A_KEYS.items():
+            if ours in self.properties:
+                conf[f"spark.hadoop.fs.s3a.{hadoop}"] = self.properties[ours]
         return conf
 
     # -- pyiceberg -----------------------------------------------------------------------------------

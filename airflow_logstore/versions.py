@@ -51,8 +51,19 @@ SPARK_EXTRA_ARTIFACTS: tuple[str, ...] = (
     f"org.xerial:sqlite-jdbc:{SQLITE_JDBC_VERSION}",
 )
 
-#: Extra jars of a cluster deployment on S3-compatible storage (the Iceberg AWS bundle for S3FileIO).
-CLUSTER_EXTRA_ARTIFACTS: tuple[str, ...] = (f"org.apache.iceberg:iceberg-aws-bundle:{ICEBERG_VERSION}",)
+#: Hadoop of the pyspark wheel (``pyspark/jars/hadoop-client-api-*.jar``): hadoop-aws must match it.
+HADOOP_VERSION = "3.4.2"
+AWS_SDK_VERSION = "2.40.2"
+
+#: Extra jars of a deployment on S3-compatible storage: the Iceberg AWS bundle (S3FileIO for tables),
+#: and Hadoop's S3A with the two AWS SDK modules the bundle lacks (Spark's own reads of ``s3://``
+#: input files). Checked together against moto by the cluster tests (tests/cluster/).
+CLUSTER_EXTRA_ARTIFACTS: tuple[str, ...] = (
+    f"org.apache.iceberg:iceberg-aws-bundle:{ICEBERG_VERSION}",
+    f"org.apache.hadoop:hadoop-aws:{HADOOP_VERSION}",
+    f"software.amazon.awssdk:s3-transfer-manager:{AWS_SDK_VERSION}",
+    f"software.amazon.awssdk:apache-client:{AWS_SDK_VERSION}",
+)
 
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
 
