@@ -2,7 +2,9 @@
 
 All of it listens on 127.0.0.1 only (the scheduler and triggerer run without their log servers; the
 API server reads the log files from the shared local folder). The metadata DB is SQLite under
-``LOGSTORE_HOME/airflow``. Used by ``logstore airflow up|down|status`` and the end-to-end test.
+``LOGSTORE_HOME/airflow``, or any database given as ``database_url`` (PostgreSQL in the cluster
+profile, whose connections and variables come in ``extra_env``). Used by ``logstore airflow
+up|down|status``, the cluster profile and the end-to-end tests.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,10 @@ class LocalAirflow:
     dags_folder: Path
     port: int = 8080
     home: Path | None = None
+    #: the metadata DB (a SQLAlchemy URL); None: SQLite under ``home`` (the embedded default)
+    database_url: str | None = None
+    #: settings that replace the embedded default's (connections, variables, ``LOGSTORE_*``)
+    extra_env: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.home = self.home or self.settings.home / "airflow"
@@ -77,6 +83,9 @@ class LocalAirflow:
             "LOGSTORE_KAFKA_PORT": str(self.settings.kafka_port),
             "PYSPARK_PYTHON": sys.executable,
         }
+        if self.database_url:
+            env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = self.database_url
+        env.update(self.extra_env)
         env.update(extra or {})
         return env
 
