@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -142,12 +142,20 @@ def spark_jars(settings: LocalSettings | None = None) -> list[Path]:
 
 @dataclass(frozen=True)
 class BrokerOptions:
-    """How the local broker listens. ``sasl_users`` adds a SASL_PLAINTEXT (PLAIN) listener."""
+    """How the local broker listens. ``sasl_users`` adds a SASL_PLAINTEXT (PLAIN) listener.
+
+    A node of a multi-node cluster gives its ``node_id``, the cluster's ``quorum_voters``
+    (``id@host:port,...``), the ``cluster_id`` every node is formatted with, and ``settings``
+    that replace or extend the single broker's server.properties (e.g. replication factors)."""
 
     port: int
     sasl_port: int | None = None
     sasl_users: dict[str, str] = field(default_factory=dict)
     heap: str = "512m"
+    node_id: int = 1
+    quorum_voters: str | None = None
+    cluster_id: str | None = None
+    settings: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def controller_port(self) -> int:
@@ -187,8 +195,9 @@ def _server_properties(options: BrokerOptions, data_dir: Path) -> str:
         ]
     lines = [
         "process.roles=broker,controller",
-        "node.id=1",
-        f"controller.quorum.voters=1@127.0.0.1:{options.controller_port}",
+        f"node.id={options.node_id}",
+        "controller.quorum.voters="
+        + (options.quorum_voters or f"{options.node_id}@127.0.0.1:{options.controller_port}"),
         "listeners=" + ",".join(listeners),
         "advertised.listeners=" + ",".join(advertised),
         "controller.listener.names=CONTROLLER",
@@ -208,7 +217,16 @@ def _server_properties(options: BrokerOptions, data_dir: Path) -> str:
         "log.cleaner.backoff.ms=1000",
         *extra,
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(_with_settings(lines, options.settings)) + "\n"
+
+
+def _with_settings(lines: list[str], settings: Mapping[str, str]) -> list[str]:
+    """``key=value`` lines where each of ``settings`` replaces the line of its key, or is appended."""
+    keys = [line.split("=", 1)[0] for line in lines]
+    replaced = [
+        f"{key}={settings[key]}" if key in settings else line for key, line in zip(keys, lines, strict=True)
+    ]
+    return replaced + [f"{key}={value}" for key, value in settings.items() if key not in keys]
 
 
 _LOG4J2 = """status = warn
@@ -274,9 +292,21 @@ class LocalBroker:
 
     def up(self, timeout: float = 90.0) -> BrokerStatus:
         """Start the broker unless it runs already; wait until it answers Kafka requests."""
+        process = self.launch()
+        try:
+            self._wait_ready(timeout, process)
+        except ServiceError:
+            if process is not None:
+                self.down()
+            raise
+        return self.status()
+
+    def launch(self) -> subprocess.Popen[bytes] | None:
+        """Start the broker process unless it runs already, without waiting for it to answer.
+
+        Returns the new process, or None when this broker was running already."""
         if self.pid() is not None:
-            self._wait_ready(timeout)
-            return self.status()
+            return None
         for port in (self.options.port, self.options.controller_port, self.options.sasl_port):
             if port and _port_open(port):
                 raise ServiceError(
@@ -292,7 +322,7 @@ class LocalBroker:
         java = _java()
         classpath = f"{jars}/*"
         if not (self.data_dir / "meta.properties").exists():
-            cluster_id = uuid.uuid4().hex[:22]
+            cluster_id = self.options.cluster_id or uuid.uuid4().hex[:22]
             result = subprocess.run(
                 [
                     java,
@@ -336,12 +366,7 @@ class LocalBroker:
                 cwd=self.state_dir,
             )
         self.pid_file.write_text(str(process.pid))
-        try:
-            self._wait_ready(timeout, process)
-        except ServiceError:
-            self.down()
-            raise
-        return self.status()
+        return process
 
     def _wait_ready(self, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:
         from confluent_kafka.admin import AdminClient
