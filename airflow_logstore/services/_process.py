@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from airflow_logstore.exceptions import ServiceError
 from airflow_logstore.services.local import _alive, _port_open, _tail
@@ -52,7 +54,8 @@ def spawn(
     env: Mapping[str, str],
     user: str | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start ``command`` in a new session (its own process group), output appended to ``out_file``."""
+    """Start ``command`` in a new session (its own process group), output appended to ``out_file``;
+    as ``user`` (with that user's group only, none of ours) when given."""
     with open(out_file, "ab") as out:
         return subprocess.Popen(
             list(command),
@@ -62,8 +65,16 @@ def spawn(
             start_new_session=True,
             cwd=cwd,
             env=dict(env),
-            user=user,
+            **as_user(user),
         )
+
+
+def as_user(user: str | None) -> dict[str, Any]:
+    """``subprocess`` arguments that run a child as ``user`` and its primary group, no other group
+    (without them a child of root keeps group 0 and root's supplementary groups)."""
+    if user is None:
+        return {}
+    return {"user": user, "group": pwd.getpwnam(user).pw_gid, "extra_groups": []}
 
 
 def wait_ready(

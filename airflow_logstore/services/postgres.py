@@ -190,7 +190,7 @@ class LocalPostgres:
             check=False,
             cwd=self.state_dir,
             env=self._env(),
-            user=self._server_user(),
+            **_process.as_user(self._server_user()),
         )
         if result.returncode != 0:
             tail = "\n".join((result.stdout + result.stderr).splitlines()[-15:])
@@ -312,7 +312,7 @@ def _hand_over(state_dir: Path, user: str) -> None:
         mode = parent.stat().st_mode
         if not mode & stat.S_IXOTH and parent.stat().st_uid == os.geteuid():
             os.chmod(parent, mode | stat.S_IXOTH)
-    reachable = subprocess.run(["test", "-w", str(state_dir)], user=user, check=False)
+    reachable = subprocess.run(["test", "-w", str(state_dir)], check=False, **_process.as_user(user))
     if reachable.returncode != 0:
         raise ServiceError(
             f"PostgreSQL runs as the '{user}' OS user (it refuses root), and that user cannot reach "

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import urllib.error
@@ -208,8 +209,6 @@ class LocalRestCatalog:
         return process
 
     def _env(self) -> dict[str, str]:
-        import os
-
         env = {k: v for k, v in os.environ.items() if not k.startswith(("CATALOG_", "AWS_"))}
         env.update(
             CATALOG_URI=f"jdbc:sqlite:file:{self.database}",
