@@ -25,7 +25,17 @@ DEFAULT_CATALOG_NAME = "logstore"
 DEFAULT_NAMESPACE = "default"
 SQLITE_BUSY_TIMEOUT_S = 30
 
-_SECRET_WORDS = re.compile(r"(?i)secret|password|token|credential|access-key|session-key|private")
+#: What makes a setting secret, by its name: the one definition. Written in the syntax Python's ``re``
+#: and Java's ``java.util.regex`` share, because Spark uses it too (``spark.redaction.regex``, see
+#: :func:`airflow_logstore.spark.session.base_conf`): a key it matches is redacted in Spark's UI, REST API,
+#: event log and its own logs. It includes Spark's default (``secret|password|token|access[.]?key``) and
+#: adds the catalog ``credential``, ``s3.access-key-id`` / ``AWS_ACCESS_KEY_ID`` (``access-key``,
+#: ``access_key``), session and private keys, Java's ``sasl.jaas.config`` and librdkafka's PEM keys.
+SECRET_KEY_REGEX = (
+    r"(?i)secret|password|passwd|token|credential|access[-._]?key|session[-._]?key|private"
+    r"|jaas|key[.]pem|oauthbearer[.]config"
+)
+_SECRET_WORDS = re.compile(SECRET_KEY_REGEX)
 #: the catalog's S3 properties (pyiceberg/Iceberg names) and their Hadoop S3A counterparts
 _S3A_KEYS = {
     "s3.endpoint": "endpoint",
@@ -38,6 +48,7 @@ _IDENTIFIER_PART = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
 def is_secret_key(key: str) -> bool:
+    """True when a setting named ``key`` holds a secret (matched anywhere in the name, any case)."""
     return bool(_SECRET_WORDS.search(key))
 
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from airflow_logstore.catalog import CatalogSpec, default_catalog
+from airflow_logstore.catalog import SECRET_KEY_REGEX, CatalogSpec, default_catalog
 from airflow_logstore.settings import local_settings
 
 if TYPE_CHECKING:
@@ -24,8 +24,18 @@ ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExt
 
 
 def base_conf() -> dict[str, str]:
-    """Settings every LogStore Spark application needs, wherever it runs."""
+    """Settings every LogStore Spark application needs, wherever it runs.
+
+    ``spark.redaction.regex`` is :data:`airflow_logstore.catalog.SECRET_KEY_REGEX`, the project's one
+    definition of a secret setting, so every secret the jobs carry (catalog credential, S3 keys, Kafka SASL
+    password: see :mod:`airflow_logstore.spark.jobconf`) is redacted in the Spark UI, its REST API, the event
+    log and Spark's logs; Spark's default misses ``credential`` and ``access-key-id``. Spark redacts a
+    property when the pattern matches its key or its value. SQL options (a data source's, in plans and
+    in the SQL tab) are redacted by the same pattern plus ``spark.sql.redaction.options.regex``.
+    """
     return {
+        "spark.redaction.regex": SECRET_KEY_REGEX,
+        "spark.sql.redaction.options.regex": f"(?i)url|{SECRET_KEY_REGEX.removeprefix('(?i)')}",
         "spark.sql.extensions": ICEBERG_EXTENSIONS,
         "spark.sql.session.timeZone": "UTC",
         "spark.speculation": "false",
@@ -74,9 +84,16 @@ def build_spark_session(
     from pyspark.sql import SparkSession
 
     if under_spark_submit():
+        from pyspark import SparkConf, SparkContext
+
+        # What spark-submit was given (the operator's spark_conf, the connection's) wins over the defaults;
+        # a SparkConf reads it only once the driver is attached to spark-submit's JVM.
+        SparkContext._ensure_initialized()
+        submitted = SparkConf()
         builder = SparkSession.builder.appName(app_name)
         for key, value in base_conf().items():
-            builder = builder.config(key, value)
+            if not submitted.contains(key):
+                builder = builder.config(key, value)
         return builder.getOrCreate()
 
     from airflow_logstore.services.local import spark_jars

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from airflow_logstore.catalog import CatalogSpec
+from airflow_logstore.catalog import SECRET_KEY_REGEX, CatalogSpec
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.hooks.logstore import LogStoreHook
 from airflow_logstore.operators._spark import job_path, spark_submit_hook
@@ -103,6 +103,10 @@ def test_spark_submit_command_is_exact_and_carries_no_secret(connections: None) 
             "spark-submit",
             "--master",
             "spark://master:7077",
+            "--conf",
+            f"spark.redaction.regex={SECRET_KEY_REGEX}",
+            "--conf",
+            f"spark.sql.redaction.options.regex=(?i)url|{SECRET_KEY_REGEX.removeprefix('(?i)')}",
             "--conf",
             "spark.sql.extensions=org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
             "--conf",
