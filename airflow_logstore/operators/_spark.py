@@ -26,7 +26,7 @@ from airflow_logstore.catalog import CatalogSpec
 from airflow_logstore.exceptions import JobFailedError, OptionError
 from airflow_logstore.spark.apps import application_path
 from airflow_logstore.spark.executors import package_zip
-from airflow_logstore.spark.jobconf import job_properties
+from airflow_logstore.spark.jobconf import job_properties, split_secret_conf, submit_environment
 from airflow_logstore.spark.session import base_conf
 
 if TYPE_CHECKING:
@@ -162,6 +162,19 @@ def submit_conf(target: SparkTarget, conf: Mapping[str, Any] | None, python: str
     return {**merged, **python_conf(target, merged, python)}
 
 
+class ScrubbedSparkSubmitHook(SparkSubmitHook):
+    """SparkSubmitHook whose spark-submit (and so the driver, its Python workers and, in local mode,
+    the executors) does not inherit the task's secrets (see
+    :func:`airflow_logstore.spark.jobconf.submit_environment`)."""
+
+    def submit(self, application: str = "", **kwargs: Any) -> str | None:
+        env = submit_environment(kwargs.pop("env", None) or os.environ)
+        if self._env:  # env_vars: the hook would start again from the whole os.environ
+            env.update({str(k): str(v) for k, v in self._env.items()})
+            self._env = None
+        return super().submit(application, env=env, **kwargs)
+
+
 @contextmanager
 def spark_submit_hook(
     *,
@@ -174,15 +187,18 @@ def spark_submit_hook(
     python: str | None,
     conf: Mapping[str, Any] | None = None,
 ) -> Iterator[SparkSubmitHook]:
-    """A configured hook whose secrets live in a properties file for the duration of the block."""
+    """A configured hook whose secrets live in a properties file for the duration of the block (the
+    catalog's and Kafka's, and any secret-named Spark setting), with no secret in spark-submit's
+    command line or environment."""
     _ensure_spark_submit_on_path()
     target = spark_target(conn_id)
     settings = submit_conf(target, conf, python)
     jar_list = resolve_jars(jars, settings)  # before the properties file: a bad setting leaves nothing
-    properties_file = write_properties_file(job_properties(catalog, kafka_extra))
+    public, secret = split_secret_conf(settings)  # secret settings never reach a command line
+    properties_file = write_properties_file({**secret, **job_properties(catalog, kafka_extra)})
     try:
-        yield SparkSubmitHook(
-            conf=settings,
+        yield ScrubbedSparkSubmitHook(
+            conf=public,
             conn_id=conn_id,
             jars=jar_list,
             name=name,
