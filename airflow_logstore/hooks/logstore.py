@@ -22,17 +22,35 @@ connection an id of its own.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 
-from airflow_logstore.catalog import CatalogSpec, default_catalog
+from airflow_logstore.catalog import CatalogSpec, default_catalog, is_secret_key
 from airflow_logstore.exceptions import ConnectionUnavailableError
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
     from airflow_logstore.tables import LogStoreTable
+
+
+def mask_secrets(settings: Mapping[str, Any]) -> None:
+    """Have Airflow's secrets masker hide the value of every secret setting in task logs.
+
+    Airflow masks a connection's password and its extra as one JSON string, and masks an extra's values
+    only under the names it deems sensitive (``credential`` is not one of them); a secret value logged on
+    its own (by Spark, a Kafka client, this provider) would then show. Secret means
+    :func:`airflow_logstore.catalog.is_secret_key`, the definition Spark's redaction uses too.
+    """
+    from airflow.sdk.log import mask_secret
+
+    for key, value in settings.items():
+        if isinstance(value, Mapping):
+            mask_secrets(value)
+        elif is_secret_key(str(key)) and isinstance(value, str) and value:
+            mask_secret(value)
 
 
 class LogStoreHook(BaseHook):
@@ -107,6 +125,7 @@ class LogStoreHook(BaseHook):
                 spec.name,
                 spec.warehouse,
             )
+            mask_secrets(spec.properties)
             return spec
         extra = conn.extra_dejson or {}
         kind = str(extra.get("type", "rest" if str(conn.host or "").startswith("http") else "sql"))
@@ -114,6 +133,7 @@ class LogStoreHook(BaseHook):
         if conn.password:
             secret_key = "credential" if kind == "rest" else "jdbc.password"
             properties.setdefault(str(extra.get("secret_property", secret_key)), conn.password)
+        mask_secrets(properties)
         return CatalogSpec.from_mapping(
             {
                 "name": extra.get("catalog_name", "logstore"),
@@ -135,8 +155,12 @@ class LogStoreHook(BaseHook):
                 "LOGSTORE_KAFKA_CONFIG",
                 self.kafka_config_id,
             )
-            return extra_kafka_config()
-        return dict(conn.extra_dejson or {})
+            settings = extra_kafka_config()
+            mask_secrets(settings)
+            return settings
+        extra = dict(conn.extra_dejson or {})
+        mask_secrets(extra)
+        return extra
 
     def get_conn(self) -> Catalog:
         """A pyiceberg catalog, built on demand (never cached beyond this call)."""
