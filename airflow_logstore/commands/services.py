@@ -1,4 +1,8 @@
-"""logstore services up|down|status: the local Kafka broker (and the Spark jars)."""
+"""logstore services up|down|status [--profile local|cluster].
+
+``local`` (the embedded default): one Kafka broker and the Spark jars. ``cluster``: the multi-node
+deployment of docker-compose.yml as local processes (services/cluster.py).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,8 @@ from airflow_logstore.commands import using
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "profile", "local") == "cluster":
+        return _run_cluster(args.action)
     from airflow_logstore.services.local import LocalBroker, spark_jars
 
     broker = LocalBroker()
@@ -28,9 +34,38 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_cluster(action: str) -> int:
+    from airflow_logstore.services.cluster import LocalCluster
+
+    cluster = LocalCluster()
+    print(f"state folder: {cluster.state_dir}")
+    if action == "up":
+        cluster.jars_dir()
+        cluster.up()
+        total = sum(cluster.timings.values())
+        print(f"cluster up in {total:.0f}s, {cluster.memory_mib():.0f} MiB resident")
+        for name, value in cluster.airflow_env().items():
+            if name.startswith("AIRFLOW_VAR_"):
+                print(f"{name}={value}")
+        print(f"Airflow: http://127.0.0.1:{cluster.topology.airflow_port}")
+    elif action == "down":
+        cluster.down()
+    else:
+        for name, status in cluster.status().items():
+            print(f"{name}: {status}")
+    return 0
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "services", help="the local Kafka broker (and Spark jars); also prints the state folder and catalog"
     )
     parser.add_argument("action", choices=("up", "down", "status"))
+    parser.add_argument(
+        "--profile",
+        choices=("local", "cluster"),
+        default="local",
+        help="local: one broker (default); cluster: PostgreSQL, S3 (moto), Iceberg REST catalog, "
+        "3 Kafka brokers, Spark standalone with 2 workers, Airflow on PostgreSQL",
+    )
     parser.set_defaults(handler=run)
