@@ -79,6 +79,9 @@ def test_spark_conf_of_postgres_catalog_carries_credentials() -> None:
         f"{p}.jdbc.password": "s3cret",
         f"{p}.warehouse": "s3://bucket/wh",
         f"{p}.s3.endpoint": "http://minio:9000",
+        # Spark's own reads of s3:// files (inputs) reach the same store through Hadoop's S3A
+        "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        "spark.hadoop.fs.s3a.endpoint": "http://minio:9000",
     }
 
 
@@ -105,7 +108,32 @@ def test_spark_conf_of_rest_catalog() -> None:
         f"{P}.warehouse": "s3://warehouse/",
         f"{P}.credential": "id:secret",
         f"{P}.io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
+        "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
     }
+
+
+def test_s3_input_files_use_the_catalogs_store_and_keys() -> None:
+    spec = CatalogSpec(
+        type="rest",
+        uri="http://rest:8181",
+        warehouse="s3://warehouse/",
+        properties={
+            "s3.endpoint": "http://127.0.0.1:9000",
+            "s3.path-style-access": "true",
+            "s3.access-key-id": "AK",
+            "s3.secret-access-key": "SK",
+            "s3.region": "us-east-1",
+        },
+    )
+    assert spec.hadoop_s3_conf() == {
+        "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        "spark.hadoop.fs.s3a.endpoint": "http://127.0.0.1:9000",
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.access.key": "AK",
+        "spark.hadoop.fs.s3a.secret.key": "SK",
+        "spark.hadoop.fs.s3a.endpoint.region": "us-east-1",
+    }
+    assert CatalogSpec(uri="sqlite:////tmp/c.db", warehouse="file:///tmp/wh").hadoop_s3_conf() == {}
 
 
 def test_spark_conf_of_sql_catalog_with_bad_uri_fails() -> None:
