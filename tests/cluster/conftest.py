@@ -64,6 +64,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         service.up()
         yield service
     finally:
+        from airflow_logstore import kafka_client
+
+        kafka_client.close_shared_producers()  # before the brokers go: no client left knocking
         service.down()
         shutil.rmtree(home, ignore_errors=True)
         for key, value in saved.items():

@@ -16,7 +16,10 @@ from airflow_logstore.reader import read_log
 from airflow_logstore.services.cluster import LocalCluster
 from airflow_logstore.tables import LogStoreTable, snapshot_commits
 from airflow_logstore.testing.environment import REPO_ROOT
+from airflow_logstore.testing.secrets import Places, find_canaries
 from airflow_logstore.testing.tables import fold_log, table_state
+
+from .conftest import CANARIES
 
 COLUMNS = ("customer", "amount", "status")
 
@@ -84,3 +87,16 @@ def test_pipeline_reconcile_and_compaction_on_the_cluster(cluster: LocalCluster,
     assert plain(table_state(handle)) == expected
     assert plain(fold_log(read_log(handle, consistency="transactional"), ["id"])) == expected
     assert plain(fold_log(read_log(handle, consistency="eventual"), ["id"])) == expected
+
+    # no secret of the cluster in any task log of these runs, as Airflow serves them and as files
+    airflow = cluster.service("airflow")
+    texts = {
+        f"{dag}/{run}/{task}": airflow.task_log(dag, run, task, ti.get("try_number") or 1)
+        for dag, run, tis in runs
+        for task, ti in tis.items()
+        if ti.get("map_index", -1) == -1  # mapped ones are in the folder below
+    }
+    find_canaries(
+        CANARIES.values(),
+        Places(texts=texts, dirs={"task-log": [Path(airflow.home) / "logs"]}, processes=True),
+    ).assert_clean(require=("text", "task-log", "cmdline"))
