@@ -7,6 +7,7 @@ deployment of docker-compose.yml as local processes (services/cluster.py).
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any
 
 from airflow_logstore.commands import using
@@ -40,10 +41,9 @@ def _run_cluster(action: str) -> int:
     cluster = LocalCluster()
     print(f"state folder: {cluster.state_dir}")
     if action == "up":
-        cluster.jars_dir()
+        started = time.monotonic()
         cluster.up()
-        total = sum(cluster.timings.values())
-        print(f"cluster up in {total:.0f}s, {cluster.memory_mib():.0f} MiB resident")
+        print(f"cluster up in {time.monotonic() - started:.0f}s, {cluster.memory_mib():.0f} MiB resident")
         for name, value in cluster.airflow_env().items():
             if name.startswith("AIRFLOW_VAR_"):
                 print(f"{name}={value}")
@@ -52,7 +52,7 @@ def _run_cluster(action: str) -> int:
         cluster.down()
     else:
         for name, status in cluster.status().items():
-            print(f"{name}: {status}")
+            print(f"{name}: {status.describe() if hasattr(status, 'describe') else status}")
     return 0
 
 
