@@ -61,14 +61,19 @@ class ClusterSecrets:
             s3_access_key="logstore-" + secrets.token_hex(6),
             s3_secret_key=secrets.token_urlsafe(24),
             postgres_password=secrets.token_urlsafe(18),
+            sasl_password=secrets.token_urlsafe(18),
         )
 
     @classmethod
     def load_or_create(cls, path: Path) -> ClusterSecrets:
-        if path.exists():
-            return cls(**json.loads(path.read_text()))
-        created = cls.generate()
+        stored = json.loads(path.read_text()) if path.exists() else {}
+        fresh = cls.generate().__dict__
+        if stored and all(stored.get(key) for key, value in fresh.items() if value):
+            return cls(**stored)
+        # first start, or a state folder from a version with fewer secrets: keep the old, add the new
+        created = cls(**{**fresh, **{key: value for key, value in stored.items() if value}})
         path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as out:
             json.dump(created.__dict__, out)
@@ -170,7 +175,9 @@ class LocalCluster:
     def _kafka(self) -> _Service:
         from airflow_logstore.services.kafka_cluster import LocalKafkaCluster
 
-        return LocalKafkaCluster(self.settings, self.topology.kafka, self._dir("kafka"))
+        return LocalKafkaCluster(
+            self.settings, self.topology.kafka, self._dir("kafka"), sasl_password=self.secrets.sasl_password
+        )
 
     def _spark(self) -> _Service:
         from airflow_logstore.services.spark_standalone import LocalSparkCluster
@@ -304,6 +311,12 @@ class LocalCluster:
             warehouse=t.warehouse,
             properties=properties,
         )
+
+    def kafka_extra(self) -> dict[str, str]:
+        """The security settings a client of the cluster's brokers needs (SASL/PLAIN)."""
+        from airflow_logstore.services.topology import kafka_client_settings
+
+        return kafka_client_settings(self.topology, self.secrets)
 
     def driver_env(self) -> dict[str, str]:
         """Where a Spark driver (in an Airflow task) finds its jars and which address it offers the

@@ -55,12 +55,21 @@ class LocalKafkaCluster:
     """The brokers of ``kafka`` (node ids 1..n), with state under ``state_dir``."""
 
     def __init__(
-        self, settings: LocalSettings, kafka: KafkaCluster, state_dir: Path, *, heap: str = BROKER_HEAP
+        self,
+        settings: LocalSettings,
+        kafka: KafkaCluster,
+        state_dir: Path,
+        *,
+        heap: str = BROKER_HEAP,
+        sasl_password: str | None = None,
     ) -> None:
+        """``sasl_password`` opens every node's client listener (``kafka.sasl_ports``, SASL/PLAIN) for
+        ``kafka.sasl_user``; without it the nodes have their internal listeners only."""
         self.settings = settings
         self.kafka = kafka
         self.state_dir = state_dir
         self.heap = heap
+        self.sasl_password = sasl_password
         self._brokers: dict[int, LocalBroker] = {}
 
     @property
@@ -74,6 +83,8 @@ class LocalKafkaCluster:
         if node_id not in self._brokers:
             options = BrokerOptions(
                 port=self.kafka.ports[node_id - 1],
+                sasl_port=self.kafka.sasl_ports[node_id - 1] if self.sasl_password else None,
+                sasl_users={self.kafka.sasl_user: self.sasl_password} if self.sasl_password else {},
                 heap=self.heap,
                 node_id=node_id,
                 quorum_voters=self.kafka.quorum_voters(),

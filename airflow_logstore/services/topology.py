@@ -20,9 +20,13 @@ S3_REGION = "us-east-1"
 class KafkaCluster:
     """Three KRaft nodes in combined mode (broker + controller) with a static controller quorum.
 
-    Node ``i`` (1-based) listens on ``ports[i-1]`` for clients and ``ports[i-1] + 1`` as a controller."""
+    Node ``i`` (1-based) listens on ``ports[i-1]`` inside the cluster (replication, administration),
+    ``ports[i-1] + 1`` as a controller, and ``sasl_ports[i-1]`` for clients: every client (Airflow tasks,
+    Spark drivers and executors, readers) authenticates as ``sasl_user`` with SASL/PLAIN."""
 
     ports: tuple[int, ...] = (9092, 9094, 9096)
+    sasl_ports: tuple[int, ...] = (9192, 9194, 9196)
+    sasl_user: str = "logstore"
     settings: dict[str, str] = field(
         default_factory=lambda: {
             "default.replication.factor": "3",
@@ -46,7 +50,12 @@ class KafkaCluster:
         return ",".join(f"{node}@{host}:{self.controller_port(node)}" for node in self.node_ids)
 
     def bootstrap(self, host: str = "127.0.0.1") -> str:
+        """The cluster-internal listeners (no authentication; not for clients)."""
         return ",".join(f"{host}:{port}" for port in self.ports)
+
+    def sasl_bootstrap(self, host: str = "127.0.0.1") -> str:
+        """The clients' listeners (SASL/PLAIN)."""
+        return ",".join(f"{host}:{port}" for port in self.sasl_ports)
 
 
 @dataclass(frozen=True)
@@ -96,6 +105,7 @@ class ClusterTopology:
         it = iter(ports)
         postgres, s3, rest, airflow = next(it), next(it), next(it), next(it)
         kafka = tuple(next(it) for _ in self.kafka.ports)
+        sasl = tuple(next(it) for _ in self.kafka.ports)
         master, master_ui = next(it), next(it)
         worker_uis = tuple(next(it) for _ in range(self.spark.workers))
         return replace(
@@ -104,7 +114,7 @@ class ClusterTopology:
             s3_port=s3,
             rest_catalog_port=rest,
             airflow_port=airflow,
-            kafka=replace(self.kafka, ports=kafka),
+            kafka=replace(self.kafka, ports=kafka, sasl_ports=sasl),
             spark=replace(
                 self.spark, master_port=master, master_ui_port=master_ui, worker_ui_ports=worker_uis
             ),
@@ -112,7 +122,7 @@ class ClusterTopology:
 
 
 def port_count(topology: ClusterTopology) -> int:
-    return 4 + len(topology.kafka.ports) + 2 + topology.spark.workers
+    return 4 + 2 * len(topology.kafka.ports) + 2 + topology.spark.workers
 
 
 CLUSTER = ClusterTopology()
@@ -187,6 +197,9 @@ class ConnectionSecrets(Protocol):
     @property
     def catalog_credential(self) -> str: ...
 
+    @property
+    def sasl_password(self) -> str: ...
+
 
 @dataclass(frozen=True)
 class Secrets:
@@ -194,6 +207,7 @@ class Secrets:
     s3_secret_key: str
     catalog_credential: str = ""
     postgres_password: str = ""
+    sasl_password: str = ""
 
 
 #: docker-compose.yml names its secrets, never their values: Compose fills them in from ``.env``
@@ -202,14 +216,27 @@ COMPOSE_SECRETS = Secrets(
     s3_access_key="${MINIO_ROOT_USER:?set it in .env, see docker/.env.example}",
     s3_secret_key="${MINIO_ROOT_PASSWORD:?set it in .env, see docker/.env.example}",
     postgres_password="${POSTGRES_PASSWORD:?set it in .env, see docker/.env.example}",
+    sasl_password="${KAFKA_SASL_PASSWORD:?set it in .env, see docker/.env.example}",
 )
 
 
 def kafka_bootstrap(topology: ClusterTopology, hosts: ServiceHosts | None = None) -> str:
-    """Every broker's client listener, ``host:port,...``."""
+    """Every broker's client (SASL) listener, ``host:port,...``."""
     hosts = hosts or LOCAL_HOSTS
     kafka = topology.kafka
-    return ",".join(f"{hosts.kafka_node(kafka, node)}:{kafka.ports[node - 1]}" for node in kafka.node_ids)
+    return ",".join(
+        f"{hosts.kafka_node(kafka, node)}:{kafka.sasl_ports[node - 1]}" for node in kafka.node_ids
+    )
+
+
+def kafka_client_settings(topology: ClusterTopology, secrets: ConnectionSecrets) -> dict[str, str]:
+    """The librdkafka security settings of every client of the cluster (the ``kafka_default`` extra)."""
+    return {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": topology.kafka.sasl_user,
+        "sasl.password": secrets.sasl_password,
+    }
 
 
 def kafka_quorum_voters(topology: ClusterTopology, hosts: ServiceHosts | None = None) -> str:
@@ -222,24 +249,38 @@ def kafka_quorum_voters(topology: ClusterTopology, hosts: ServiceHosts | None = 
 
 
 def kafka_node_properties(
-    topology: ClusterTopology, node_id: int, hosts: ServiceHosts | None = None, *, bind_all: bool = False
+    topology: ClusterTopology,
+    node_id: int,
+    secrets: ConnectionSecrets,
+    hosts: ServiceHosts | None = None,
+    *,
+    bind_all: bool = False,
 ) -> dict[str, str]:
-    """``server.properties`` of one combined-mode KRaft node (without ``log.dirs``): its listeners, the
-    static quorum and every setting of :attr:`KafkaCluster.settings`. ``bind_all`` listens on every
-    interface (a container); otherwise on the node's own host."""
+    """``server.properties`` of one combined-mode KRaft node (without ``log.dirs``): its listeners (the
+    internal one, the controller, the clients' SASL/PLAIN one with its single user), the static quorum
+    and every setting of :attr:`KafkaCluster.settings`. ``bind_all`` listens on every interface (a
+    container); otherwise on the node's own host."""
     hosts = hosts or LOCAL_HOSTS
     kafka = topology.kafka
     host = hosts.kafka_node(kafka, node_id)
     bind = "" if bind_all else host
     port, controller = kafka.ports[node_id - 1], kafka.controller_port(node_id)
+    sasl = kafka.sasl_ports[node_id - 1]
+    user, password = kafka.sasl_user, secrets.sasl_password
     return {
         "node.id": str(node_id),
         "process.roles": "broker,controller",
-        "listeners": f"PLAINTEXT://{bind}:{port},CONTROLLER://{bind}:{controller}",
-        "advertised.listeners": f"PLAINTEXT://{host}:{port}",
+        "listeners": f"PLAINTEXT://{bind}:{port},CONTROLLER://{bind}:{controller},SASL://{bind}:{sasl}",
+        "advertised.listeners": f"PLAINTEXT://{host}:{port},SASL://{host}:{sasl}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl.plain.sasl.jaas.config": (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'username="{user}" password="{password}" user_{user}="{password}";'
+        ),
         "controller.quorum.voters": kafka_quorum_voters(topology, hosts),
         **kafka.settings,
     }
@@ -343,7 +384,10 @@ def airflow_connections(
     }
     if secrets.catalog_credential:
         logstore["password"] = secrets.catalog_credential  # the REST catalog's ``credential``
-    kafka = {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}
+    kafka = {
+        "conn_type": "kafka",
+        "extra": {"bootstrap.servers": bootstrap, **kafka_client_settings(topology, secrets)},
+    }
     spark = {
         "conn_type": "spark",
         "host": f"spark://{hosts.of('spark_master')}",

@@ -29,6 +29,7 @@ CANARIES = ClusterSecrets(
     s3_secret_key="canary-s3-secret-7d1e0b5a",
     postgres_password="canary-pg-password-93b1",
     catalog_credential="logstore:canary-catalog-credential-2f6c",
+    sasl_password="canary-kafka-sasl-password-5e0d",
 )
 
 

@@ -69,9 +69,11 @@ def test_pipeline_reconcile_and_compaction_on_the_cluster(cluster: LocalCluster,
         assert {k: v["state"] for k, v in tis.items()} == dict.fromkeys(
             ("create_table", "dual_write", "wait_for_snapshot", "publish_visible_offsets", "read"), "success"
         )
-        assert is_visible(LogStoreTable.open(table), "logstore_pipeline", batch)
+        assert is_visible(
+            LogStoreTable.open(table, kafka_extra=cluster.kafka_extra()), "logstore_pipeline", batch
+        )
 
-    handle = LogStoreTable.open(table)
+    handle = LogStoreTable.open(table, kafka_extra=cluster.kafka_extra())
     assert handle.load().location().startswith("s3://")
     assert [(c.writer_id, c.batch_id) for c in snapshot_commits(handle.load())] == [
         ("logstore_pipeline", 1),

@@ -49,6 +49,7 @@ def _secrets() -> Secrets:
         s3_access_key=env["MINIO_ROOT_USER"],
         s3_secret_key=env["MINIO_ROOT_PASSWORD"],
         postgres_password=env["POSTGRES_PASSWORD"],
+        sasl_password=env["KAFKA_SASL_PASSWORD"],
     )
 
 
@@ -109,7 +110,7 @@ def test_kafka_nodes_have_every_setting_of_the_topology(services: dict[str, Any]
     name = COMPOSE_HOSTS.kafka_node(CLUSTER.kafka, node)
     env = services[name]["environment"]
     expected = topology.kafka_docker_env(
-        topology.kafka_node_properties(CLUSTER, node, COMPOSE_HOSTS, bind_all=True)
+        topology.kafka_node_properties(CLUSTER, node, _secrets(), COMPOSE_HOSTS, bind_all=True)
     )
     actual = {
         key: value for key, value in env.items() if key.startswith("KAFKA_") and key != "KAFKA_LOG_DIRS"
@@ -185,7 +186,7 @@ def test_every_airflow_component_gets_the_topologys_connections(services: dict[s
         assert {key: env.get(key) for key in expected} == expected, name
     kafka = json.loads(expected["AIRFLOW_CONN_KAFKA_DEFAULT"])
     assert kafka["extra"]["bootstrap.servers"].split(",") == [
-        f"{host}:{port}" for host, port in zip(COMPOSE_HOSTS.kafka, CLUSTER.kafka.ports, strict=True)
+        f"{host}:{port}" for host, port in zip(COMPOSE_HOSTS.kafka, CLUSTER.kafka.sasl_ports, strict=True)
     ]
 
 

@@ -17,7 +17,7 @@ def test_the_local_profile_gets_loopback_and_the_ports_it_picked() -> None:
     assert logstore["host"] == f"http://{LOOPBACK}:{moved.rest_catalog_port}"
     assert logstore["password"] == "cred"
     assert logstore["extra"]["properties"]["s3.endpoint"] == f"http://{LOOPBACK}:{moved.s3_port}"
-    bootstrap = ",".join(f"{LOOPBACK}:{port}" for port in moved.kafka.ports)
+    bootstrap = ",".join(f"{LOOPBACK}:{port}" for port in moved.kafka.sasl_ports)
     assert env["AIRFLOW_VAR_LOGSTORE_KAFKA_ADDRESS"] == bootstrap
     assert json.loads(env["AIRFLOW_CONN_KAFKA_DEFAULT"])["extra"]["bootstrap.servers"] == bootstrap
     spark = json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"])
@@ -25,9 +25,13 @@ def test_the_local_profile_gets_loopback_and_the_ports_it_picked() -> None:
 
 
 def test_kafka_nodes_listen_on_their_own_ports_with_one_quorum() -> None:
-    nodes = [topology.kafka_node_properties(CLUSTER, node) for node in CLUSTER.kafka.node_ids]
+    secrets = Secrets("ak", "sk", sasl_password="kafka-pw")
+    nodes = [topology.kafka_node_properties(CLUSTER, node, secrets) for node in CLUSTER.kafka.node_ids]
     assert len({props["controller.quorum.voters"] for props in nodes}) == 1
-    assert nodes[1]["listeners"] == f"PLAINTEXT://{LOOPBACK}:9094,CONTROLLER://{LOOPBACK}:9095"
+    assert nodes[1]["listeners"] == (
+        f"PLAINTEXT://{LOOPBACK}:9094,CONTROLLER://{LOOPBACK}:9095,SASL://{LOOPBACK}:9194"
+    )
+    assert 'user_logstore="kafka-pw"' in nodes[0]["listener.name.sasl.plain.sasl.jaas.config"]
     assert all(props["min.insync.replicas"] == "2" for props in nodes)
 
 
