@@ -3,6 +3,9 @@
 Three KRaft brokers lose the leader of a partition and keep every acknowledged record exactly once;
 a Spark standalone cluster runs tasks in executors on both workers and finishes a job whose worker
 dies mid-stage.
+
+Here, not in tests/integration: its driver runs in the test process, and a process has one SparkContext;
+the integration tests' workers already hold a local one (getOrCreate would return it).
 """
 
 from __future__ import annotations
