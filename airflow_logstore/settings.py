@@ -4,7 +4,7 @@
 ``LOGSTORE_CACHE``       downloaded jars and the Maven repository
 ``LOGSTORE_KAFKA_PORT``  port of the local broker on 127.0.0.1 (default 19092; controller uses port+1)
 ``LOGSTORE_KAFKA_TIMEOUT_S``  how long Kafka admin and offset requests wait for the broker (default 30)
-``LOGSTORE_CATALOG``     a JSON catalog spec overriding the embedded SQLite catalog (see catalog.py)
+``LOGSTORE_CATALOG``     a JSON catalog spec overriding the embedded SQLite catalog (see table/catalog.py)
 ``LOGSTORE_KAFKA_CONFIG``  JSON librdkafka settings added to every Kafka client (e.g. SASL)
 ``LOGSTORE_SPARK_MASTER``  Spark master for sessions built outside spark-submit (default local[2])
 
@@ -27,6 +27,10 @@ from typing import Any
 
 PROJECT_NAME = "airflow-logstore"
 DEFAULT_KAFKA_TIMEOUT_S = 30.0
+#: the folder that holds ``airflow_logstore/`` (in a checkout: the repository, with ``dags/``,
+#: ``spark_jobs/`` and ``scripts/``)
+SOURCE_ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE_DAGS = SOURCE_ROOT / "dags"
 
 
 @dataclass(frozen=True)

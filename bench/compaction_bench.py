@@ -74,7 +74,7 @@ def timed(action: Callable[[], Any], repeat: int) -> tuple[float, list[float], A
 def read_times(spark: Any, handle: Any, repeat: int) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
-    from airflow_logstore.reader import read_file
+    from airflow_logstore.read.reader import read_file
 
     snapshot_id = handle.load().current_snapshot().snapshot_id
     columns = ["id", "name", "amount"]
@@ -109,7 +109,7 @@ def scale_throughput(spark: Any, env: Any, appends: int, rows: int) -> dict[str,
     ``rows`` rows each (no log: the rewrite does not care who wrote the files), then one compaction."""
     from pyspark.sql import functions as F
 
-    from airflow_logstore.compaction import CompactionOptions
+    from airflow_logstore.compaction.policy import CompactionOptions
     from airflow_logstore.spark.compact_job import run_compaction
     from airflow_logstore.testing.tables import make_table
 
@@ -225,7 +225,7 @@ def main() -> None:
     parser.add_argument("--markdown", default=None, help="write the section into this file (BENCHMARKS.md)")
     args = parser.parse_args()
 
-    from airflow_logstore.compaction import CompactionOptions
+    from airflow_logstore.compaction.policy import CompactionOptions
     from airflow_logstore.spark.compact_job import run_compaction
     from airflow_logstore.spark.dual_write import open_writer
     from airflow_logstore.spark.session import build_spark_session

@@ -31,10 +31,10 @@ from bench.common import machine, save
 
 def fill(handle: Any, batches: int) -> None:
     """Per batch: an epoch claim, one log record of that epoch and the ledger entry of its commit."""
-    from airflow_logstore import kafka_client
     from airflow_logstore.core import control
     from airflow_logstore.core.codec import RecordMeta, encode_headers
     from airflow_logstore.core.summary import CommitInfo
+    from airflow_logstore.log import kafka_client
 
     config = handle.config()
     prod = kafka_client.producer(handle.kafka_config(config), **{"linger.ms": 5})
@@ -56,8 +56,8 @@ def fill(handle: Any, batches: int) -> None:
 
 def whole_topic_read(ctl: Any) -> Any:
     """The read before checkpoints: fold the control topic from its first record."""
-    from airflow_logstore import kafka_client
     from airflow_logstore.core import control
+    from airflow_logstore.log import kafka_client
 
     cons = kafka_client.consumer(ctl.config)
     try:
@@ -91,7 +91,7 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [s.strip() for s in args.batches.split(",")]
 
-    from airflow_logstore.publish import publish_visible_offsets
+    from airflow_logstore.publish.publisher import publish_visible_offsets
     from airflow_logstore.testing.environment import logstore_environment
     from airflow_logstore.testing.tables import make_table
 

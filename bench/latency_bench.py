@@ -54,7 +54,7 @@ class Publisher(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        from airflow_logstore.publish import publish_visible_offsets
+        from airflow_logstore.publish.publisher import publish_visible_offsets
 
         seen = None
         while not self.stop.is_set():
@@ -70,8 +70,8 @@ def follow_into(
     handle: Any, consistency: str, sink: dict[int, float], stop: threading.Event, per_record: list[float]
 ) -> threading.Thread:
     """Record, per batch, when its last record arrived."""
-    from airflow_logstore.follow import follow
-    from airflow_logstore.reader import LogReader
+    from airflow_logstore.read.follow import follow
+    from airflow_logstore.read.reader import LogReader
 
     def run() -> None:
         for record in follow(LogReader(handle, consistency=consistency), "earliest", stop=stop):
@@ -88,7 +88,7 @@ def transactional_baseline(bootstrap: str, batches: int, rows: int, interval: fl
     """Produce ``rows`` per transaction, commit every ``interval`` s; latency seen by read_committed."""
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    from airflow_logstore import kafka_client
+    from airflow_logstore.log import kafka_client
 
     topic = f"txn-baseline-{int(time.time())}"
     config = kafka_client.client_config(bootstrap)

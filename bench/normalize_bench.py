@@ -18,8 +18,8 @@ from typing import Any
 
 
 def produce(handle: Any, records: int, keys: int) -> int:
-    from airflow_logstore import kafka_client
     from airflow_logstore.core.codec import RecordMeta, RowKind, encode_headers, encode_key, encode_value
+    from airflow_logstore.log import kafka_client
 
     config = handle.kafka_config()
     topic = handle.config().topic
@@ -58,8 +58,8 @@ def read_once(table: str, env: dict[str, str], normalize: bool, queue: Any) -> N
     import os
 
     os.environ.update(env)
-    from airflow_logstore.reader import LogReader, ReadReport
-    from airflow_logstore.tables import LogStoreTable
+    from airflow_logstore.read.reader import LogReader, ReadReport
+    from airflow_logstore.table.tables import LogStoreTable
     from bench.common import PeakMemory
 
     handle = LogStoreTable.open(table)

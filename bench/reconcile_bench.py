@@ -31,10 +31,10 @@ CHILD_ENV: dict[str, str] = {}
 
 def fill(handle: Any, records: int, batch_size: int, redundant_ratio: float) -> dict[str, Any]:
     """Produce ``records`` log records (about ``redundant_ratio`` of them from dead attempts)."""
-    from airflow_logstore import kafka_client
     from airflow_logstore.core import control
     from airflow_logstore.core.codec import RecordMeta, RowKind, encode_headers, encode_key, encode_value
     from airflow_logstore.core.summary import CommitInfo
+    from airflow_logstore.log import kafka_client
 
     ctl = handle.control()
     config = handle.config()
@@ -101,8 +101,8 @@ def fill(handle: Any, records: int, batch_size: int, redundant_ratio: float) -> 
 
 def child(table: str, workers: int | None, engine_name: str) -> None:
     """Run one reconciliation and print its report (the parent measures this process)."""
-    from airflow_logstore.reconciler import Engine, PythonEngine, reconcile
-    from airflow_logstore.tables import LogStoreTable
+    from airflow_logstore.reconcile.reconciler import Engine, PythonEngine, reconcile
+    from airflow_logstore.table.tables import LogStoreTable
 
     engine: Engine = PythonEngine(workers)
     if engine_name == "spark":
@@ -189,7 +189,7 @@ def main() -> None:
         return
 
     from airflow_logstore.core import control
-    from airflow_logstore.tables import LogStoreTable, create_table
+    from airflow_logstore.table.tables import LogStoreTable, create_table
     from airflow_logstore.testing.environment import logstore_environment
 
     cases = [(int(size), float(ratio)) for size, ratio in (c.split(":") for c in args.cases.split(","))]

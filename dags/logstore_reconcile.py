@@ -34,8 +34,8 @@ with DAG(
     # [START logstore_reconcile_tasks]
     @task
     def tables_to_reconcile(params: dict | None = None) -> list[str]:
-        from airflow_logstore.discovery import logstore_tables
         from airflow_logstore.hooks.logstore import LogStoreHook
+        from airflow_logstore.table.discovery import logstore_tables
 
         chosen = (params or {}).get("table") or ""
         return [chosen] if chosen else logstore_tables(LogStoreHook().catalog_spec())

@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 
-from airflow_logstore.catalog import CatalogSpec, default_catalog, is_secret_key
 from airflow_logstore.exceptions import ConnectionUnavailableError
+from airflow_logstore.table.catalog import CatalogSpec, default_catalog, is_secret_key
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
-    from airflow_logstore.tables import LogStoreTable
+    from airflow_logstore.table.tables import LogStoreTable
 
 
 def mask_secrets(settings: Mapping[str, Any]) -> None:
@@ -42,7 +42,7 @@ def mask_secrets(settings: Mapping[str, Any]) -> None:
     Airflow masks a connection's password and its extra as one JSON string, and masks an extra's values
     only under the names it deems sensitive (``credential`` is not one of them); a secret value logged on
     its own (by Spark, a Kafka client, this provider) would then show. Secret means
-    :func:`airflow_logstore.catalog.is_secret_key`, the definition Spark's redaction uses too.
+    :func:`airflow_logstore.table.catalog.is_secret_key`, the definition Spark's redaction uses too.
     """
     from airflow.sdk.log import mask_secret
 
@@ -167,7 +167,7 @@ class LogStoreHook(BaseHook):
         return self.catalog_spec().load()
 
     def table(self, name: str) -> LogStoreTable:
-        from airflow_logstore.tables import LogStoreTable
+        from airflow_logstore.table.tables import LogStoreTable
 
         return LogStoreTable.open(name, self.catalog_spec(), self.kafka_extra())
 

@@ -18,7 +18,7 @@ from airflow_logstore.exceptions import JobFailedError, classify, first_line
 
 if TYPE_CHECKING:
     from airflow_logstore.core.failures import JobFailure
-    from airflow_logstore.tables import LogStoreTable
+    from airflow_logstore.table.tables import LogStoreTable
 
 
 @contextmanager
@@ -50,7 +50,7 @@ def job_failure(
     handle: LogStoreTable, *, writer_id: str, batch_id: int, report_id: str, submit_error: Exception
 ) -> Exception:
     """The exception for a failed job: its own report's cause, else the submit error, shortened."""
-    from airflow_logstore.failures import read_failure
+    from airflow_logstore.table.reports import read_failure
 
     what = f"dual write of batch {batch_id} of {handle.name} by writer '{writer_id}'"
     try:

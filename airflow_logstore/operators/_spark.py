@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING, Any
 from airflow.exceptions import AirflowNotFoundException
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-from airflow_logstore.catalog import CatalogSpec
 from airflow_logstore.exceptions import JobFailedError, OptionError
 from airflow_logstore.spark.apps import application_path
 from airflow_logstore.spark.executors import package_zip
 from airflow_logstore.spark.jobconf import job_properties, split_secret_conf, submit_environment
 from airflow_logstore.spark.session import base_conf
+from airflow_logstore.table.catalog import CatalogSpec
 
 if TYPE_CHECKING:
-    from airflow_logstore.tables import LogStoreTable
+    from airflow_logstore.table.tables import LogStoreTable
 
 
 def job_path(script: str) -> str:
@@ -216,7 +216,7 @@ def job_result(handle: LogStoreTable, report_id: str, what: str) -> dict[str, An
     Called after spark-submit succeeded: a missing result is an error naming where it was expected.
     """
     from airflow_logstore.core.failures import result_path
-    from airflow_logstore.failures import delete_result, read_result
+    from airflow_logstore.table.reports import delete_result, read_result
 
     table = handle.load()
     result = read_result(table, report_id)

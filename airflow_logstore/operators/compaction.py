@@ -141,7 +141,7 @@ class LogStoreCompactionOperator(BaseOperator):
         return args
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from airflow_logstore.compaction import CompactionOptions
+        from airflow_logstore.compaction.policy import CompactionOptions
         from airflow_logstore.operators._spark import job_path, job_result, spark_submit_hook
         from airflow_logstore.spark.compact_job import options_from_args, parser
 

@@ -46,7 +46,7 @@ class LogStoreCreateTableOperator(BaseOperator):
         self.kafka_config_id = kafka_config_id
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from airflow_logstore.tables import create_table
+        from airflow_logstore.table.tables import create_table
 
         hook = LogStoreHook(self.logstore_conn_id, self.kafka_config_id)
         key = [self.primary_key] if isinstance(self.primary_key, str) else list(self.primary_key)

@@ -108,7 +108,7 @@ class LogStoreDualWriteOperator(BaseOperator):
         from airflow_logstore.core.properties import parse_emit_mode
         from airflow_logstore.operators._failures import fail_fast, job_failure
         from airflow_logstore.operators._spark import job_path, job_result, spark_submit_hook
-        from airflow_logstore.snapshots import commit_xcom, find_commit
+        from airflow_logstore.table.snapshots import commit_xcom, find_commit
 
         writer_id = self.writer_id or f"{self.dag_id}.{self.task_id}"
         report_id = uuid.uuid4().hex

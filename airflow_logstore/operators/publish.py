@@ -37,7 +37,7 @@ class LogStorePublishVisibleOffsetsOperator(BaseOperator):
         self.kafka_config_id = kafka_config_id
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from airflow_logstore.publish import publish_visible_offsets
+        from airflow_logstore.publish.publisher import publish_visible_offsets
 
         report = publish_visible_offsets(
             LogStoreHook(self.logstore_conn_id, self.kafka_config_id).table(self.table)

@@ -58,7 +58,7 @@ class LogStoreReadOperator(BaseOperator):
         self.kafka_config_id = kafka_config_id
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from airflow_logstore.reader import run_read
+        from airflow_logstore.read.reader import run_read
 
         if self.mode not in READ_MODES:
             raise ValueError(f"mode must be one of {', '.join(READ_MODES)}, got {self.mode!r}")

@@ -84,7 +84,7 @@ class LogStoreReconcileOperator(BaseOperator):
         if self.engine == "spark":
             report = self._submit(hook, dry_run)
         else:
-            from airflow_logstore.reconciler import reconcile
+            from airflow_logstore.reconcile.reconciler import reconcile
 
             report = reconcile(
                 hook.table(self.table), dry_run=dry_run, lease_ttl_s=self.lease_ttl_s

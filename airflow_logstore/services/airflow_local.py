@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_logstore.exceptions import ServiceError
-from airflow_logstore.settings import LocalSettings, local_settings
+from airflow_logstore.settings import EXAMPLE_DAGS, LocalSettings, local_settings
 
 COMPONENTS: dict[str, list[str]] = {
     "api-server": ["api-server"],
@@ -258,10 +258,9 @@ class LocalAirflow:
 
 
 def local_airflow(dags_folder: Path | None = None, port: int | None = None) -> LocalAirflow:
-    from airflow_logstore.demo import REPO_ROOT
 
     return LocalAirflow(
         local_settings(),
-        dags_folder or REPO_ROOT / "dags",
+        dags_folder or EXAMPLE_DAGS,
         port or int(os.environ.get("LOGSTORE_AIRFLOW_PORT", "8080")),
     )

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from airflow_logstore.catalog import CatalogSpec
 from airflow_logstore.services.topology import CLUSTER, ClusterTopology
-from airflow_logstore.settings import LocalSettings, local_settings
+from airflow_logstore.settings import EXAMPLE_DAGS, LocalSettings, local_settings
+from airflow_logstore.table.catalog import CatalogSpec
 
 
 def cluster_spark_jars(settings: LocalSettings) -> list[Path]:
@@ -185,12 +185,11 @@ class LocalCluster:
         return LocalSparkCluster(self.settings, self.topology.spark, self._dir("spark"), python=self.python)
 
     def _airflow(self) -> _Service:
-        from airflow_logstore.demo import REPO_ROOT
         from airflow_logstore.services.airflow_local import LocalAirflow
 
         return LocalAirflow(
             self.settings,
-            self.dags_folder or REPO_ROOT / "dags",
+            self.dags_folder or EXAMPLE_DAGS,
             port=self.topology.airflow_port,
             home=self._dir("airflow"),
             database_url=self.service("postgres").url,

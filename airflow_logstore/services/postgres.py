@@ -24,11 +24,11 @@ from typing import Any
 from airflow_logstore.exceptions import ServiceError
 from airflow_logstore.services import _process
 from airflow_logstore.services.local import _port_open
-from airflow_logstore.settings import LocalSettings, local_settings
+from airflow_logstore.settings import SOURCE_ROOT, LocalSettings, local_settings
 
 SUPERUSER = "postgres"
 SERVER_USER = "postgres"  # the OS user the server runs as when we are root
-INSTALL_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "install-postgres"
+INSTALL_SCRIPT = SOURCE_ROOT / "scripts" / "install-postgres"
 _SOCKET_PATH_MAX = 107  # sun_path
 
 

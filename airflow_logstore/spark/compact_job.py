@@ -3,14 +3,15 @@
 Steps (each reported; a dry run only plans and lists):
 
 1. **Policy**: file statistics of the current snapshot (pyiceberg) against the table's
-   ``self-optimizing.*`` thresholds (:func:`airflow_logstore.compaction.evaluate_policy`).
+   ``self-optimizing.*`` thresholds (:func:`airflow_logstore.compaction.policy.evaluate_policy`).
 2. **Rewrite** (only when the policy says so, or ``force``): Iceberg's bin-pack data-file rewrite
    (what ``CALL system.rewrite_data_files`` runs) with the target size and, when deletes are over their
    thresholds, ``delete-file-threshold=1`` so every data file with deletes is rewritten with its
    deletes applied; then dangling delete files are removed and the remaining position-delete files
    are compacted (``rewrite_position_delete_files``).
-3. **Expire snapshots** with the retention policy, after :func:`~airflow_logstore.compaction.secure_ledger`
-   made sure the control-topic ledger holds every commit that expires.
+3. **Expire snapshots** with the retention policy, after
+   :func:`~airflow_logstore.compaction.policy.secure_ledger` made sure the control-topic ledger holds
+   every commit that expires.
 4. **Remove orphan files** older than a safe age.
 
 **Marking the snapshots.** Iceberg 1.12.0 applies the session settings
@@ -43,7 +44,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from airflow_logstore.compaction import (
+from airflow_logstore.compaction.policy import (
     COMPACTION_SUMMARY,
     S_COMPACTION_RUN,
     CompactionOptions,
@@ -65,8 +66,8 @@ from airflow_logstore.spark.commit_retry import RetryOutcome, retry_iceberg_comm
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from airflow_logstore.catalog import CatalogSpec
-    from airflow_logstore.tables import LogStoreTable
+    from airflow_logstore.table.catalog import CatalogSpec
+    from airflow_logstore.table.tables import LogStoreTable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -418,7 +419,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args: argparse.Namespace) -> CompactionOptions:
-    from airflow_logstore.compaction import DEFAULT_ORPHAN_AGE_MS
+    from airflow_logstore.compaction.policy import DEFAULT_ORPHAN_AGE_MS
 
     return CompactionOptions(
         dry_run=bool(args.dry_run),
@@ -452,7 +453,7 @@ def run(
     catalog: CatalogSpec | None = None,
     kafka_extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    from airflow_logstore.tables import LogStoreTable
+    from airflow_logstore.table.tables import LogStoreTable
 
     return run_compaction(spark, LogStoreTable.open(table, catalog, kafka_extra), options).to_dict()
 
@@ -463,7 +464,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from airflow_logstore.spark.jobconf import job_settings, spark_conf_dict
     from airflow_logstore.spark.jobs import emit_result
     from airflow_logstore.spark.session import build_spark_session
-    from airflow_logstore.tables import LogStoreTable
+    from airflow_logstore.table.tables import LogStoreTable
 
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

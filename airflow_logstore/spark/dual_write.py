@@ -27,7 +27,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from airflow_logstore.catalog import CatalogSpec
 from airflow_logstore.core.codec import RecordMeta, encode_headers
 from airflow_logstore.core.commit import Verdict, decide_on, staging_branch
 from airflow_logstore.core.control import ControlState
@@ -36,11 +35,12 @@ from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.core.visibility import with_positions
 from airflow_logstore.exceptions import CommitConflictError, FencedError, OptionError
 from airflow_logstore.pause import fail_once, pause_point
-from airflow_logstore.schema import primary_key_of
 from airflow_logstore.spark import staged_commit
 from airflow_logstore.spark.commit_retry import backoff_seconds, is_commit_conflict
 from airflow_logstore.spark.inputs import OP_COLUMN, ROW_COLUMN, read_raw, validated_changes
-from airflow_logstore.tables import LogStoreTable, merged_state
+from airflow_logstore.table.catalog import CatalogSpec
+from airflow_logstore.table.schema import primary_key_of
+from airflow_logstore.table.tables import LogStoreTable, merged_state
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -119,7 +119,7 @@ def produce_partition(batches: Iterable[pa.RecordBatch], ctx: ProduceContext) ->
     import pyarrow as pa
     from pyspark import TaskContext
 
-    from airflow_logstore.kafka_client import DeliveryTracker, flush, shared_producer
+    from airflow_logstore.log.kafka_client import DeliveryTracker, flush, shared_producer
 
     task_context = TaskContext.get()
     task = task_identity(task_context.partitionId(), task_context.taskAttemptId()) if task_context else "0.0"

@@ -33,7 +33,7 @@ EXECUTOR_MODULES: tuple[str, ...] = (
     "airflow_logstore.spark.read_job",
     "airflow_logstore.spark.reconcile_job",
     "airflow_logstore.spark.compact_job",
-    "airflow_logstore.kafka_client",
+    "airflow_logstore.log.kafka_client",
 )
 
 

@@ -5,7 +5,7 @@ The operator writes them as Spark properties into a private ``--properties-file`
 for pyiceberg in the driver) and ``spark.logstore.kafka.<librdkafka key>`` (security settings for the
 producers).
 
-Every secret travels under a key of its own that :func:`airflow_logstore.catalog.is_secret_key` matches,
+Every secret travels under a key of its own that :func:`airflow_logstore.table.catalog.is_secret_key` matches,
 and ``spark.redaction.regex`` is that same pattern (:func:`airflow_logstore.spark.session.base_conf`), so
 Spark redacts it in its UI, REST API, event log and logs. Nothing secret rides inside another value: the
 catalog spec (``spark.logstore.catalog.spec``) carries name, type, URI without its password and warehouse;
@@ -21,8 +21,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from airflow_logstore.catalog import CatalogSpec, default_catalog, is_secret_key
 from airflow_logstore.settings import extra_kafka_config
+from airflow_logstore.table.catalog import CatalogSpec, default_catalog, is_secret_key
 
 CATALOG_SPEC_KEY = "spark.logstore.catalog.spec"
 CATALOG_PROPERTY_PREFIX = "spark.logstore.catalog.property."
@@ -75,7 +75,7 @@ def check_secret_placement(props: Mapping[str, str], secrets: Iterable[str]) -> 
         if not is_secret_key(key) and any(secret in value for secret in values):
             raise SecretPlacementError(
                 f"Spark property '{key}' would carry a secret in its value, and Spark would not redact it "
-                "(name secrets with a secret-looking key: see airflow_logstore.catalog.is_secret_key)"
+                "(name secrets with a secret-looking key: see airflow_logstore.table.catalog.is_secret_key)"
             )
 
 

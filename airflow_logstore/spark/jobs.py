@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 from airflow_logstore.exceptions import LogStoreError
 
 if TYPE_CHECKING:
-    from airflow_logstore.catalog import CatalogSpec
     from airflow_logstore.spark.dual_write import DualWriter
-    from airflow_logstore.tables import LogStoreTable
+    from airflow_logstore.table.catalog import CatalogSpec
+    from airflow_logstore.table.tables import LogStoreTable
 
 RESULT_PREFIX = "LOGSTORE_RESULT "
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ def emit_result(result: Any, handle: LogStoreTable | None = None, report_id: str
         return
     if handle is None:
         raise ValueError("a job result with a report id needs the table to write it next to")
-    from airflow_logstore.failures import write_result
+    from airflow_logstore.table.reports import write_result
 
     log.info("result written to %s", write_result(handle.load(), report_id, result))
 
@@ -150,8 +150,8 @@ def _report_dual_write_failure(
     args: argparse.Namespace, catalog: CatalogSpec | None, writer: DualWriter | None, exc: BaseException
 ) -> None:
     """Leave a failure report next to the table (batch mode with a known batch id only)."""
-    from airflow_logstore.failures import failure_of, report_failure
-    from airflow_logstore.tables import LogStoreTable
+    from airflow_logstore.table.reports import failure_of, report_failure
+    from airflow_logstore.table.tables import LogStoreTable
 
     if not args.input or args.batch_id is None:
         return
@@ -173,7 +173,7 @@ def _report_dual_write_failure(
 def read_table_main(argv: Sequence[str] | None = None) -> int:
     from airflow_logstore.spark import read_job
     from airflow_logstore.spark.jobconf import job_settings, spark_conf_dict
-    from airflow_logstore.tables import LogStoreTable
+    from airflow_logstore.table.tables import LogStoreTable
 
     args = read_job.parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -1,4 +1,4 @@
-"""The PySpark read job: the read modes of ``airflow_logstore.reader`` at Spark scale.
+"""The PySpark read job: the read modes of ``airflow_logstore.read.reader`` at Spark scale.
 
 The log is read with Spark's Kafka source between offsets the driver computes (start position,
 watermark); executors decode and classify records with the same core functions as the Python reader,
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-    from airflow_logstore.reader import LogReader, SnapshotStart
+    from airflow_logstore.read.reader import LogReader, SnapshotStart
 
 DECODED_SCHEMA = (
     "_kind string, _partition int, _offset long, _writer_id string, _epoch long, _batch_id long, "
@@ -114,7 +114,7 @@ def read_log_frame(
         "includeHeaders": "true",
         "failOnDataLoss": "false",
     }
-    from airflow_logstore.kafka_client import java_client_options
+    from airflow_logstore.log.kafka_client import java_client_options
 
     for key, value in java_client_options(reader.handle.kafka_extra).items():
         options[f"kafka.{key}"] = value
@@ -160,7 +160,7 @@ class _DeadRow:
 
 def send_dead_letters(reader: LogReader, dead: DataFrame) -> tuple[int, str]:
     """Produce the read's dead letters to the table's dead-letter topic; (count, topic)."""
-    from airflow_logstore.deadletter import DeadLetterTopic
+    from airflow_logstore.log.deadletter import DeadLetterTopic
 
     topic = DeadLetterTopic.for_log(reader.kafka_config, reader.topic, reader.config.replication_factor)
     for row in dead.toLocalIterator():
@@ -188,9 +188,9 @@ def parser() -> argparse.ArgumentParser:
 def run(
     spark: SparkSession, args: argparse.Namespace, catalog: Any, kafka_extra: dict[str, Any]
 ) -> dict[str, Any]:
-    from airflow_logstore import kafka_client
-    from airflow_logstore.reader import LogReader, StartPosition, snapshot_positions, snapshot_start
-    from airflow_logstore.tables import LogStoreTable
+    from airflow_logstore.log import kafka_client
+    from airflow_logstore.read.reader import LogReader, StartPosition, snapshot_positions, snapshot_start
+    from airflow_logstore.table.tables import LogStoreTable
 
     handle = LogStoreTable.open(args.table, catalog, kafka_extra)
     result: dict[str, Any] = {"table": args.table, "mode": args.mode}

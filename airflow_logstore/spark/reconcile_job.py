@@ -1,8 +1,9 @@
 """Reconciliation as a PySpark job, for big backlogs (``spark_jobs/reconcile.py``).
 
 The driver does everything that needs one owner — the lease, the safe point, the control state, the
-gaps, the fence checks and the progress record — through :func:`airflow_logstore.reconciler.reconcile`;
-this module only replaces where the scan and the produce run (:class:`SparkEngine`):
+gaps, the fence checks and the progress record — through
+:func:`airflow_logstore.reconcile.reconciler.reconcile`; this module only replaces where the scan and
+the produce run (:class:`SparkEngine`):
 
 - **scan**: Spark's Kafka source reads each partition's window ([position, safe point)); it makes one
   task per Kafka partition, reading it in offset order, and each task runs the same
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
-    from airflow_logstore.reconciler import Offsets, PlanResult, ScanJob
+    from airflow_logstore.reconcile.reconciler import Offsets, PlanResult, ScanJob
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +255,7 @@ def produce_batches(batches: Iterable[pa.RecordBatch], ctx: ProduceContext) -> I
     """Executor side: produce one task's planned records (whole Kafka partitions, in planned order)."""
     import pyarrow as pa
 
-    from airflow_logstore.kafka_client import DeliveryTracker, producer
+    from airflow_logstore.log.kafka_client import DeliveryTracker, producer
 
     tracker = DeliveryTracker()
     prod = producer(ctx.kafka_config, **{"linger.ms": 20})
@@ -347,9 +348,9 @@ class SparkEngine:
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
-        from airflow_logstore.deadletter import DeadLetterTopic
-        from airflow_logstore.kafka_client import java_client_options
-        from airflow_logstore.reconciler import PlanResult
+        from airflow_logstore.log.deadletter import DeadLetterTopic
+        from airflow_logstore.log.kafka_client import java_client_options
+        from airflow_logstore.reconcile.reconciler import PlanResult
 
         busy = sorted(p for p in job.ends if job.starts[p] < job.ends[p])
         stats: dict[int, core.PartitionStats] = {}
@@ -450,10 +451,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from airflow_logstore.reconciler import DEFAULT_LEASE_TTL_S, kill_at, reconcile
+    from airflow_logstore.reconcile.reconciler import DEFAULT_LEASE_TTL_S, kill_at, reconcile
     from airflow_logstore.spark.jobconf import job_settings, spark_conf_dict
     from airflow_logstore.spark.jobs import _session, emit_result
-    from airflow_logstore.tables import LogStoreTable
+    from airflow_logstore.table.tables import LogStoreTable
 
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -3,7 +3,7 @@
 Under ``spark-submit`` (the Airflow path) the submit command already carries jars and catalog
 settings, so the job just attaches to that session. Elsewhere (tests, the CLI, notebooks) the session
 is built here: master ``local[2]`` unless ``LOGSTORE_SPARK_MASTER`` says otherwise, the jars from the
-local cache, the catalog from :func:`airflow_logstore.catalog.default_catalog`.
+local cache, the catalog from :func:`airflow_logstore.table.catalog.default_catalog`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from airflow_logstore.catalog import SECRET_KEY_REGEX, CatalogSpec, default_catalog
 from airflow_logstore.settings import local_settings
+from airflow_logstore.table.catalog import SECRET_KEY_REGEX, CatalogSpec, default_catalog
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -26,7 +26,7 @@ ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExt
 def base_conf() -> dict[str, str]:
     """Settings every LogStore Spark application needs, wherever it runs.
 
-    ``spark.redaction.regex`` is :data:`airflow_logstore.catalog.SECRET_KEY_REGEX`, the project's one
+    ``spark.redaction.regex`` is :data:`airflow_logstore.table.catalog.SECRET_KEY_REGEX`, the project's one
     definition of a secret setting, so every secret the jobs carry (catalog credential, S3 keys, Kafka SASL
     password: see :mod:`airflow_logstore.spark.jobconf`) is redacted in the Spark UI, its REST API, the event
     log and Spark's logs; Spark's default misses ``credential`` and ``access-key-id``. Spark redacts a

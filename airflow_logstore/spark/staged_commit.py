@@ -22,7 +22,7 @@ from airflow_logstore.core.summary import OP_BASE, S_OPERATION
 if TYPE_CHECKING:
     from pyiceberg.table import Table
 
-    from airflow_logstore.tables import LogStoreTable
+    from airflow_logstore.table.tables import LogStoreTable
 
 log = logging.getLogger(__name__)
 

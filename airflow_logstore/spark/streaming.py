@@ -86,7 +86,7 @@ def run_stream(
         .option("startingOffsets", "earliest")
         .option("failOnDataLoss", "true")
     )
-    from airflow_logstore.kafka_client import java_client_options
+    from airflow_logstore.log.kafka_client import java_client_options
 
     for key, value in java_client_options(writer.handle.kafka_extra).items():
         reader = reader.option(f"kafka.{key}", value)

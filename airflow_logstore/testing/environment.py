@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from airflow_logstore import kafka_client
+from airflow_logstore.log import kafka_client
 from airflow_logstore.services.local import BrokerOptions, LocalBroker, free_ports
-from airflow_logstore.settings import LocalSettings, local_settings
+from airflow_logstore.settings import SOURCE_ROOT, LocalSettings, local_settings
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = SOURCE_ROOT
 
 
 def free_port_pair() -> int:

@@ -86,9 +86,9 @@ class SnapshotCommitTrigger(BaseTrigger):
     def poll_once(self) -> tuple[str, dict[str, Any]]:
         """One look at the table: ``success`` (the commit), ``failed`` (the batch's write failed for
         good since ``not_before_ms``: a retry cannot fix it) or ``waiting``."""
-        from airflow_logstore.failures import read_failure
         from airflow_logstore.hooks.logstore import LogStoreHook
-        from airflow_logstore.snapshots import commit_xcom, find_commit
+        from airflow_logstore.table.reports import read_failure
+        from airflow_logstore.table.snapshots import commit_xcom, find_commit
 
         handle = LogStoreHook(self.logstore_conn_id, self.kafka_config_id).table(self.table)
         table = handle.load()

@@ -65,7 +65,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         service.up()
         yield service
     finally:
-        from airflow_logstore import kafka_client
+        from airflow_logstore.log import kafka_client
 
         kafka_client.close_shared_producers()  # before the brokers go: no client left knocking
         service.down()

@@ -27,10 +27,10 @@ from airflow_logstore.operators.create_table import LogStoreCreateTableOperator
 from airflow_logstore.operators.dual_write import LogStoreDualWriteOperator
 from airflow_logstore.operators.publish import LogStorePublishVisibleOffsetsOperator
 from airflow_logstore.operators.reconcile import LogStoreReconcileOperator
-from airflow_logstore.reader import LogReader, LogRecord, read_log
+from airflow_logstore.read.reader import LogReader, LogRecord, read_log
 from airflow_logstore.services.cluster import LocalCluster
 from airflow_logstore.services.local import free_ports
-from airflow_logstore.tables import LogStoreTable, snapshot_commits
+from airflow_logstore.table.tables import LogStoreTable, snapshot_commits
 from airflow_logstore.testing.secrets import Places, find_canaries
 from airflow_logstore.testing.tables import fold_log, table_state, write_jsonl
 
@@ -84,7 +84,7 @@ class Follower:
     """A consistent follower of the table's log, from the beginning, in a thread."""
 
     def __init__(self, handle: LogStoreTable) -> None:
-        from airflow_logstore.follow import follow
+        from airflow_logstore.read.follow import follow
 
         self.records: list[LogRecord] = []
         self.stop = threading.Event()

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from airflow_logstore.core.changes import apply_final, plan_batch
-from airflow_logstore.publish import is_visible
-from airflow_logstore.reader import read_log
+from airflow_logstore.publish.publisher import is_visible
+from airflow_logstore.read.reader import read_log
 from airflow_logstore.services.cluster import LocalCluster
-from airflow_logstore.tables import LogStoreTable, snapshot_commits
+from airflow_logstore.table.tables import LogStoreTable, snapshot_commits
 from airflow_logstore.testing.environment import REPO_ROOT
 from airflow_logstore.testing.secrets import Places, find_canaries
 from airflow_logstore.testing.tables import fold_log, table_state

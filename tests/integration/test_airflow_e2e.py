@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_logstore.publish import is_visible
-from airflow_logstore.reader import read_log
+from airflow_logstore.publish.publisher import is_visible
+from airflow_logstore.read.reader import read_log
 from airflow_logstore.services.airflow_local import LocalAirflow
-from airflow_logstore.tables import LogStoreTable, snapshot_commits
+from airflow_logstore.table.tables import LogStoreTable, snapshot_commits
 from airflow_logstore.testing.environment import REPO_ROOT, free_port_pair
 from airflow_logstore.testing.tables import write_jsonl
 

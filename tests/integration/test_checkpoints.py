@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from airflow_logstore import checkpoints, kafka_client
 from airflow_logstore.core import control
 from airflow_logstore.core.codec import RecordMeta, encode_headers
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.summary import CommitInfo
-from airflow_logstore.publish import publish_visible_offsets
-from airflow_logstore.reader import read_log
-from airflow_logstore.tables import LogStoreTable
+from airflow_logstore.log import checkpoints, kafka_client
+from airflow_logstore.publish.publisher import publish_visible_offsets
+from airflow_logstore.read.reader import read_log
+from airflow_logstore.table.tables import LogStoreTable
 from airflow_logstore.testing.tables import make_table
 
 BATCH = 5

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from airflow_logstore.cli import main
-from airflow_logstore.tables import LogStoreTable
+from airflow_logstore.table.tables import LogStoreTable
 from airflow_logstore.testing.environment import LogStoreTestEnv
 from airflow_logstore.testing.tables import make_table
 
@@ -97,9 +97,9 @@ def test_services_status_names_the_running_broker(env: LogStoreTestEnv) -> None:
 
 def test_a_missing_topic_is_a_message(env: LogStoreTestEnv) -> None:
     """The table's log points at the real broker, but its topic was never created."""
-    from airflow_logstore.catalog import default_catalog
-    from airflow_logstore.schema import parse_schema
-    from airflow_logstore.tables import ICEBERG_DEFAULTS
+    from airflow_logstore.table.catalog import default_catalog
+    from airflow_logstore.table.schema import parse_schema
+    from airflow_logstore.table.tables import ICEBERG_DEFAULTS
 
     name = f"it.{env.unique('notopic')}"
     catalog = default_catalog().load()

@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
-from airflow_logstore.compaction import HOUR_MS, S_COMPACTION_RUN, CompactionOptions
+from airflow_logstore.compaction.policy import HOUR_MS, S_COMPACTION_RUN, CompactionOptions
 from airflow_logstore.core.summary import OP_COMPACTION, S_OPERATION, CommitInfo
 from airflow_logstore.exceptions import FencedError
-from airflow_logstore.publish import publish_visible_offsets
-from airflow_logstore.reader import read_file, read_hybrid, read_log
-from airflow_logstore.reconciler import reconcile
+from airflow_logstore.publish.publisher import publish_visible_offsets
+from airflow_logstore.read.reader import read_file, read_hybrid, read_log
+from airflow_logstore.reconcile.reconciler import reconcile
 from airflow_logstore.spark.compact_job import IcebergActions, run_compaction
 from airflow_logstore.spark.dual_write import DualWriter, open_writer
 from airflow_logstore.spark.jobs import parse_result
-from airflow_logstore.tables import LogStoreTable, snapshot_commits
+from airflow_logstore.table.tables import LogStoreTable, snapshot_commits
 from airflow_logstore.testing.tables import fold_log, make_table
 
 pytestmark = pytest.mark.integration

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from pyiceberg.exceptions import NoSuchTableError
 
-from airflow_logstore import kafka_client
-from airflow_logstore.deadletter import dead_letter_topic_name
-from airflow_logstore.demo import start_over
-from airflow_logstore.tables import create_table
+from airflow_logstore.cli.demo import start_over
+from airflow_logstore.log import kafka_client
+from airflow_logstore.log.deadletter import dead_letter_topic_name
+from airflow_logstore.table.tables import create_table
 from airflow_logstore.testing.environment import LogStoreTestEnv
 from airflow_logstore.testing.tables import DEFAULT_SCHEMA, make_table
 

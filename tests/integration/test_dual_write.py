@@ -13,11 +13,11 @@ from airflow_logstore.core.changes import apply_final, plan_batch
 from airflow_logstore.core.codec import RowKind
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.exceptions import BadInputError, OptionError, SchemaMismatchError
-from airflow_logstore.publish import publish_visible_offsets
-from airflow_logstore.reader import read_log
+from airflow_logstore.publish.publisher import publish_visible_offsets
+from airflow_logstore.read.reader import read_log
 from airflow_logstore.spark.dual_write import open_writer
 from airflow_logstore.spark.jobs import parse_result
-from airflow_logstore.tables import snapshot_commits
+from airflow_logstore.table.tables import snapshot_commits
 from airflow_logstore.testing.tables import eventual_log, fold_log, make_table, table_state, write_jsonl
 
 BATCHES: list[list[dict[str, Any]]] = [
@@ -247,7 +247,7 @@ def test_csv_and_parquet_inputs(env, spark, table, tmp_path: Path) -> None:
 
 
 def test_streaming_micro_batches(env, spark, table, tmp_path: Path) -> None:
-    from airflow_logstore import kafka_client
+    from airflow_logstore.log import kafka_client
     from airflow_logstore.spark.streaming import run_stream
 
     source = env.unique("source")

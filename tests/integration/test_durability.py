@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from airflow_logstore import kafka_client
+from airflow_logstore.log import kafka_client
 from airflow_logstore.spark.dual_write import open_writer
-from airflow_logstore.tables import LogStoreTable, create_table, recorded_epochs
+from airflow_logstore.table.tables import LogStoreTable, create_table, recorded_epochs
 from airflow_logstore.testing.tables import write_jsonl
 
 SCHEMA = "id int, name string"
@@ -70,7 +70,7 @@ def test_a_recreated_control_topic_never_hands_out_an_epoch_the_table_already_re
 def test_the_broker_stamps_control_records_and_leases_expire_by_its_clock(env: Any) -> None:
     from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, TopicPartition
 
-    from airflow_logstore.reconciler import LEASE_NAME, ReconcilerLease
+    from airflow_logstore.reconcile.reconciler import LEASE_NAME, ReconcilerLease
 
     handle = _new_table(env, "stamped")
     config = handle.config()

@@ -14,8 +14,8 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow_logstore.core.failures import RESULTS_DIR
 from airflow_logstore.operators.dual_write import LogStoreDualWriteOperator
 from airflow_logstore.operators.reconcile import LogStoreReconcileOperator
-from airflow_logstore.snapshots import find_commit
-from airflow_logstore.tables import LogStoreTable
+from airflow_logstore.table.snapshots import find_commit
+from airflow_logstore.table.tables import LogStoreTable
 from airflow_logstore.testing.tables import make_table, table_state, write_jsonl
 
 SCHEMA = "id int, customer string, amount long"

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from airflow_logstore.core.changes import apply_final, plan_batch
-from airflow_logstore.publish import publish_visible_offsets
-from airflow_logstore.reader import read_log
+from airflow_logstore.publish.publisher import publish_visible_offsets
+from airflow_logstore.read.reader import read_log
 from airflow_logstore.services.local import BrokerOptions, LocalBroker
 from airflow_logstore.spark.jobs import parse_result
-from airflow_logstore.tables import LogStoreTable, create_table, snapshot_commits
+from airflow_logstore.table.tables import LogStoreTable, create_table, snapshot_commits
 from airflow_logstore.testing.environment import free_port_pair
 from airflow_logstore.testing.tables import fold_log, table_state, write_jsonl
 
@@ -42,7 +42,7 @@ def _plain(state: dict[Any, dict[str, Any]]) -> dict[int, tuple[Any, Any]]:
 
 
 def _reconcile(handle: LogStoreTable) -> dict[str, Any]:
-    from airflow_logstore.reconciler import reconcile
+    from airflow_logstore.reconcile.reconciler import reconcile
 
     return reconcile(handle).to_dict()
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_logstore.failures import read_failure
 from airflow_logstore.operators.dual_write import LogStoreDualWriteOperator
-from airflow_logstore.reader import read_log
-from airflow_logstore.tables import LogStoreTable
+from airflow_logstore.read.reader import read_log
+from airflow_logstore.table.reports import read_failure
+from airflow_logstore.table.tables import LogStoreTable
 from airflow_logstore.testing.tables import make_table, write_jsonl
 from airflow_logstore.triggers.snapshot_commit import SnapshotCommitTrigger
 

@@ -21,13 +21,13 @@ import pytest
 from airflow_logstore.core.changelog import apply_retract
 from airflow_logstore.core.codec import RowKind
 from airflow_logstore.exceptions import FencedError
-from airflow_logstore.follow import follow
-from airflow_logstore.kafka_client import wait_until
+from airflow_logstore.log.kafka_client import wait_until
 from airflow_logstore.pause import on_pause
-from airflow_logstore.publish import publish_visible_offsets
-from airflow_logstore.reader import HybridRead, LogReader, read_hybrid, read_log
+from airflow_logstore.publish.publisher import publish_visible_offsets
+from airflow_logstore.read.follow import follow
+from airflow_logstore.read.reader import HybridRead, LogReader, read_hybrid, read_log
 from airflow_logstore.spark.dual_write import open_writer
-from airflow_logstore.tables import LogStoreTable, snapshot_commits
+from airflow_logstore.table.tables import LogStoreTable, snapshot_commits
 from airflow_logstore.testing.tables import make_table, table_state, write_jsonl
 
 WAIT_S = 300.0

@@ -20,7 +20,7 @@ from airflow_logstore.hooks.logstore import LogStoreHook
 from airflow_logstore.operators.create_table import LogStoreCreateTableOperator
 from airflow_logstore.operators.dual_write import LogStoreDualWriteOperator
 from airflow_logstore.operators.publish import LogStorePublishVisibleOffsetsOperator
-from airflow_logstore.reader import read_log
+from airflow_logstore.read.reader import read_log
 from airflow_logstore.services.local import BrokerOptions, LocalBroker, free_ports
 from airflow_logstore.testing.tables import write_jsonl
 
@@ -174,10 +174,10 @@ def test_pipeline_over_sasl_leaks_no_secret(
 def test_spark_kafka_source_authenticates_from_the_connection(
     env, spark, sasl_broker: LocalBroker, connections: None, tmp_path: Path
 ) -> None:
-    from airflow_logstore import kafka_client
+    from airflow_logstore.log import kafka_client
     from airflow_logstore.spark.dual_write import DualWriter
     from airflow_logstore.spark.streaming import run_stream
-    from airflow_logstore.tables import create_table
+    from airflow_logstore.table.tables import create_table
 
     name = env.unique("sasl_stream")
     handle = LogStoreHook(kafka_config_id="kafka_sasl").table(f"sec.{name}")
@@ -234,7 +234,7 @@ EXECUTOR_ENV_CANARIES = (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)
 @pytest.fixture
 def canary_connections(env, monkeypatch: pytest.MonkeyPatch, connections: None) -> str:
     """A ``logstore`` connection to the test catalog carrying canary S3 keys and catalog credential."""
-    from airflow_logstore.catalog import default_catalog
+    from airflow_logstore.table.catalog import default_catalog
 
     spec = default_catalog()
     connection = {

@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
-from airflow_logstore import kafka_client
 from airflow_logstore.core import control
 from airflow_logstore.core.codec import RowKind
 from airflow_logstore.core.summary import CommitInfo
-from airflow_logstore.deadletter import dead_letter_topic_name
-from airflow_logstore.publish import publish_visible_offsets
-from airflow_logstore.reader import LogReader, read_file, read_hybrid, read_log, run_read
+from airflow_logstore.log import kafka_client
+from airflow_logstore.log.deadletter import dead_letter_topic_name
+from airflow_logstore.publish.publisher import publish_visible_offsets
+from airflow_logstore.read.reader import LogReader, read_file, read_hybrid, read_log, run_read
 from airflow_logstore.spark.dual_write import open_writer
 from airflow_logstore.spark.jobs import parse_result
-from airflow_logstore.tables import snapshot_commits
+from airflow_logstore.table.tables import snapshot_commits
 from airflow_logstore.testing.tables import eventual_log, fold_log, make_table, table_state, write_jsonl
 
 ROWS = [
@@ -400,7 +400,7 @@ def test_followers_eventual_at_once_consistent_after_publish(
 ) -> None:
     import threading
 
-    from airflow_logstore.follow import follow
+    from airflow_logstore.read.follow import follow
 
     table = make_table(env)
     writer = open_writer(spark, str(table.name), writer_id="follow")

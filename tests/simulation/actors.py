@@ -20,7 +20,7 @@ from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from airflow_logstore.compaction import RetentionPolicy, SnapshotInfo, plan_expiry
+from airflow_logstore.compaction.policy import RetentionPolicy, SnapshotInfo, plan_expiry
 from airflow_logstore.core import control
 from airflow_logstore.core import reconcile as rec
 from airflow_logstore.core.changes import apply_final, plan_batch

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from airflow_logstore.catalog import (
+from airflow_logstore.exceptions import IdentifierError
+from airflow_logstore.settings import local_settings
+from airflow_logstore.table.catalog import (
     CatalogSpec,
     TableName,
     default_catalog,
     embedded_catalog,
     is_secret_key,
 )
-from airflow_logstore.exceptions import IdentifierError
-from airflow_logstore.settings import local_settings
 
 P = "spark.sql.catalog.logstore"
 

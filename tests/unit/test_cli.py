@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from airflow_logstore.cli import main
-from airflow_logstore.commands._errors import Context, explain
+from airflow_logstore.cli.commands._errors import Context, explain
 from airflow_logstore.exceptions import BadInputError, KafkaUnavailableError
 
 MISSING = "no.such_table"
@@ -40,9 +40,9 @@ class State:
 @pytest.fixture
 def state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> State:
     """A state folder with ``t.logged`` (its log on a closed port) and ``t.plain`` (no log)."""
-    from airflow_logstore.catalog import default_catalog
-    from airflow_logstore.schema import parse_schema
-    from airflow_logstore.tables import ICEBERG_DEFAULTS
+    from airflow_logstore.table.catalog import default_catalog
+    from airflow_logstore.table.schema import parse_schema
+    from airflow_logstore.table.tables import ICEBERG_DEFAULTS
 
     home = tmp_path / "home"
     for name in ("LOGSTORE_CATALOG", "LOGSTORE_KAFKA_CONFIG", "LOGSTORE_SPARK_MASTER"):
@@ -383,6 +383,6 @@ def test_a_bad_environment_variable_is_named(
     ],
 )
 def test_which_input_paths_are_checked_before_spark(path: str, master: str, local: Path | None) -> None:
-    from airflow_logstore.commands.write import local_input_path
+    from airflow_logstore.cli.commands.write import local_input_path
 
     assert local_input_path(path, master) == local

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from airflow_logstore.compaction import (
+from airflow_logstore.compaction.policy import (
     DEFAULT_MAX_SNAPSHOT_AGE_MS,
     HOUR_MS,
     CompactionOptions,

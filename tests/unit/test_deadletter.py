@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from airflow_logstore import deadletter
-from airflow_logstore.deadletter import DeadLetterTopic, dead_letter_topic_name
+from airflow_logstore.log import deadletter
+from airflow_logstore.log.deadletter import DeadLetterTopic, dead_letter_topic_name
 
 
 class _Message:

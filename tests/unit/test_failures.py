@@ -11,7 +11,7 @@ import pytest
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
 from airflow_logstore.exceptions import BadInputError
-from airflow_logstore.failures import failure_of, read_failure, report_failure
+from airflow_logstore.table.reports import failure_of, read_failure, report_failure
 
 
 def _table(location: str) -> Any:

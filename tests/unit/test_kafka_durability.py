@@ -8,11 +8,16 @@ from typing import Any
 
 import pytest
 
-from airflow_logstore import kafka_client
 from airflow_logstore.core.properties import parse_table_properties
 from airflow_logstore.exceptions import TopicError
-from airflow_logstore.kafka_client import CONTROL_TOPIC_CONFIGS, ControlTopic, TopicInfo, durability_configs
-from airflow_logstore.tables import recorded_epochs
+from airflow_logstore.log import kafka_client
+from airflow_logstore.log.kafka_client import (
+    CONTROL_TOPIC_CONFIGS,
+    ControlTopic,
+    TopicInfo,
+    durability_configs,
+)
+from airflow_logstore.table.tables import recorded_epochs
 
 # --- replication and topic settings -------------------------------------------------------------------
 

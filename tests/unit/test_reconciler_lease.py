@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from airflow_logstore import reconciler
 from airflow_logstore.core import control
 from airflow_logstore.exceptions import FencedError, OptionError
-from airflow_logstore.kafka_client import ControlTopic
-from airflow_logstore.reconciler import LEASE_SKEW_MARGIN_MS, ReconcilerLease
+from airflow_logstore.log.kafka_client import ControlTopic
+from airflow_logstore.reconcile import reconciler
+from airflow_logstore.reconcile.reconciler import LEASE_SKEW_MARGIN_MS, ReconcilerLease
 
 TTL_S = 10.0
 HOUR_MS = 3_600_000

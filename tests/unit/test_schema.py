@@ -6,7 +6,7 @@ import pytest
 from pyiceberg import types as t
 
 from airflow_logstore.exceptions import IdentifierError, SchemaMismatchError
-from airflow_logstore.schema import (
+from airflow_logstore.table.schema import (
     KEY_TYPES,
     check_identifier,
     describe_schema,

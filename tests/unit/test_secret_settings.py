@@ -7,7 +7,6 @@ import re
 
 import pytest
 
-from airflow_logstore.catalog import SECRET_KEY_REGEX, CatalogSpec, is_secret_key
 from airflow_logstore.spark.jobconf import (
     CATALOG_SPEC_KEY,
     SecretPlacementError,
@@ -17,6 +16,7 @@ from airflow_logstore.spark.jobconf import (
     submit_environment,
 )
 from airflow_logstore.spark.session import base_conf
+from airflow_logstore.table.catalog import SECRET_KEY_REGEX, CatalogSpec, is_secret_key
 
 SPARK_DEFAULT_REDACTION = r"(?i)secret|password|token|access[.]?key"
 

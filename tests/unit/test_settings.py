@@ -215,7 +215,7 @@ def test_kafka_timeout() -> None:
 
 
 def test_kafka_requests_wait_the_configured_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
-    from airflow_logstore.kafka_client import request_timeout
+    from airflow_logstore.log.kafka_client import request_timeout
 
     monkeypatch.delenv("LOGSTORE_KAFKA_TIMEOUT_S", raising=False)
     assert request_timeout(None) == 30.0

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from airflow_logstore import kafka_client
+from airflow_logstore.log import kafka_client
 
 
 class FakeProducer:

@@ -878,7 +878,7 @@ def _type(record: R.LogRecordIn) -> RecordType:
 
 
 def test_scan_workers_get_partitions_of_about_equal_size() -> None:
-    from airflow_logstore.reconcile_scan import split
+    from airflow_logstore.reconcile.scan import split
 
     assert split({0: 100, 1: 90, 2: 20, 3: 10}, 2) == [[0, 3], [1, 2]]
     assert split({0: 5}, 3) == [[0]]

@@ -15,13 +15,13 @@ import pytest
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_logstore.catalog import embedded_catalog
 from airflow_logstore.exceptions import BadInputError, JobFailedError, KafkaUnavailableError
-from airflow_logstore.failures import failure_of, report_failure
 from airflow_logstore.hooks.logstore import LogStoreHook
 from airflow_logstore.operators.dual_write import LogStoreDualWriteOperator
 from airflow_logstore.settings import local_settings
-from airflow_logstore.tables import LogStoreTable, create_table
+from airflow_logstore.table.catalog import embedded_catalog
+from airflow_logstore.table.reports import failure_of, report_failure
+from airflow_logstore.table.tables import LogStoreTable, create_table
 
 WRITER = "logstore_pipeline"
 BAD_ROW = BadInputError("value does not fit type bigint (file a3_bad.jsonl)", row=1, column="amount")

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from airflow_logstore.catalog import SECRET_KEY_REGEX, CatalogSpec
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.hooks.logstore import LogStoreHook
 from airflow_logstore.operators._spark import job_path, spark_submit_hook
@@ -19,6 +18,7 @@ from airflow_logstore.operators.create_table import LogStoreCreateTableOperator
 from airflow_logstore.operators.dual_write import LogStoreDualWriteOperator
 from airflow_logstore.sensors.snapshot_commit import SnapshotCommitSensor
 from airflow_logstore.spark.executors import package_zip
+from airflow_logstore.table.catalog import SECRET_KEY_REGEX, CatalogSpec
 from airflow_logstore.triggers.snapshot_commit import SnapshotCommitTrigger
 
 KAFKA_SECRET = "kafka-s3cret-pw"
@@ -204,8 +204,8 @@ def test_sensor_pokes_and_defers(monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow.sdk.exceptions import TaskDeferred
 
     found: list[CommitInfo | None] = [None]
-    monkeypatch.setattr("airflow_logstore.snapshots.find_commit", lambda handle, **kw: found[0])
-    monkeypatch.setattr("airflow_logstore.failures.read_failure", lambda table, writer, batch: None)
+    monkeypatch.setattr("airflow_logstore.table.snapshots.find_commit", lambda handle, **kw: found[0])
+    monkeypatch.setattr("airflow_logstore.table.reports.read_failure", lambda table, writer, batch: None)
     monkeypatch.setattr(LogStoreHook, "table", lambda self, name: SimpleNamespace(load=object))
     sensor = SnapshotCommitSensor(
         task_id="s", table="db.t", batch_id="3", writer_id="w", deferrable=True, poke_interval=1, timeout=30

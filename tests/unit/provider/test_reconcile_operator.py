@@ -9,7 +9,7 @@ import pytest
 from airflow_logstore.cli import build_parser
 from airflow_logstore.exceptions import OptionError
 from airflow_logstore.operators.reconcile import LogStoreReconcileOperator, as_bool
-from airflow_logstore.reconciler import ReconcileReport
+from airflow_logstore.reconcile.reconciler import ReconcileReport
 
 
 @pytest.mark.parametrize(
@@ -39,7 +39,7 @@ def test_operator_runs_the_library_and_returns_the_report(monkeypatch: pytest.Mo
         calls.append({"table": str(handle.name), **kwargs})
         return ReconcileReport(str(handle.name), status="dry-run", dry_run=True, reversed=3)
 
-    monkeypatch.setattr("airflow_logstore.reconciler.reconcile", fake_reconcile)
+    monkeypatch.setattr("airflow_logstore.reconcile.reconciler.reconcile", fake_reconcile)
     operator = LogStoreReconcileOperator(task_id="r", table="db.t", dry_run="True", lease_ttl_s=30)
     result = operator.execute(context={})
     assert result["reversed"] == 3 and result["dry_run"] is True

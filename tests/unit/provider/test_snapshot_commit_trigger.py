@@ -18,14 +18,14 @@ import sqlalchemy.exc
 from airflow.sdk.exceptions import AirflowFailException
 from airflow.triggers.base import TriggerEvent
 
-from airflow_logstore.catalog import embedded_catalog
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.exceptions import BadInputError, KafkaUnavailableError
-from airflow_logstore.failures import failure_of, report_failure
 from airflow_logstore.hooks.logstore import LogStoreHook
 from airflow_logstore.sensors.snapshot_commit import SnapshotCommitSensor
 from airflow_logstore.settings import local_settings
-from airflow_logstore.tables import LogStoreTable, create_table
+from airflow_logstore.table.catalog import embedded_catalog
+from airflow_logstore.table.reports import failure_of, report_failure
+from airflow_logstore.table.tables import LogStoreTable, create_table
 from airflow_logstore.triggers.snapshot_commit import SnapshotCommitTrigger
 
 WRITER = "logstore_pipeline"

@@ -15,10 +15,8 @@ from typing import Any
 import pytest
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-from airflow_logstore.catalog import embedded_catalog
 from airflow_logstore.core.failures import result_path
 from airflow_logstore.exceptions import JobFailedError, OptionError
-from airflow_logstore.failures import read_result, write_result
 from airflow_logstore.hooks.logstore import LogStoreHook
 from airflow_logstore.operators import _spark
 from airflow_logstore.operators._spark import (
@@ -35,7 +33,9 @@ from airflow_logstore.operators.dual_write import LogStoreDualWriteOperator
 from airflow_logstore.operators.reconcile import LogStoreReconcileOperator
 from airflow_logstore.settings import local_settings
 from airflow_logstore.spark.jobs import emit_result
-from airflow_logstore.tables import LogStoreTable, create_table
+from airflow_logstore.table.catalog import embedded_catalog
+from airflow_logstore.table.reports import read_result, write_result
+from airflow_logstore.table.tables import LogStoreTable, create_table
 
 LOCAL = SparkTarget("local[2]")
 STANDALONE = SparkTarget("spark://master:7077", "client")

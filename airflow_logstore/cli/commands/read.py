@@ -6,11 +6,11 @@ import argparse
 import sys
 from typing import Any
 
-from airflow_logstore.commands import open_table, parse_properties, print_json
+from airflow_logstore.cli.commands import open_table, parse_properties, print_json
 
 
 def run(args: argparse.Namespace) -> int:
-    from airflow_logstore.reader import run_read
+    from airflow_logstore.read.reader import run_read
 
     summary = run_read(
         open_table(args.table, args),

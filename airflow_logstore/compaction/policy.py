@@ -42,7 +42,7 @@ from airflow_logstore.exceptions import LogStoreError, OptionError
 if TYPE_CHECKING:
     from pyiceberg.table import Table
 
-    from airflow_logstore.tables import LogStoreTable
+    from airflow_logstore.table.tables import LogStoreTable
 
 #: Summary key naming the compaction run that committed a snapshot (next to ``logstore.operation``).
 S_COMPACTION_RUN = "logstore.compaction-run"
@@ -385,7 +385,7 @@ def secure_ledger(handle: LogStoreTable, table: Table, expiring: Sequence[Commit
     :raises CompactionSafetyError: when a commit of an expiring snapshot is missing from the ledger
         (or recorded with another epoch); the caller must not expire anything then.
     """
-    from airflow_logstore.publish import sync_ledger
+    from airflow_logstore.publish.publisher import sync_ledger
 
     config = handle.config(table)
     if not config.enabled:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from airflow_logstore.commands import open_table, print_json
+from airflow_logstore.cli.commands import open_table, print_json
 
 
 def run(args: argparse.Namespace) -> int:
-    from airflow_logstore.publish import publish_visible_offsets
+    from airflow_logstore.publish.publisher import publish_visible_offsets
 
     print_json(publish_visible_offsets(open_table(args.table, args)).to_dict())
     return 0

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from airflow_logstore.catalog import CatalogSpec
-    from airflow_logstore.tables import LogStoreTable
+    from airflow_logstore.table.catalog import CatalogSpec
+    from airflow_logstore.table.tables import LogStoreTable
 
 #: librdkafka logs each failed connection attempt on stderr (syslog level 3); the CLI reports the
 #: last one in its error message instead, unless --verbose.
@@ -36,7 +36,7 @@ def open_table(name: str, args: argparse.Namespace) -> LogStoreTable:
     :param args: the command's arguments; with ``--verbose`` or ``--debug`` librdkafka logs too
     """
     from airflow_logstore.settings import extra_kafka_config
-    from airflow_logstore.tables import LogStoreTable
+    from airflow_logstore.table.tables import LogStoreTable
 
     loud = getattr(args, "verbose", False) or getattr(args, "debug", False)
     return LogStoreTable.open(name, kafka_extra={**({} if loud else QUIET_KAFKA), **extra_kafka_config()})
@@ -44,8 +44,8 @@ def open_table(name: str, args: argparse.Namespace) -> LogStoreTable:
 
 def using(catalog: CatalogSpec | None = None, broker: str | None = None) -> dict[str, str]:
     """Which state folder, catalog and Kafka broker a command uses (printed, so a user can tell)."""
-    from airflow_logstore.catalog import default_catalog
     from airflow_logstore.settings import local_settings
+    from airflow_logstore.table.catalog import default_catalog
 
     return {
         "state_folder": local_settings().describe_home(),

@@ -10,7 +10,7 @@ import argparse
 import time
 from typing import Any
 
-from airflow_logstore.commands import using
+from airflow_logstore.cli.commands import using
 
 
 def run(args: argparse.Namespace) -> int:

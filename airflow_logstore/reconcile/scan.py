@@ -1,11 +1,11 @@
 """The reconciler's log scan: partitions read with librdkafka and planned, in one or several processes.
 
-Kept apart from :mod:`airflow_logstore.reconciler` so that scan worker processes import only what they
-need (librdkafka, the codec and the planner; no pyiceberg, no Spark). Per record the costly part is in
-the client library (fetching, and building the Python header list, skipped inside dense commit spans).
-On machines with spare cores a large backlog can be scanned by worker processes, one per group of
-partitions (``workers``); each returns its partitions' plans (statistics and the few records to
-write) and the parent produces them. Each worker has its own fetch buffers.
+Kept apart from :mod:`airflow_logstore.reconcile.reconciler` so that scan worker processes import
+only what they need (librdkafka, the codec and the planner; no pyiceberg, no Spark). Per record the
+costly part is in the client library (fetching, and building the Python header list, skipped inside
+dense commit spans). On machines with spare cores a large backlog can be scanned by worker
+processes, one per group of partitions (``workers``); each returns its partitions' plans (statistics
+and the few records to write) and the parent produces them. Each worker has its own fetch buffers.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_logstore import kafka_client
 from airflow_logstore.core import reconcile as core
 from airflow_logstore.core.control import ControlState
-from airflow_logstore.deadletter import DeadLetterTopic
 from airflow_logstore.exceptions import KafkaUnavailableError
+from airflow_logstore.log import kafka_client
+from airflow_logstore.log.deadletter import DeadLetterTopic
 
 DEAD_LETTER_FLUSH_EVERY = 5000
 #: below this many records in the window, scanning in this process beats starting workers

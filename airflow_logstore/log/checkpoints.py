@@ -19,13 +19,13 @@ import zlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from airflow_logstore import kafka_client
 from airflow_logstore.core import control
 from airflow_logstore.core.checkpoint import decode_state, encode_state, retire
 from airflow_logstore.core.control import ControlState
+from airflow_logstore.log import kafka_client
 
 if TYPE_CHECKING:
-    from airflow_logstore.kafka_client import ControlTopic
+    from airflow_logstore.log.kafka_client import ControlTopic
 
 log = logging.getLogger(__name__)
 

@@ -21,17 +21,17 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_logstore import kafka_client
 from airflow_logstore.core.changelog import Normalizer
 from airflow_logstore.core.codec import RecordMeta, RowKind, decode_headers, decode_value, typed_row
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import ChangelogMode, Consistency, resolve_read_options
 from airflow_logstore.core.summary import S_POSITIONS, CommitInfo, positions_from_json
 from airflow_logstore.core.visibility import Decision, ReadFilter
-from airflow_logstore.deadletter import DeadLetterTopic
 from airflow_logstore.exceptions import OptionError, RecordDecodeError
-from airflow_logstore.schema import field_types, primary_key_of
-from airflow_logstore.tables import LogStoreTable, merged_state
+from airflow_logstore.log import kafka_client
+from airflow_logstore.log.deadletter import DeadLetterTopic
+from airflow_logstore.table.schema import field_types, primary_key_of
+from airflow_logstore.table.tables import LogStoreTable, merged_state
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -79,7 +79,7 @@ def _loaded(exc: BaseException, module: str, *names: str) -> bool:
 
 
 def _catalog() -> str:
-    from airflow_logstore.catalog import default_catalog
+    from airflow_logstore.table.catalog import default_catalog
 
     try:
         return default_catalog().describe()

@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from airflow_logstore import kafka_client
-from airflow_logstore.checkpoints import latest as latest_checkpoint
 from airflow_logstore.core import control
 from airflow_logstore.core.changelog import Normalizer
 from airflow_logstore.core.codec import decode_headers
@@ -20,8 +18,10 @@ from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import Consistency
 from airflow_logstore.core.visibility import ReadFilter, classify
 from airflow_logstore.exceptions import RecordDecodeError
-from airflow_logstore.reader import LogReader, LogRecord, ReadReport, StartPosition
-from airflow_logstore.tables import merged_state
+from airflow_logstore.log import kafka_client
+from airflow_logstore.log.checkpoints import latest as latest_checkpoint
+from airflow_logstore.read.reader import LogReader, LogRecord, ReadReport, StartPosition
+from airflow_logstore.table.tables import merged_state
 
 #: A tailing reader keeps one fetch open per broker; the broker holds an empty fetch this long. Against
 #: the librdkafka default (500 ms) it trims the tail a little (a kept producer, 600 records in batches of

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from airflow_logstore.commands import open_table
+from airflow_logstore.cli.commands import open_table
 from airflow_logstore.exceptions import BadInputError
 
 _GLOB = set("*?[{")

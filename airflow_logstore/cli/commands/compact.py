@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from airflow_logstore.commands import open_table, print_json
+from airflow_logstore.cli.commands import open_table, print_json
 
 
 def run(args: argparse.Namespace) -> int:

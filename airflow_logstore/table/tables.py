@@ -7,13 +7,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_logstore import kafka_client
-from airflow_logstore.catalog import CatalogSpec, TableName, default_catalog
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import LogStoreConfig, parse_table_properties
 from airflow_logstore.core.summary import S_EPOCH, S_OPERATION, S_WRITER, CommitInfo
 from airflow_logstore.exceptions import SchemaMismatchError, TablePropertyError
-from airflow_logstore.schema import describe_schema, field_types, parse_schema, primary_key_of, same_columns
+from airflow_logstore.log import kafka_client
+from airflow_logstore.table.catalog import CatalogSpec, TableName, default_catalog
+from airflow_logstore.table.schema import (
+    describe_schema,
+    field_types,
+    parse_schema,
+    primary_key_of,
+    same_columns,
+)
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
@@ -105,7 +111,7 @@ def recorded_epochs(table: Table) -> dict[str, int]:
     """Per writer the highest ``logstore.epoch`` in any snapshot summary the table still has (any ref).
 
     Epoch claims must stay above these even when the control topic is lost (see
-    :meth:`~airflow_logstore.kafka_client.ControlTopic.claim_epoch`).
+    :meth:`~airflow_logstore.log.kafka_client.ControlTopic.claim_epoch`).
     """
     highest: dict[str, int] = {}
     for snapshot in table.snapshots():

@@ -9,7 +9,7 @@
    only) and classifies each record;
 3. moves the watermark per partition up to the first undecided record (a batch still in flight, or a
    dead epoch whose successor has not committed yet); never backwards;
-4. writes a control checkpoint when one is due (:mod:`airflow_logstore.checkpoints`).
+4. writes a control checkpoint when one is due (:mod:`airflow_logstore.log.checkpoints`).
 
 Publishing twice, or after an older snapshot, changes nothing.
 """
@@ -21,14 +21,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_logstore import kafka_client
-from airflow_logstore.checkpoints import maybe_checkpoint
 from airflow_logstore.core import control
 from airflow_logstore.core.codec import decode_headers
 from airflow_logstore.core.visibility import Decision, WatermarkScan, classify, newly_visible_commits
 from airflow_logstore.exceptions import RecordDecodeError
+from airflow_logstore.log import kafka_client
+from airflow_logstore.log.checkpoints import maybe_checkpoint
 from airflow_logstore.pause import pause_point
-from airflow_logstore.tables import LogStoreTable, snapshot_commits
+from airflow_logstore.table.tables import LogStoreTable, snapshot_commits
 
 log = logging.getLogger(__name__)
 

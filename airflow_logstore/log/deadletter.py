@@ -68,7 +68,7 @@ class DeadLetterTopic:
     def flush(self) -> None:
         if not self._entries:
             return
-        from airflow_logstore import kafka_client
+        from airflow_logstore.log import kafka_client
 
         kafka_client.ensure_topic(
             self.kafka_config,

@@ -599,8 +599,8 @@ class ControlTopic:
 
     def read(self) -> control.ControlState:
         """The control state up to the topic's end at call time: the latest checkpoint (see
-        :mod:`airflow_logstore.checkpoints`) with every record after it folded on."""
-        from airflow_logstore.checkpoints import read_state
+        :mod:`airflow_logstore.log.checkpoints`) with every record after it folded on."""
+        from airflow_logstore.log.checkpoints import read_state
 
         return read_state(self)
 

@@ -41,13 +41,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from airflow_logstore import kafka_client, reconcile_scan
 from airflow_logstore.core import control
 from airflow_logstore.core import reconcile as core
-from airflow_logstore.deadletter import dead_letter_topic_name
 from airflow_logstore.exceptions import FencedError, OptionError
-from airflow_logstore.publish import sync_ledger
-from airflow_logstore.tables import LogStoreTable, merged_state
+from airflow_logstore.log import kafka_client
+from airflow_logstore.log.deadletter import dead_letter_topic_name
+from airflow_logstore.publish.publisher import sync_ledger
+from airflow_logstore.reconcile import scan as reconcile_scan
+from airflow_logstore.table.tables import LogStoreTable, merged_state
 
 log = logging.getLogger(__name__)
 

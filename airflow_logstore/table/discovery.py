@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from airflow_logstore.catalog import CatalogSpec
 from airflow_logstore.core.properties import parse_table_properties
 from airflow_logstore.exceptions import TablePropertyError
+from airflow_logstore.table.catalog import CatalogSpec
 
 log = logging.getLogger(__name__)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from airflow_logstore.commands import open_table, parse_properties, print_json, using
+from airflow_logstore.cli.commands import open_table, parse_properties, print_json, using
 
 
 def create(args: argparse.Namespace) -> int:
-    from airflow_logstore.tables import create_table
+    from airflow_logstore.table.tables import create_table
 
     key = [c.strip() for c in (args.primary_key or "").split(",") if c.strip()]
     result = create_table(
@@ -23,7 +23,7 @@ def create(args: argparse.Namespace) -> int:
 
 
 def show(args: argparse.Namespace) -> int:
-    from airflow_logstore.tables import show_table
+    from airflow_logstore.table.tables import show_table
 
     handle = open_table(args.name, args)
     shown = show_table(handle)

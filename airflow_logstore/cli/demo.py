@@ -22,12 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.services.local import LocalBroker, spark_jars
-from airflow_logstore.settings import LocalSettings, local_settings
+from airflow_logstore.settings import EXAMPLE_DAGS, LocalSettings, local_settings
 
 if TYPE_CHECKING:
     from airflow_logstore.services.airflow_local import LocalAirflow
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 TABLE = "demo.orders"
 
 
@@ -70,9 +69,9 @@ def start_over(table_name: str = TABLE) -> list[str]:
     """Drop an earlier demo's table (with its files) and its topics: every demo starts at batch 1."""
     from pyiceberg.exceptions import NoSuchTableError
 
-    from airflow_logstore import kafka_client
-    from airflow_logstore.deadletter import dead_letter_topic_name
-    from airflow_logstore.tables import LogStoreTable
+    from airflow_logstore.log import kafka_client
+    from airflow_logstore.log.deadletter import dead_letter_topic_name
+    from airflow_logstore.table.tables import LogStoreTable
 
     handle = LogStoreTable.open(table_name)
     try:
@@ -93,7 +92,7 @@ def run_demo(dags_folder: Path | None = None) -> dict[str, Any]:
     from airflow_logstore.services.airflow_local import local_airflow
 
     settings = local_settings()
-    dags_folder = dags_folder or REPO_ROOT / "dags"
+    dags_folder = dags_folder or EXAMPLE_DAGS
     data = dags_folder / "data"
     log_file = settings.home / "demo.log"
     settings.home.mkdir(parents=True, exist_ok=True)
@@ -153,8 +152,8 @@ def run_demo(dags_folder: Path | None = None) -> dict[str, Any]:
 def summarize(settings: LocalSettings, log_file: Path, airflow_home: Path | None = None) -> dict[str, Any]:
     from airflow_logstore.core.changelog import apply_retract, apply_upsert
     from airflow_logstore.core.codec import RecordType
-    from airflow_logstore.reader import read_log
-    from airflow_logstore.tables import LogStoreTable, show_table
+    from airflow_logstore.read.reader import read_log
+    from airflow_logstore.table.tables import LogStoreTable, show_table
 
     handle = LogStoreTable.open(TABLE)
     shown = show_table(handle)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from airflow_logstore.commands import open_table, print_json
+from airflow_logstore.cli.commands import open_table, print_json
 
 
 def run(args: argparse.Namespace) -> int:
-    from airflow_logstore.reconciler import PythonEngine, kill_at, reconcile
+    from airflow_logstore.reconcile.reconciler import PythonEngine, kill_at, reconcile
 
     report = reconcile(
         open_table(args.table, args),

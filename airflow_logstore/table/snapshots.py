@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.core.summary import CommitInfo
-from airflow_logstore.tables import LogStoreTable, snapshot_commits
+from airflow_logstore.table.tables import LogStoreTable, snapshot_commits
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table

@@ -1,6 +1,6 @@
 """``logstore``: a thin command line over the library (the same code the operators run).
 
-Each command lives in ``airflow_logstore/commands/<name>.py`` and registers itself with ``register``.
+Each command lives in ``airflow_logstore/cli/commands/<name>.py`` and registers itself with ``register``.
 Every failure ends as one or two lines (the problem, the next step) and a non-zero exit code; see
 ``commands/_errors.py``. ``--debug`` prints the traceback as well.
 """
@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
-from airflow_logstore.commands._errors import Context, explain
+from airflow_logstore.cli.commands._errors import Context, explain
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,7 +39,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from airflow_logstore import commands
+    from airflow_logstore.cli import commands
 
     parser = _Parser(prog="logstore", description="LogStore tables: Iceberg + Kafka log")
     parser.set_defaults(debug=False)
@@ -75,7 +75,3 @@ def report(exc: BaseException, args: argparse.Namespace | None) -> int:
     failure = explain(exc, Context.of(args))
     print("\n".join(failure.lines()), file=sys.stderr)
     return failure.exit_code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

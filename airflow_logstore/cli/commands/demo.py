@@ -10,7 +10,7 @@ from airflow_logstore.exceptions import OptionError
 
 
 def run(args: argparse.Namespace) -> int:
-    from airflow_logstore.demo import run_demo
+    from airflow_logstore.cli.demo import run_demo
 
     if args.dags_folder and not Path(args.dags_folder).is_dir():
         raise OptionError("--dags-folder", f"'{args.dags_folder}' is not a folder")

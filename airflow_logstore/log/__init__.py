@@ -1,0 +1,9 @@
+"""The Kafka side: clients and topics, the control topic, control-state checkpoints, dead letters.
+
+- ``kafka_client``: one librdkafka configuration for every client; topic admin, producers, consumers,
+  the log scan and the control topic (writer epochs, ledger entries, the visibility watermark).
+- ``checkpoints``: the folded control state kept beside the control topic.
+- ``deadletter``: where records that cannot be decoded go (``<log topic>.logstore-dlq``).
+
+Nothing here knows Iceberg, Spark or Airflow.
+"""

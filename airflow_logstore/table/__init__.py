@@ -1,0 +1,10 @@
+"""The Iceberg side: catalogs, schemas, LogStore tables and their snapshots.
+
+- ``catalog``: the catalog spec (SQLite, PostgreSQL, REST; local folder or S3) and its secrets.
+- ``schema``: a short DDL to an Iceberg schema and back.
+- ``tables``: ``LogStoreTable`` (the handle: an Iceberg table whose properties carry the LogStore
+  settings), creating, opening and showing tables.
+- ``snapshots``: which snapshot committed a batch.
+- ``discovery``: the LogStore tables of a catalog.
+- ``reports``: job failure reports and results, written with the table's own storage.
+"""
