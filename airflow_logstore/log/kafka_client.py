@@ -7,12 +7,13 @@ transactional; keys are partitioned with murmur2 like the Java client.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -527,6 +528,35 @@ class DeliveryTracker:
             raise KafkaUnavailableError(f"{what}: delivery failed: {self.error.str()}")
 
 
+#: One record to produce: key, value, partition (``ANY_PARTITION``: by the key's hash), headers.
+Outgoing = tuple[bytes | None, bytes | None, int, Any]
+ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the partitioner chooses
+#: How many records go to the producer between two polls for delivery reports.
+POLL_EVERY = 5000
+
+
+def produce_each(prod: Producer, topic: str, records: Iterable[Outgoing], tracker: DeliveryTracker) -> int:
+    """Hand ``records`` to the producer in order, waiting for room when its bounded queue is full.
+
+    The one produce loop: every writer of records (the dual write, the reconciler, the control topic)
+    uses it, then :func:`flush`. Returns how many records it handed over.
+    """
+    sent = 0
+    for key, value, partition, headers in records:
+        while True:
+            try:
+                prod.produce(
+                    topic, value=value, key=key, partition=partition, headers=headers, on_delivery=tracker
+                )
+                break
+            except BufferError:  # the queue is full: serve delivery reports until there is room
+                prod.poll(0.05)
+        sent += 1
+        if sent % POLL_EVERY == 0:
+            prod.poll(0)
+    return sent
+
+
 def flush(prod: Producer, tracker: DeliveryTracker, expected: int, what: str, timeout: float = 120.0) -> None:
     remaining = prod.flush(timeout)
     tracker.raise_for_errors(what)
@@ -676,20 +706,9 @@ class ControlTopic:
     def append_fill(self, count: int) -> None:
         """Append ``count`` filler tombstones (ignored by readers, removed by compaction)."""
         tracker = DeliveryTracker()
+        fill: Outgoing = (EPOCH_FILL_KEY.encode(), None, 0, None)
         with shared_producer(self.config, **{"linger.ms": 5}) as prod:
-            for _ in range(count):
-                while True:
-                    try:
-                        prod.produce(
-                            self.topic,
-                            key=EPOCH_FILL_KEY.encode(),
-                            value=None,
-                            partition=0,
-                            on_delivery=tracker,
-                        )
-                        break
-                    except BufferError:
-                        prod.poll(0.05)
+            produce_each(prod, self.topic, itertools.repeat(fill, count), tracker)
             flush(prod, tracker, count, f"control topic '{self.topic}' (epoch fill)", timeout=600.0)
 
     def record_commit(self, commit_json: Mapping[str, Any], writer_id: str, batch_id: int) -> int:

@@ -328,22 +328,8 @@ def produce_outputs(
         return {}
     tracker = kafka_client.DeliveryTracker()
     prod = kafka_client.producer(kafka_config, **{"linger.ms": 20, "queue.buffering.max.messages": 20000})
-    for n, out in enumerate(outputs, start=1):
-        while True:
-            try:
-                prod.produce(
-                    topic,
-                    key=out.key,
-                    value=out.value,
-                    partition=out.partition,
-                    headers=out.headers(lease_id, run),
-                    on_delivery=tracker,
-                )
-                break
-            except BufferError:
-                prod.poll(0.05)
-        if n % 5000 == 0:
-            prod.poll(0)
+    records = ((out.key, out.value, out.partition, out.headers(lease_id, run)) for out in outputs)
+    kafka_client.produce_each(prod, topic, records, tracker)
     kafka_client.flush(prod, tracker, count, f"writing reversals to '{topic}'")
     return dict(tracker.offsets)
 

@@ -119,29 +119,27 @@ def produce_partition(batches: Iterable[pa.RecordBatch], ctx: ProduceContext) ->
     import pyarrow as pa
     from pyspark import TaskContext
 
-    from airflow_logstore.log.kafka_client import DeliveryTracker, flush, shared_producer
+    from airflow_logstore.log.kafka_client import (
+        ANY_PARTITION,
+        DeliveryTracker,
+        flush,
+        produce_each,
+        shared_producer,
+    )
 
     task_context = TaskContext.get()
     task = task_identity(task_context.partitionId(), task_context.taskAttemptId()) if task_context else "0.0"
     headers = encode_headers(RecordMeta(ctx.writer_id, ctx.epoch, ctx.batch_id, task, log_only=ctx.log_only))
     tracker = DeliveryTracker()
-    sent = 0
     pause_point("produce:started")  # tests: hold every task before its first record (a broker dies)
     # the Python worker keeps its producer between tasks: a new one waits ~0.5 s for its producer id
     with shared_producer(ctx.kafka_config, **{"linger.ms": 50, "batch.size": 1_000_000}) as prod:
-        for batch in batches:
-            keys = batch.column(0).to_pylist()
-            values = batch.column(1).to_pylist()
-            for key, value in zip(keys, values, strict=True):
-                while True:
-                    try:
-                        prod.produce(ctx.topic, value=value, key=key, headers=headers, on_delivery=tracker)
-                        break
-                    except BufferError:
-                        prod.poll(0.05)
-                sent += 1
-                if sent % 5000 == 0:
-                    prod.poll(0)
+        records = (
+            (key, value, ANY_PARTITION, headers)
+            for batch in batches
+            for key, value in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True)
+        )
+        sent = produce_each(prod, ctx.topic, records, tracker)
         flush(prod, tracker, sent, f"producing batch {ctx.batch_id} to '{ctx.topic}'")
     pause_point("produce:flushed")  # tests: hold tasks whose records are in the log (a worker dies)
     fail_once("produce:flushed")  # tests: this task attempt fails after its records are in the log

@@ -21,7 +21,7 @@ import base64
 import json
 import logging
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -251,38 +251,25 @@ class ProduceContext:
     run: int
 
 
+def _planned_output(row: Mapping[str, Any]) -> core.Output:
+    """A record the plan wrote, as the row the scan stage returned."""
+    offset = row["reverses_offset"]
+    reverses = (row["partition"], offset) if offset is not None else None
+    record_type = RecordType(row["record_type"])
+    return core.Output(row["partition"], row["key"], row["value"], record_type, row["source"], reverses)
+
+
 def produce_batches(batches: Iterable[pa.RecordBatch], ctx: ProduceContext) -> Iterator[pa.RecordBatch]:
     """Executor side: produce one task's planned records (whole Kafka partitions, in planned order)."""
     import pyarrow as pa
 
-    from airflow_logstore.log.kafka_client import DeliveryTracker, producer
+    from airflow_logstore.log.kafka_client import DeliveryTracker, produce_each, producer
 
     tracker = DeliveryTracker()
     prod = producer(ctx.kafka_config, **{"linger.ms": 20})
-    sent = 0
-    for batch in batches:
-        for row in batch.to_pylist():
-            record_type = RecordType(row["record_type"])
-            reverses = (
-                (row["partition"], row["reverses_offset"]) if row["reverses_offset"] is not None else None
-            )
-            out = core.Output(
-                row["partition"], row["key"], row["value"], record_type, row["source"], reverses
-            )
-            while True:
-                try:
-                    prod.produce(
-                        ctx.topic,
-                        key=out.key,
-                        value=out.value,
-                        partition=out.partition,
-                        headers=out.headers(ctx.lease_id, ctx.run),
-                        on_delivery=tracker,
-                    )
-                    break
-                except BufferError:
-                    prod.poll(0.05)
-            sent += 1
+    outputs = (_planned_output(row) for batch in batches for row in batch.to_pylist())
+    records = ((out.key, out.value, out.partition, out.headers(ctx.lease_id, ctx.run)) for out in outputs)
+    sent = produce_each(prod, ctx.topic, records, tracker)
     remaining = prod.flush(120)
     error = None
     if tracker.error is not None:
