@@ -21,7 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_logstore.services.local import LocalBroker, spark_jars
+from airflow_logstore.jars import spark_jars
+from airflow_logstore.services.local import LocalBroker
 from airflow_logstore.settings import EXAMPLE_DAGS, LocalSettings, local_settings
 
 if TYPE_CHECKING:

@@ -123,7 +123,7 @@ def resolve_jars(
         return _jars_setting(configured) or None
     if conf.get("spark.jars") or conf.get("spark.jars.packages"):
         return None
-    from airflow_logstore.services.local import cached_spark_jars
+    from airflow_logstore.jars import cached_spark_jars
 
     cached = cached_spark_jars()
     if cached:

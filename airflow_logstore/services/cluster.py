@@ -23,18 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from airflow_logstore.jars import cluster_spark_jars
 from airflow_logstore.services.topology import CLUSTER, ClusterTopology
 from airflow_logstore.settings import EXAMPLE_DAGS, LocalSettings, local_settings
 from airflow_logstore.table.catalog import CatalogSpec
-
-
-def cluster_spark_jars(settings: LocalSettings) -> list[Path]:
-    """The embedded default's Spark jars plus the object store's (S3FileIO and Hadoop S3A)."""
-    from airflow_logstore import versions
-    from airflow_logstore.services.local import fetch_jars, spark_jars
-
-    extra = fetch_jars("spark-cluster", versions.CLUSTER_EXTRA_ARTIFACTS, transitive=False, settings=settings)
-    return [*spark_jars(settings), *sorted(extra.glob("*.jar"))]
 
 
 class _Service(Protocol):

@@ -29,8 +29,9 @@ from typing import Any
 
 from airflow_logstore import versions
 from airflow_logstore.exceptions import ServiceError
+from airflow_logstore.jars import fetch_jars
 from airflow_logstore.services import _process
-from airflow_logstore.services.local import _java, _port_open, fetch_jars
+from airflow_logstore.services.local import _java, _port_open
 from airflow_logstore.settings import LocalSettings, local_settings
 
 LAUNCHER_CLASS = "org.apache.iceberg.rest.LogstoreLoopbackRESTCatalogServer"

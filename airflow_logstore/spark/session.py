@@ -96,7 +96,7 @@ def build_spark_session(
                 builder = builder.config(key, value)
         return builder.getOrCreate()
 
-    from airflow_logstore.services.local import spark_jars
+    from airflow_logstore.jars import spark_jars
 
     settings = local_settings()
     # Python workers must run the interpreter that has airflow_logstore (PySpark reads the env var).

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from airflow_logstore import versions
-from airflow_logstore.services.local import _dependency_xml
+from airflow_logstore.jars import _dependency_xml
 from airflow_logstore.services.objectstore import LocalObjectStore
 from airflow_logstore.services.postgres import LocalPostgres
 from airflow_logstore.services.rest_catalog import LAUNCHER_SOURCE, LocalRestCatalog

@@ -16,7 +16,8 @@ from airflow_logstore.cli.commands import using
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "profile", "local") == "cluster":
         return _run_cluster(args.action)
-    from airflow_logstore.services.local import LocalBroker, spark_jars
+    from airflow_logstore.jars import spark_jars
+    from airflow_logstore.services.local import LocalBroker
 
     broker = LocalBroker()
     where = using(broker=broker.bootstrap)

@@ -129,12 +129,12 @@ def test_a_job_on_a_standalone_master_carries_no_path_of_this_machine_for_execut
 @pytest.fixture
 def no_download(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """An empty jar cache, and a download that fails the test if anything calls it."""
-    from airflow_logstore.services import local
+    from airflow_logstore import jars
 
     def download(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a task must never run Maven")
 
-    monkeypatch.setattr(local, "_download", download)
+    monkeypatch.setattr(jars, "_download", download)
     monkeypatch.setenv("LOGSTORE_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("LOGSTORE_SPARK_JARS", raising=False)
     return tmp_path / "cache"
@@ -160,7 +160,7 @@ def test_without_jar_settings_a_task_uses_the_local_cache_or_names_the_setting(n
         resolve_jars(None, {}, {})
     assert "LOGSTORE_SPARK_JARS" in str(error.value) and "spark.jars" in str(error.value)
     assert "never downloads" in str(error.value)
-    from airflow_logstore.services.local import _jars_folder
+    from airflow_logstore.jars import _jars_folder
     from airflow_logstore.versions import SPARK_EXTRA_ARTIFACTS
 
     cache = _jars_folder("spark-extra", SPARK_EXTRA_ARTIFACTS, False, local_settings())
