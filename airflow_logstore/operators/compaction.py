@@ -9,30 +9,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from airflow_logstore.hooks.logstore import LogStoreHook
-
-_TRUE = ("true", "1", "yes", "on")
-_FALSE = ("false", "0", "no", "off", "", "none")
-
-
-def as_bool(value: Any, name: str) -> bool:
-    """A boolean from a Python value or a rendered template (``"{{ params.dry_run }}"`` -> ``"False"``)."""
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise ValueError(f"{name} must be true or false, got {value!r}")
-
-
-def as_int(value: Any, name: str) -> int | None:
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+from airflow_logstore.operators._options import as_bool, as_int
 
 
 class LogStoreCompactionOperator(BaseOperator):

@@ -9,22 +9,9 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from airflow_logstore.hooks.logstore import LogStoreHook
+from airflow_logstore.operators._options import as_bool
 
 ENGINES = ("python", "spark")
-
-
-def as_bool(value: Any, name: str = "dry_run") -> bool:
-    """A flag that may come rendered from a template ("True", "false", "1")."""
-    from airflow_logstore.exceptions import OptionError
-
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no", "", "none"):
-        return False
-    raise OptionError(name, f"expected true or false, got '{value}'")
 
 
 class LogStoreReconcileOperator(BaseOperator):
@@ -77,7 +64,7 @@ class LogStoreReconcileOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow_logstore.exceptions import OptionError
 
-        dry_run = as_bool(self.dry_run_flag)
+        dry_run = as_bool(self.dry_run_flag, "dry_run")
         if self.engine not in ENGINES:
             raise OptionError("engine", f"'{self.engine}' is not one of {', '.join(ENGINES)}")
         hook = LogStoreHook(self.logstore_conn_id, self.kafka_config_id)

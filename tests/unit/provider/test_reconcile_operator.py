@@ -8,21 +8,8 @@ import pytest
 
 from airflow_logstore.cli import build_parser
 from airflow_logstore.exceptions import OptionError
-from airflow_logstore.operators.reconcile import LogStoreReconcileOperator, as_bool
+from airflow_logstore.operators.reconcile import LogStoreReconcileOperator
 from airflow_logstore.reconcile.reconciler import ReconcileReport
-
-
-@pytest.mark.parametrize(
-    ("value", "flag"),
-    [(True, True), (False, False), ("True", True), ("false", False), ("1", True), ("0", False), ("", False)],
-)
-def test_dry_run_accepts_rendered_templates(value: Any, flag: bool) -> None:
-    assert as_bool(value) is flag
-
-
-def test_dry_run_refuses_other_values() -> None:
-    with pytest.raises(OptionError, match="dry_run"):
-        as_bool("maybe")
 
 
 def test_operator_fields_and_no_io_in_init() -> None:
