@@ -6,9 +6,7 @@ leaves the report a real job would leave, then fails as SparkSubmitHook does.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,25 +14,12 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_logstore.exceptions import BadInputError, JobFailedError, KafkaUnavailableError
-from airflow_logstore.hooks.logstore import LogStoreHook
 from airflow_logstore.operators.dual_write import LogStoreDualWriteOperator
-from airflow_logstore.settings import local_settings
-from airflow_logstore.table.catalog import embedded_catalog
 from airflow_logstore.table.reports import failure_of, report_failure
-from airflow_logstore.table.tables import LogStoreTable, create_table
+from airflow_logstore.table.tables import LogStoreTable
 
 WRITER = "logstore_pipeline"
 BAD_ROW = BadInputError("value does not fit type bigint (file a3_bad.jsonl)", row=1, column="amount")
-
-
-@pytest.fixture
-def handle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LogStoreTable:
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
-    catalog = embedded_catalog(local_settings({"LOGSTORE_HOME": str(tmp_path)}))
-    table = LogStoreTable.open("db.orders", catalog)
-    create_table(table, "id int, amount long", primary_key=["id"])
-    monkeypatch.setattr(LogStoreHook, "table", lambda self, name: LogStoreTable.open(name, catalog))
-    return table
 
 
 def _fake_submit(

@@ -33,9 +33,8 @@ from airflow_logstore.operators.dual_write import LogStoreDualWriteOperator
 from airflow_logstore.operators.reconcile import LogStoreReconcileOperator
 from airflow_logstore.settings import local_settings
 from airflow_logstore.spark.jobs import emit_result
-from airflow_logstore.table.catalog import embedded_catalog
 from airflow_logstore.table.reports import read_result, write_result
-from airflow_logstore.table.tables import LogStoreTable, create_table
+from airflow_logstore.table.tables import LogStoreTable
 
 LOCAL = SparkTarget("local[2]")
 STANDALONE = SparkTarget("spark://master:7077", "client")
@@ -173,16 +172,6 @@ def test_without_jar_settings_a_task_uses_the_local_cache_or_names_the_setting(n
 
 
 # -- results: next to the table, read back through pyiceberg -----------------------------------------
-
-
-@pytest.fixture
-def handle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LogStoreTable:
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
-    catalog = embedded_catalog(local_settings({"LOGSTORE_HOME": str(tmp_path)}))
-    table = LogStoreTable.open("db.orders", catalog)
-    create_table(table, "id int, amount long", primary_key=["id"])
-    monkeypatch.setattr(LogStoreHook, "table", lambda self, name: LogStoreTable.open(name, catalog))
-    return table
 
 
 def test_a_result_is_written_next_to_the_table_read_back_once_and_removed(handle: LogStoreTable) -> None:
