@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.core.control import ControlState
+from airflow_logstore.core.ledger import with_commits
 from airflow_logstore.core.properties import LogStoreConfig, parse_table_properties
 from airflow_logstore.core.summary import S_EPOCH, S_OPERATION, S_WRITER, CommitInfo
 from airflow_logstore.exceptions import SchemaMismatchError, TablePropertyError
@@ -123,10 +124,11 @@ def recorded_epochs(table: Table) -> dict[str, int]:
 
 
 def merged_state(table: Table, state: ControlState) -> ControlState:
-    """The control state with the commits of live snapshots added (not yet in the ledger)."""
-    for commit in snapshot_commits(table):
-        state.commits.setdefault(commit.key, commit)
-    return state
+    """A new control state: ``state`` with the commits of live snapshots added (not yet in the ledger).
+
+    ``state`` itself is left as it is (see :func:`~airflow_logstore.core.ledger.with_commits`).
+    """
+    return with_commits(state, snapshot_commits(table))
 
 
 @dataclass(frozen=True)
