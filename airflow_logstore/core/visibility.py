@@ -22,14 +22,15 @@ The watermark of a partition is the highest offset below which no record is unde
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 from airflow_logstore.core import ranges
-from airflow_logstore.core.codec import RecordMeta, RecordType
+from airflow_logstore.core.codec import RecordMeta, RecordType, decode_headers
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.summary import CommitInfo
+from airflow_logstore.exceptions import RecordDecodeError
 
 
 class Decision(StrEnum):
@@ -152,6 +153,68 @@ class WatermarkScan:
 
 #: Decisions a settled record keeps without its ledger entry, by the name of its hole kind.
 HOLE_KINDS = {Decision.REDUNDANT: "redundant", Decision.FOREIGN: "foreign"}
+
+
+def watermark_scan_range(
+    watermark: Mapping[int, int], bounds: Mapping[int, tuple[int, int]]
+) -> tuple[dict[int, int], dict[int, int]]:
+    """(start, end) of a publish scan: from after the watermark (or the log start) to the log's ends.
+
+    :param bounds: per partition (log start offset, end offset), read before the control state.
+    """
+    start = {p: max(watermark.get(p, -1) + 1, low) for p, (low, _) in bounds.items()}
+    end = {p: high for p, (_, high) in bounds.items()}
+    return start, end
+
+
+@dataclass(frozen=True)
+class WatermarkMove:
+    """What a publish scan decided: the new watermark, what it settled, and in numbers why."""
+
+    watermark: dict[int, int]
+    settled: dict[str, Any]  # see WatermarkScan.settled
+    scanned: int = 0
+    undecodable: int = 0
+    blocked_by: dict[str, dict[str, Any]] = field(default_factory=dict)  # partition -> first undecided
+
+
+def scan_watermark(
+    records: Iterable[tuple[int, int, Any]],
+    state: ControlState,
+    start: Mapping[int, int],
+    end: Mapping[int, int],
+) -> WatermarkMove:
+    """Classify ``records`` ((partition, offset, headers) in offset order, ``start`` to ``end``) against
+    ``state`` and move its watermark to the first undecided record of each partition."""
+    scan = WatermarkScan(state.watermark)
+    scanned = undecodable = 0
+    blocked_by: dict[str, dict[str, Any]] = {}
+    for partition, offset, headers in records:
+        scanned += 1
+        if partition in scan.blocked:
+            continue
+        try:
+            meta = decode_headers(headers)
+        except RecordDecodeError:
+            undecodable += 1
+            scan.observe(partition, offset, None)  # decided: dead-lettered
+            continue
+        decision = classify(meta, partition, offset, state)
+        if decision.undecided:
+            blocked_by[str(partition)] = _blocker(meta, offset, decision)
+        scan.observe(partition, offset, decision, meta.pair_half)
+    watermark = scan.finish(end)
+    return WatermarkMove(watermark, scan.settled(start, watermark), scanned, undecodable, blocked_by)
+
+
+def _blocker(meta: RecordMeta, offset: int, decision: Decision) -> dict[str, Any]:
+    return {
+        "offset": offset,
+        "writer_id": meta.writer_id,
+        "batch_id": meta.batch_id,
+        "epoch": meta.epoch,
+        "state": decision.value,
+    }
 
 
 def newly_visible_commits(
