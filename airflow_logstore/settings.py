@@ -4,6 +4,7 @@
 ``LOGSTORE_CACHE``       downloaded jars and the Maven repository
 ``LOGSTORE_KAFKA_PORT``  port of the local broker on 127.0.0.1 (default 19092; controller uses port+1)
 ``LOGSTORE_KAFKA_TIMEOUT_S``  how long Kafka admin and offset requests wait for the broker (default 30)
+``LOGSTORE_SQLITE_BUSY_TIMEOUT_S``  how long the embedded SQLite catalog waits for a lock (default 30)
 ``LOGSTORE_CATALOG``     a JSON catalog spec overriding the embedded SQLite catalog (see table/catalog.py)
 ``LOGSTORE_KAFKA_CONFIG``  JSON librdkafka settings added to every Kafka client (e.g. SASL)
 ``LOGSTORE_SPARK_MASTER``  Spark master for sessions built outside spark-submit (default local[2])
@@ -27,6 +28,7 @@ from typing import Any
 
 PROJECT_NAME = "airflow-logstore"
 DEFAULT_KAFKA_TIMEOUT_S = 30.0
+DEFAULT_SQLITE_BUSY_TIMEOUT_S = 30.0
 #: the folder that holds ``airflow_logstore/`` (in a checkout: the repository, with ``dags/``,
 #: ``spark_jobs/`` and ``scripts/``)
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
@@ -148,16 +150,24 @@ def _absolute(path: Path, cwd: Path | None) -> Path:
 
 def kafka_timeout_s(env: dict[str, str] | None = None) -> float:
     """``LOGSTORE_KAFKA_TIMEOUT_S``: how long a Kafka request waits for an answer (default 30 s)."""
-    env = dict(os.environ if env is None else env)
-    raw = env.get("LOGSTORE_KAFKA_TIMEOUT_S")
+    return _seconds(env, "LOGSTORE_KAFKA_TIMEOUT_S", DEFAULT_KAFKA_TIMEOUT_S)
+
+
+def sqlite_busy_timeout_s(env: dict[str, str] | None = None) -> float:
+    """``LOGSTORE_SQLITE_BUSY_TIMEOUT_S``: how long the embedded catalog waits for a lock (default 30 s)."""
+    return _seconds(env, "LOGSTORE_SQLITE_BUSY_TIMEOUT_S", DEFAULT_SQLITE_BUSY_TIMEOUT_S)
+
+
+def _seconds(env: dict[str, str] | None, name: str, default: float) -> float:
+    raw = dict(os.environ if env is None else env).get(name)
     if not raw:
-        return DEFAULT_KAFKA_TIMEOUT_S
+        return default
     try:
         value = float(raw)
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"LOGSTORE_KAFKA_TIMEOUT_S must be a positive number of seconds, not {raw!r}")
+        raise ValueError(f"{name} must be a positive number of seconds, not {raw!r}")
     return value
 
 

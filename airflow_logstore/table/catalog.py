@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.exceptions import IdentifierError
-from airflow_logstore.settings import LocalSettings, local_settings
+from airflow_logstore.settings import LocalSettings, local_settings, sqlite_busy_timeout_s
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 
 DEFAULT_CATALOG_NAME = "logstore"
 DEFAULT_NAMESPACE = "default"
-SQLITE_BUSY_TIMEOUT_S = 30
 
 #: What makes a setting secret, by its name: the one definition. Written in the syntax Python's ``re``
 #: and Java's ``java.util.regex`` share, because Spark uses it too (``spark.redaction.regex``, see
@@ -112,6 +111,11 @@ class CatalogSpec:
             return "jdbc:postgresql://" + match.group("rest")
         raise ValueError(f"cannot derive a JDBC URL from catalog uri '{uri}'")
 
+    def sqlite_busy_timeout_s(self) -> float:
+        """How long a SQLite catalog waits for a lock: the URI's ``timeout``, else the setting."""
+        match = re.search(r"[?&]timeout=([0-9.]+)", self.uri)
+        return float(match.group(1)) if match else sqlite_busy_timeout_s()
+
     def spark_conf(self) -> dict[str, str]:
         """All ``spark.sql.catalog.<name>.*`` settings, secrets included (see :meth:`split_secrets`)."""
         prefix = f"spark.sql.catalog.{self.name}"
@@ -123,7 +127,7 @@ class CatalogSpec:
             conf[f"{prefix}.uri"] = self.jdbc_uri()
             conf[f"{prefix}.jdbc.schema-version"] = "V1"
             if self.uri.startswith("sqlite:"):
-                conf[f"{prefix}.jdbc.busy_timeout"] = str(SQLITE_BUSY_TIMEOUT_S * 1000)
+                conf[f"{prefix}.jdbc.busy_timeout"] = str(round(self.sqlite_busy_timeout_s() * 1000))
             match = re.match(r"^postgresql(\+\w+)?://(?P<user>[^:@]*)(:(?P<pw>[^@]*))?@", self.uri)
             if match:
                 conf[f"{prefix}.jdbc.user"] = match.group("user")
@@ -175,7 +179,7 @@ def embedded_catalog(settings: LocalSettings | None = None) -> CatalogSpec:
     return CatalogSpec(
         name=DEFAULT_CATALOG_NAME,
         type="sql",
-        uri=f"sqlite:///{settings.catalog_db}?timeout={SQLITE_BUSY_TIMEOUT_S}",
+        uri=f"sqlite:///{settings.catalog_db}?timeout={sqlite_busy_timeout_s():g}",
         warehouse=settings.warehouse.as_uri(),
     )
 

@@ -60,6 +60,19 @@ def test_spark_conf_of_sqlite_catalog() -> None:
     }
 
 
+def test_the_sqlite_busy_timeout_is_one_setting_for_pyiceberg_and_spark(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("LOGSTORE_SQLITE_BUSY_TIMEOUT_S", "2.5")
+    spec = embedded_catalog(local_settings({"LOGSTORE_HOME": str(tmp_path)}, cwd=tmp_path))
+    assert spec.uri.endswith("?timeout=2.5")
+    assert spec.spark_conf()[f"{P}.jdbc.busy_timeout"] == "2500"
+    without = CatalogSpec(uri=spec.uri.split("?")[0], warehouse=spec.warehouse)
+    assert without.spark_conf()[f"{P}.jdbc.busy_timeout"] == "2500"  # the setting, when the URI has none
+    monkeypatch.delenv("LOGSTORE_SQLITE_BUSY_TIMEOUT_S")
+    assert without.spark_conf()[f"{P}.jdbc.busy_timeout"] == "30000"
+
+
 def test_spark_conf_of_postgres_catalog_carries_credentials() -> None:
     spec = CatalogSpec(
         name="lake",

@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from airflow_logstore.settings import extra_kafka_config, find_checkout, kafka_timeout_s, local_settings
+from airflow_logstore.settings import (
+    extra_kafka_config,
+    find_checkout,
+    kafka_timeout_s,
+    local_settings,
+    sqlite_busy_timeout_s,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -212,6 +218,13 @@ def test_kafka_timeout() -> None:
     for bad in ("0", "-1", "nan", "inf", "soon"):
         with pytest.raises(ValueError, match="LOGSTORE_KAFKA_TIMEOUT_S"):
             kafka_timeout_s({"LOGSTORE_KAFKA_TIMEOUT_S": bad})
+
+
+def test_sqlite_busy_timeout() -> None:
+    assert sqlite_busy_timeout_s({}) == 30.0
+    assert sqlite_busy_timeout_s({"LOGSTORE_SQLITE_BUSY_TIMEOUT_S": "5"}) == 5.0
+    with pytest.raises(ValueError, match="LOGSTORE_SQLITE_BUSY_TIMEOUT_S must be a positive number"):
+        sqlite_busy_timeout_s({"LOGSTORE_SQLITE_BUSY_TIMEOUT_S": "never"})
 
 
 def test_kafka_requests_wait_the_configured_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
