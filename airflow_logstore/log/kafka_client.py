@@ -447,16 +447,26 @@ def scan(
     batch_size: int = 10000,
     poll_timeout: float = 0.05,
     idle_timeout: float = DEFAULT_TIMEOUT_S,
+    skip_reset: bool = False,
 ) -> Iterator[list[Message]]:
     """Yield batches of messages of ``topic`` from ``start`` (inclusive) to ``end`` (exclusive).
 
-    Stops when every partition reached its end; raises when the broker stays silent for too long.
+    The one topic scan: readers, publishing, checkpoints and the reconciler's scan use it. Messages
+    come in offset order per partition. Stops when every partition reached its end; raises when the
+    broker stays silent for ``idle_timeout`` (offsets below the end that are gone, transaction markers
+    or compacted records, count as reached).
+
+    :param skip_reset: skip the consumer's offset-reset errors: records deleted by retention while
+        the scan runs are skipped (``auto.offset.reset=earliest``), the caller reports them as a gap.
     """
     from confluent_kafka import KafkaError, TopicPartition
 
     pending = {p: end[p] for p in end if start.get(p, 0) < end[p]}
     if not pending:
         return
+    skipped = {KafkaError._PARTITION_EOF}
+    if skip_reset:
+        skipped.add(KafkaError._AUTO_OFFSET_RESET)
     cons.assign([TopicPartition(topic, p, start.get(p, 0)) for p in pending])
     following = {p: start.get(p, 0) for p in pending}  # the next offset expected per partition
     last_progress = time.monotonic()
@@ -466,40 +476,57 @@ def scan(
             # left, so the last batch of a range comes at once (a compacted topic may have fewer)
             left = sum(pending[p] - following[p] for p in pending)
             messages = cons.consume(num_messages=max(1, min(batch_size, left)), timeout=poll_timeout)
-            batch = []
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise KafkaUnavailableError(f"reading '{topic}' failed: {error.str()}")
-                partition = message.partition()
-                stop = pending.get(partition)
-                if stop is None or message.offset() >= stop:
-                    continue
-                batch.append(message)
-                following[partition] = message.offset() + 1
-                if message.offset() >= stop - 1:
-                    del pending[partition]
+            batch = _in_range(messages, topic, pending, following, skipped)
             if batch:
                 last_progress = time.monotonic()
                 yield batch
             elif time.monotonic() - last_progress > idle_timeout:
-                positions = {
-                    tp.partition: tp.offset
-                    for tp in cons.position([TopicPartition(topic, p) for p in pending])
-                }
-                # Offsets below ``stop`` may be gone (transaction markers, compaction): treat as reached.
-                for partition, position in positions.items():
-                    if position >= pending.get(partition, 0) or position < 0:
-                        pending.pop(partition, None)
-                if pending:
-                    raise KafkaUnavailableError(
-                        f"no progress reading '{topic}' for {idle_timeout:.0f}s (positions {positions}, "
-                        f"targets {pending})"
-                    )
+                _settle_idle(cons, topic, pending, idle_timeout)
     finally:
         cons.unassign()
+
+
+def _in_range(
+    messages: list[Message],
+    topic: str,
+    pending: dict[int, int],
+    following: dict[int, int],
+    skipped: set[int],
+) -> list[Message]:
+    """The messages below their partition's end; drops the partitions that reached it from ``pending``."""
+    batch = []
+    for message in messages:
+        error = message.error()
+        if error is not None:
+            if error.code() in skipped:
+                continue
+            raise KafkaUnavailableError(f"reading '{topic}' failed: {error.str()}")
+        partition = message.partition()
+        stop = pending.get(partition)
+        offset = message.offset()
+        if stop is None or offset >= stop:
+            continue
+        batch.append(message)
+        following[partition] = offset + 1
+        if offset >= stop - 1:
+            del pending[partition]
+    return batch
+
+
+def _settle_idle(cons: Consumer, topic: str, pending: dict[int, int], idle_timeout: float) -> None:
+    """After ``idle_timeout`` without records: partitions whose position reached their end are done
+    (the offsets left below it are gone: transaction markers, compaction, retention); raise for the rest."""
+    from confluent_kafka import TopicPartition
+
+    positions = {tp.partition: tp.offset for tp in cons.position([TopicPartition(topic, p) for p in pending])}
+    for partition, position in positions.items():
+        if position >= pending.get(partition, 0) or position < 0:
+            pending.pop(partition, None)
+    if pending:
+        raise KafkaUnavailableError(
+            f"no progress reading '{topic}' for {idle_timeout:.0f}s "
+            f"(positions {positions}, targets {pending})"
+        )
 
 
 class DeliveryTracker:

@@ -11,7 +11,6 @@ and the few records to write) and the parent produces them. Each worker has its 
 from __future__ import annotations
 
 import multiprocessing
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -19,7 +18,6 @@ from typing import Any
 
 from airflow_logstore.core import reconcile as core
 from airflow_logstore.core.control import ControlState
-from airflow_logstore.exceptions import KafkaUnavailableError
 from airflow_logstore.log import kafka_client
 from airflow_logstore.log.deadletter import DeadLetterTopic
 
@@ -70,7 +68,7 @@ def scan_task(task: ScanTask) -> list[core.PartitionPlan]:
         dead = DeadLetterTopic(task.kafka_config, task.dead_letter_topic, task.replication_factor)
     cons = kafka_client.consumer(task.kafka_config, **SCAN_CONSUMER_SETTINGS)
     try:
-        for message in _messages(cons, task.topic, task.starts, task.ends):
+        for message in _messages(cons, task):
             planner = planners[message.partition()]
             offset = message.offset()
             if planner.known(offset, message.key(), message.value()):
@@ -87,56 +85,16 @@ def scan_task(task: ScanTask) -> list[core.PartitionPlan]:
     return [planner.finish() for planner in planners.values()]
 
 
-def _messages(
-    cons: Any, topic: str, starts: Mapping[int, int], ends: Mapping[int, int], idle_timeout: float = 30.0
-) -> Iterator[Any]:
-    """Every message of [start, end) per partition, in offset order per partition.
+def _messages(cons: Any, task: ScanTask) -> Iterator[Any]:
+    """Every message of the task's windows, in offset order per partition (:func:`kafka_client.scan`).
 
-    :func:`kafka_client.scan` with less work per message (this loop runs for every record of a
-    backlog). Records deleted by retention while the scan runs are skipped by the consumer's
+    Records deleted by retention while the scan runs are skipped by the consumer's
     ``auto.offset.reset=earliest``; the planner reports them as a gap.
     """
-    from confluent_kafka import KafkaError, TopicPartition
-
-    skipped_errors = (KafkaError._PARTITION_EOF, KafkaError._AUTO_OFFSET_RESET)
-    pending = {p: ends[p] for p in ends if starts.get(p, 0) < ends[p]}
-    if not pending:
-        return
-    cons.assign([TopicPartition(topic, p, starts.get(p, 0)) for p in pending])
-    last_progress = time.monotonic()
-    try:
-        while pending:
-            messages = cons.consume(num_messages=CONSUME_BATCH, timeout=0.05)
-            if not messages:
-                if time.monotonic() - last_progress > idle_timeout:
-                    positions = {
-                        tp.partition: tp.offset
-                        for tp in cons.position([TopicPartition(topic, p) for p in pending])
-                    }
-                    for partition, position in positions.items():
-                        if position >= pending.get(partition, 0) or position < 0:
-                            pending.pop(partition, None)  # nothing left below the end (deleted)
-                    if pending:
-                        raise KafkaUnavailableError(
-                            f"no progress reading '{topic}' for {idle_timeout:.0f}s "
-                            f"(positions {positions}, targets {pending})"
-                        )
-                continue
-            last_progress = time.monotonic()
-            for message in messages:
-                if message.error() is not None:
-                    if message.error().code() in skipped_errors:
-                        continue  # a reset to the log start (records deleted meanwhile): a gap, reported
-                    raise KafkaUnavailableError(f"reading '{topic}' failed: {message.error().str()}")
-                offset = message.offset()
-                stop = pending.get(message.partition())
-                if stop is None or offset >= stop:
-                    continue
-                yield message
-                if offset >= stop - 1:
-                    del pending[message.partition()]
-    finally:
-        cons.unassign()
+    for batch in kafka_client.scan(
+        cons, task.topic, task.starts, task.ends, batch_size=CONSUME_BATCH, skip_reset=True
+    ):
+        yield from batch
 
 
 def split(sizes: Mapping[int, int], workers: int) -> list[list[int]]:
