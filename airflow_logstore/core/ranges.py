@@ -1,10 +1,12 @@
-"""Sets of integers (offsets, batch ids) kept as sorted, disjoint, inclusive ``[first, last]`` ranges."""
+"""Sets of integers (offsets, batch ids) kept as sorted, disjoint, inclusive ``[first, last]`` ranges,
+and offset spans: per partition the ``(first, last)`` offsets of some records (a batch, a delivery)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 Ranges = list[list[int]]
+Span = tuple[int, int]
 
 
 def merge(ranges: Iterable[Sequence[int]]) -> Ranges:
@@ -30,3 +32,20 @@ def clip(ranges: Iterable[Sequence[int]], highest: int) -> Ranges:
 def covers(ranges: Sequence[Sequence[int]], first: int, last: int) -> bool:
     """True when one range holds all of ``[first, last]``."""
     return any(low <= first and last <= high for low, high in ranges)
+
+
+def widen(span: Sequence[int] | None, first: int, last: int) -> Span:
+    """The smallest span holding ``span`` (None: no span yet) and ``[first, last]``."""
+    if span is None:
+        return (first, last)
+    return (min(span[0], first), max(span[1], last))
+
+
+def merge_spans(spans: Iterable[Mapping[int, Sequence[int]]]) -> dict[int, Span]:
+    """Per partition the smallest span holding every given span of it (one span per partition in each
+    mapping, e.g. the offsets each Spark task delivered); inputs are not changed."""
+    merged: dict[int, Span] = {}
+    for mapping in spans:
+        for partition, (first, last) in mapping.items():
+            merged[int(partition)] = widen(merged.get(int(partition)), int(first), int(last))
+    return merged

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_logstore.core import control
+from airflow_logstore.core import control, ranges
 from airflow_logstore.core.codec import PRODUCER_PARTITIONER
 from airflow_logstore.exceptions import KafkaUnavailableError, TopicError
 
@@ -544,11 +544,7 @@ class DeliveryTracker:
             return
         self.delivered += 1
         partition, offset = message.partition(), message.offset()
-        span = self.offsets.get(partition)
-        if span is None:
-            self.offsets[partition] = (offset, offset)
-        else:
-            self.offsets[partition] = (min(span[0], offset), max(span[1], offset))
+        self.offsets[partition] = ranges.widen(self.offsets.get(partition), offset, offset)
 
     def raise_for_errors(self, what: str) -> None:
         if self.error is not None:

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from airflow_logstore.core import ranges
 from airflow_logstore.core import reconcile as core
 from airflow_logstore.core.codec import RecordType, decode_headers
 from airflow_logstore.core.control import ControlState
@@ -410,16 +411,8 @@ class SparkEngine:
                 f"writing reversals to '{job.topic}': {delivered} of {result.output_count} delivered"
                 + (f" ({'; '.join(errors)})" if errors else "")
             )
-        spans: dict[int, tuple[int, int]] = {}
-        for r in reports:
-            if r["partition"] >= 0:
-                span = spans.get(r["partition"])
-                spans[r["partition"]] = (
-                    (r["first"], r["last"])
-                    if span is None
-                    else (min(span[0], r["first"]), max(span[1], r["last"]))
-                )
-        return spans
+        delivered_spans = ({r["partition"]: (r["first"], r["last"])} for r in reports if r["partition"] >= 0)
+        return ranges.merge_spans(delivered_spans)
 
 
 # --- the job ------------------------------------------------------------------------------------------
