@@ -69,6 +69,7 @@ from airflow_logstore.core.codec import (
     encode_value,
 )
 from airflow_logstore.core.control import ControlState
+from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.core.visibility import Decision, classify
 from airflow_logstore.exceptions import RecordDecodeError
 
@@ -140,7 +141,7 @@ _Entry = tuple[RecordMeta, "tuple[int, int] | None", "Decision | None", "Decisio
 
 
 class Classifier:
-    """:func:`classify` with a cache per (record meta, partition).
+    """:func:`classify` with a cache per (record meta, partition): the reconciler's one classification.
 
     ``classify`` depends on the offset only through ``CommitInfo.covers`` — whether the offset lies in
     the commit's span for that partition — so per (meta, partition) two answers suffice: inside and
@@ -167,6 +168,14 @@ class Classifier:
             return classify(entry[0], partition, offset, self.state)
         return inside if span is not None and span[0] <= offset <= span[1] else outside
 
+    def committed_offsets(self, meta: RecordMeta, partition: int) -> tuple[int, int] | None:
+        """The offsets at which :meth:`decide` answers ``COMMITTED`` for ``meta``'s records: its
+        commit's span, or None (none are, or each offset is decided on its own: decide those one by
+        one). Outside a commit's span no record is committed. For scans that pick out the committed
+        records of a whole batch at once."""
+        _, span, inside, _ = self.entry(meta, partition)
+        return span if inside is _COMMITTED else None
+
     def entry(self, meta: RecordMeta, partition: int) -> _Entry:
         """(meta, commit span or None, decision inside the span, decision outside it)."""
         entry = self._cache.get((id(meta), partition))
@@ -190,14 +199,28 @@ class Classifier:
         return entry
 
 
+def own_record_decision(commit: CommitInfo, partition: int, state: ControlState) -> Decision:
+    """What :func:`classify` decides for a record ``commit`` itself wrote in ``partition``, inside its
+    span: ``COMMITTED``, or ``LOG_ONLY`` for a log-only batch."""
+    meta = RecordMeta(
+        commit.writer_id,
+        commit.epoch,
+        commit.batch_id,
+        min(commit.tasks) if commit.tasks else "",
+        log_only="file" not in commit.emit_mode.split(","),
+    )
+    return classify(meta, partition, commit.offsets[partition][0], state)
+
+
 def dense_spans(state: ControlState, partition: int) -> list[tuple[int, int, Decision]]:
     """Offset ranges of ``partition`` whose every record is known without reading its headers.
 
     A commit records, per partition, the first and last offset of its records, and how many records
     it wrote in all. When the spans' sizes add up to exactly that count, no other record (a failed
     task attempt's, another writer's, a reversal, a foreign one) can lie inside them: every record in
-    them is one of the commit's, ``COMMITTED`` (``LOG_ONLY`` for a log-only batch). The scan skips
-    decoding headers there, which is most of the cost per record. Sorted, non-overlapping.
+    them is one of the commit's, decided as :func:`own_record_decision` says (``COMMITTED``, or
+    ``LOG_ONLY`` for a log-only batch). The scan skips decoding headers there, which is most of the
+    cost per record. Sorted, non-overlapping.
     """
     spans = []
     for commit in state.commits.values():
@@ -206,8 +229,9 @@ def dense_spans(state: ControlState, partition: int) -> list[tuple[int, int, Dec
             continue
         if sum(last - first + 1 for first, last in commit.offsets.values()) != commit.record_count:
             continue  # something else is interleaved (or the count is unknown): decide per record
-        decision = Decision.COMMITTED if "file" in commit.emit_mode.split(",") else Decision.LOG_ONLY
-        spans.append((span[0], span[1], decision))
+        decision = own_record_decision(commit, partition, state)
+        if decision in _DENSE:
+            spans.append((span[0], span[1], decision))
     spans.sort()
     result: list[tuple[int, int, Decision]] = []
     for dense in spans:
@@ -215,6 +239,9 @@ def dense_spans(state: ControlState, partition: int) -> list[tuple[int, int, Dec
             continue  # overlapping spans cannot both be dense; keep the first, decide the rest per record
         result.append(dense)
     return result
+
+
+_DENSE = frozenset({Decision.COMMITTED, Decision.LOG_ONLY})
 
 
 # --- positions and gaps ---------------------------------------------------------------------------------

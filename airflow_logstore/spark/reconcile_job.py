@@ -29,7 +29,6 @@ from airflow_logstore.core import ranges
 from airflow_logstore.core import reconcile as core
 from airflow_logstore.core.codec import RecordType, decode_headers
 from airflow_logstore.core.control import ControlState
-from airflow_logstore.core.visibility import Decision
 from airflow_logstore.exceptions import LogStoreError, RecordDecodeError
 
 if TYPE_CHECKING:
@@ -115,12 +114,11 @@ class ArrowPartitionScan:
         headers_column = batch.column("headers")
         encoded = pc.dictionary_encode(_signatures(headers_column))
         codes = encoded.indices
-        # per distinct header set: decode once, classify once (inside and outside the commit's span)
         found, first_rows = np.unique(pc.fill_null(codes, -1).to_numpy(), return_index=True)
+        # per distinct header set: decode once; the planner's classifier says where its records are
+        # committed (the others, and rows without decodable headers, are fed one by one)
         lows: list[int | None] = [None] * len(encoded.dictionary)
         highs: list[int | None] = [None] * len(encoded.dictionary)
-        inside = [False] * len(encoded.dictionary)
-        outside = [False] * len(encoded.dictionary)
         for code, row in zip(found.tolist(), first_rows.tolist(), strict=True):
             if code < 0:
                 continue  # rows without headers: fed one by one (dead letters)
@@ -128,20 +126,15 @@ class ArrowPartitionScan:
                 meta = decode_headers(_pairs(headers_column[row].as_py()))
             except RecordDecodeError:
                 continue  # fed one by one (dead letters)
-            _, span, decision_in, decision_out = self.planner.classify.entry(meta, self.partition)
-            if span is not None:
-                lows[code], highs[code] = span
-            inside[code] = decision_in is Decision.COMMITTED
-            outside[code] = decision_out is Decision.COMMITTED
-        in_span = pc.fill_null(
+            committed_offsets = self.planner.classify.committed_offsets(meta, self.partition)
+            if committed_offsets is not None:
+                lows[code], highs[code] = committed_offsets
+        committed = pc.fill_null(
             pc.and_(
                 pc.greater_equal(offsets, pc.take(pa.array(lows, pa.int64()), codes)),
                 pc.less_equal(offsets, pc.take(pa.array(highs, pa.int64()), codes)),
             ),
             False,
-        )
-        committed = pc.fill_null(
-            pc.if_else(in_span, pc.take(pa.array(inside), codes), pc.take(pa.array(outside), codes)), False
         )
         interesting = pc.invert(committed)
         if self.lookback is not None:

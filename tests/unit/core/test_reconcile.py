@@ -352,6 +352,48 @@ def test_classifier_agrees_with_classify() -> None:
         assert classifier(meta, partition, offset) is classify(meta, partition, offset, state)
 
 
+def test_committed_offsets_are_where_classify_says_committed() -> None:
+    """The vectorized scan (Spark engine) picks committed records by this range alone: it must hold
+    only records ``classify`` calls committed, and all of them unless settled ranges decide per offset."""
+    rng = random.Random(11)
+    state = ControlState(epochs={"w": 9, "x": 3})
+    for batch in range(1, 8):
+        tasks = frozenset({"0.0"}) if batch % 3 else None
+        offsets = {0: (batch * 10, batch * 10 + 5)}
+        epoch = rng.choice([2, 5, 9])
+        state.commits[("w", batch)] = CommitInfo("w", batch, epoch, offsets=offsets, tasks=tasks)
+    state.settled[1] = [[0, 40]]
+    classifier = R.Classifier(state)
+    for _ in range(500):
+        record_type = rng.choice([RecordType.DATA] * 4 + [RecordType.REVERSAL])
+        meta = RecordMeta(
+            rng.choice(["w", "x", "y"]),
+            rng.randint(1, 10),
+            rng.randint(1, 9),
+            rng.choice(["0.0", "1.0"]),
+            record_type=record_type,
+            log_only=rng.random() < 0.1,
+        )
+        partition = rng.randint(0, 1)
+        found = classifier.committed_offsets(meta, partition)
+        for offset in range(0, 100):
+            committed = classify(meta, partition, offset, state) is Decision.COMMITTED
+            inside = found is not None and found[0] <= offset <= found[1]
+            assert committed or not inside, (meta, partition, offset, found)
+            if partition == 0:  # no settled ranges: the range is exact
+                assert inside == committed, (meta, partition, offset, found)
+
+
+def test_dense_span_decisions_are_those_classify_gives_the_commits_own_records() -> None:
+    state = ControlState(epochs={"w": 3})
+    own = CommitInfo("w", 1, 1, offsets={0: (0, 9)}, tasks=frozenset({"0.7", "0.9"}), record_count=10)
+    log_only = CommitInfo("w", 2, 3, offsets={0: (10, 11)}, record_count=2, emit_mode="log")
+    state.commits.update({("w", 1): own, ("w", 2): log_only})
+    assert R.own_record_decision(own, 0, state) is Decision.COMMITTED
+    assert R.own_record_decision(log_only, 0, state) is Decision.LOG_ONLY
+    assert R.dense_spans(state, 0) == [(0, 9, Decision.COMMITTED), (10, 11, Decision.LOG_ONLY)]
+
+
 def test_dense_spans_are_commits_with_nothing_else_inside() -> None:
     state = ControlState(epochs={"w": 3, "x": 1})
     state.commits[("w", 1)] = CommitInfo("w", 1, 1, offsets={0: (0, 9), 1: (0, 4)}, record_count=15)
