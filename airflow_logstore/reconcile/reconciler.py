@@ -25,6 +25,12 @@ One run (:func:`reconcile`, what the operator, ``logstore reconcile`` and the Py
    again; the ``reverses`` headers of the reversals already written keep it from reversing anything
    twice, and the records it did not reach are reversed then: nothing twice, nothing missed.
 
+Each step is one function below, called in this order by ``_run``: :func:`take_lease`,
+:func:`safe_point`, :func:`control_state`, :func:`plan_window` (where each partition starts, the
+gaps), :func:`scan_and_plan`, :func:`produce` (fence check first), :func:`record_gaps` and
+:func:`record_progress` (fence check first). What a run reads of the table is read once
+(:class:`TableLog`) and passed to the steps.
+
 ``dry_run=True`` computes the same report and writes nothing (no lease, no ledger, no dead letters).
 """
 
@@ -37,7 +43,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -350,6 +356,43 @@ def kill_at(stage: str) -> StageHook:
     return hook
 
 
+@dataclass(frozen=True)
+class TableLog:
+    """What a run reads of the table once, at its start: the table, its settings, its log and control
+    topic, and the Kafka client settings. Every step takes these values; none asks the handle again."""
+
+    handle: LogStoreTable
+    table: Any  # the pyiceberg table as loaded at the start
+    config: Any  # its LogStoreConfig
+    topic: str
+    ctl: kafka_client.ControlTopic
+    kafka_config: dict[str, Any]
+
+    @classmethod
+    def open(cls, handle: LogStoreTable) -> TableLog:
+        table = handle.load()
+        config = handle.config(table)
+        topic, _, _ = config.require_log()
+        return cls(handle, table, config, topic, handle.control(config), handle.kafka_config(config))
+
+
+@dataclass(frozen=True)
+class Window:
+    """What one run scans, per partition: from ``starts`` up to the safe point, and what it found
+    before scanning (retention gaps, warnings); ``lookback`` as in :func:`core.lookback_ranges`."""
+
+    run: int
+    bounds: dict[int, tuple[int, int]]  # (log start, end offset) when the run started
+    starts: dict[int, int]
+    gaps: list[core.Gap]
+    warnings: list[str]
+    lookback: dict[int, tuple[int, int]]
+
+    @property
+    def safe_point(self) -> dict[int, int]:
+        return {p: high for p, (_, high) in self.bounds.items()}
+
+
 def reconcile(
     handle: LogStoreTable,
     *,
@@ -362,41 +405,29 @@ def reconcile(
     """Reconcile the table's log once (see the module docstring); return the report."""
     started = time.monotonic()
     engine = engine or PythonEngine()
-    hook = stage_hook or (lambda stage: None)
-    table = handle.load()
-    config = handle.config(table)
-    topic, _, _ = config.require_log()
-    ctl = handle.control(config)
-    kafka_config = handle.kafka_config(config)
+    hook = stage_hook or _no_hook
+    log_side = TableLog.open(handle)
     owner = owner or default_owner()
-    report = ReconcileReport(str(handle.name), topic, dry_run=dry_run, engine=engine.name, owner=owner)
-    report.status = "dry-run" if dry_run else "reconciled"
-
+    report = ReconcileReport(
+        str(handle.name),
+        log_side.topic,
+        status="dry-run" if dry_run else "reconciled",
+        dry_run=dry_run,
+        engine=engine.name,
+        owner=owner,
+    )
     lease: ReconcilerLease | None = None
     if not dry_run:
-        lease = ReconcilerLease(ctl, owner, lease_ttl_s)
-        holder = lease.acquire()
-        if holder is not None:
-            report.status = "lease-held"
-            report.lease_holder = {
-                "owner": holder.owner,
-                "lease_id": holder.lease_id,
-                "expires_at_ms": holder.expires_at_ms,
-            }
+        taken = take_lease(log_side.ctl, owner, lease_ttl_s)
+        if isinstance(taken, control.Lease):
+            report.absorb(lease_held(str(handle.name), taken))
             report.seconds = round(time.monotonic() - started, 3)
-            log.warning(
-                "reconcile %s: another reconciler holds the lease (%s, lease %s, expires at %s ms); "
-                "nothing done",
-                handle.name,
-                holder.owner,
-                holder.lease_id,
-                holder.expires_at_ms,
-            )
             return report
+        lease = taken
         report.lease_id = lease.lease_id
     try:
         hook("lease-acquired")
-        _run(handle, table, config, ctl, kafka_config, engine, report, lease, hook, started)
+        report.absorb(_run(log_side, engine, lease, hook))
     finally:
         if lease is not None:
             lease.close()
@@ -405,64 +436,213 @@ def reconcile(
     return report
 
 
+def _no_hook(stage: str) -> None:
+    return None
+
+
 def _run(
-    handle: LogStoreTable,
-    table: Any,
-    config: Any,
-    ctl: kafka_client.ControlTopic,
-    kafka_config: dict[str, Any],
-    engine: Engine,
-    report: ReconcileReport,
-    lease: ReconcilerLease | None,
-    hook: StageHook,
-    started: float,
-) -> None:
-    topic = report.topic
-    cons = kafka_client.consumer(kafka_config)
+    log_side: TableLog, engine: Engine, lease: ReconcilerLease | None, hook: StageHook
+) -> dict[str, Any]:
+    """The run after the lease (None: a dry run), as the protocol orders it; returns report fields."""
+    bounds = safe_point(log_side)
+    state, ledger_added = control_state(log_side, record_ledger=lease is not None)
+    window = plan_window(state, bounds)
+    _warn(log_side.handle, window.warnings)
+    job = scan_job(log_side, window, state, dry_run=lease is None)
+    result, scan_seconds = scan_and_plan(engine, job)
+    gaps = [*window.gaps, *core.scan_gaps(result.stats)]
+    _warn_gaps(log_side.handle, gaps)
+    summary = core.summarize(result.stats)
+    fields = {
+        **summary,
+        **window_fields(window, state, result.stats, gaps),
+        "ledger_added": ledger_added,
+        "scan_seconds": scan_seconds,
+        "records_per_second": round(summary["scanned"] / scan_seconds) if scan_seconds else 0.0,
+        "dead_letter_topic": job.dead_letter_topic if summary["dead_lettered"] else None,
+    }
+    hook("planned")
+    if lease is None:
+        return fields
+    output = produce(engine, job, result, lease, window.run, hook)
+    record_gaps(log_side.ctl, gaps, window.run, lease)
+    positions = next_positions(result.stats)
+    recorded = progress_changed(state, positions, output, gaps)
+    if recorded:
+        record_progress(log_side.ctl, lease, window, positions, output, summary, hook)
+    return {**fields, "output_offsets": _span_keys(output), "progress_recorded": recorded}
+
+
+# --- the steps of a run -------------------------------------------------------------------------------
+
+
+def take_lease(ctl: kafka_client.ControlTopic, owner: str, ttl_s: float) -> ReconcilerLease | control.Lease:
+    """Step 1: our lease, held and renewed from now on; or, when another reconciler holds it, the
+    live holder (our claim is released at once)."""
+    lease = ReconcilerLease(ctl, owner, ttl_s)
+    holder = lease.acquire()
+    return lease if holder is None else holder
+
+
+def lease_held(table: str, holder: control.Lease) -> dict[str, Any]:
+    """The report fields of a run that found the lease held by another reconciler."""
+    log.warning(
+        "reconcile %s: another reconciler holds the lease (%s, lease %s, expires at %s ms); nothing done",
+        table,
+        holder.owner,
+        holder.lease_id,
+        holder.expires_at_ms,
+    )
+    return {
+        "status": "lease-held",
+        "lease_holder": {
+            "owner": holder.owner,
+            "lease_id": holder.lease_id,
+            "expires_at_ms": holder.expires_at_ms,
+        },
+    }
+
+
+def safe_point(log_side: TableLog) -> dict[int, tuple[int, int]]:
+    """Per partition (log start, end offset) now: the ends are the run's safe point (step 2)."""
+    cons = kafka_client.consumer(log_side.kafka_config)
     try:
-        bounds = kafka_client.partition_offsets(cons, topic, config.partitions)
+        return kafka_client.partition_offsets(cons, log_side.topic, log_side.config.partitions)
     finally:
         cons.close()
-    safe_point = {p: high for p, (_, high) in bounds.items()}
-    # The state is read after the safe point: every record before it was produced after its epoch's claim.
-    state = ctl.read()
-    if lease is None:
-        state = merged_state(table, state)
-    else:
-        report.ledger_added = sync_ledger(handle, ctl, state, table)
+
+
+def control_state(log_side: TableLog, *, record_ledger: bool) -> tuple[control.ControlState, list[str]]:
+    """The control state, read *after* the safe point (every record before it was produced after its
+    epoch's claim), with the commits of live snapshots added; recorded in the ledger unless a dry run
+    (step 3). Returns the state and the commits added to the ledger."""
+    state = log_side.ctl.read()
+    if not record_ledger:
+        return merged_state(log_side.table, state), []
+    added = sync_ledger(log_side.handle, log_side.ctl, state, log_side.table)  # adds them to ``state``
+    return state, added
+
+
+def plan_window(state: control.ControlState, bounds: Mapping[int, tuple[int, int]]) -> Window:
+    """Where each partition's scan starts, the retention gaps and the lookback ranges (step 4)."""
     progress = state.reconcile_progress
-    run = core.run_number(progress)
     starts, gaps, warnings = core.start_positions(state.reconcile_positions, bounds)
-    report.run = run
-    report.safe_point = _str_keys(safe_point)
-    report.log_start = _str_keys({p: low for p, (low, _) in bounds.items()})
-    report.positions_before = _str_keys({p: int(state.reconcile_positions.get(p, 0)) for p in bounds})
-    report.warnings.extend(warnings)
+    lookback = core.lookback_ranges(progress, starts)
+    return Window(core.run_number(progress), dict(bounds), starts, gaps, warnings, lookback)
+
+
+def scan_job(log_side: TableLog, window: Window, state: control.ControlState, *, dry_run: bool) -> ScanJob:
+    """What the engine scans and plans: every partition from its start to the safe point."""
+    return ScanJob(
+        log_side.handle,
+        log_side.topic,
+        log_side.kafka_config,
+        window.starts,
+        window.safe_point,
+        state,
+        window.lookback,
+        dry_run,
+        dead_letter_topic_name(log_side.topic),
+        log_side.config.replication_factor,
+    )
+
+
+def scan_and_plan(engine: Engine, job: ScanJob) -> tuple[PlanResult, float]:
+    """Step 4: scan every partition's window and plan what to write; returns the plan and the
+    scan's seconds."""
+    started = time.monotonic()
+    result = engine.plan(job)
+    return result, round(time.monotonic() - started, 3)
+
+
+def progress_changed(
+    state: control.ControlState, positions: Mapping[int, int], output: Offsets, gaps: Sequence[core.Gap]
+) -> bool:
+    """Whether the run has anything to record: output written, gaps found or positions moved."""
+    return bool(output or gaps or positions != {p: state.reconcile_positions.get(p) for p in positions})
+
+
+def next_positions(stats: Iterable[core.PartitionStats]) -> dict[int, int]:
+    """Per partition the next offset to scan: the first record still in flight, or the safe point."""
+    return {s.partition: s.next_position for s in stats}
+
+
+def window_fields(
+    window: Window,
+    state: control.ControlState,
+    stats: Iterable[core.PartitionStats],
+    gaps: Iterable[core.Gap],
+) -> dict[str, Any]:
+    """The report fields that say where the run scanned and where the next one starts."""
+    return {
+        "run": window.run,
+        "safe_point": _str_keys(window.safe_point),
+        "log_start": _str_keys({p: low for p, (low, _) in window.bounds.items()}),
+        "positions_before": _str_keys({p: int(state.reconcile_positions.get(p, 0)) for p in window.bounds}),
+        "positions_after": _str_keys(next_positions(stats)),
+        "gaps": [gap.to_dict() for gap in gaps],
+        "warnings": list(window.warnings),
+    }
+
+
+def produce(
+    engine: Engine, job: ScanJob, result: PlanResult, lease: ReconcilerLease, run: int, hook: StageHook
+) -> Offsets:
+    """Check the lease, then write the planned reversals and reasserts and flush (step 5); returns
+    per partition the offsets written."""
+    if not result.output_count:
+        return {}
+    lease.check()
+    assert lease.lease_id is not None
+    output = engine.produce(job, result, lease.lease_id, run)
+    hook("output-flushed")
+    return output
+
+
+def record_gaps(
+    ctl: kafka_client.ControlTopic, gaps: Iterable[core.Gap], run: int, lease: ReconcilerLease
+) -> None:
+    """A ``log-gap/<partition>`` control record per retention gap: the log needs a hybrid re-read."""
+    for gap in gaps:
+        ctl.append(
+            control.gap_key(gap.partition),
+            core.gap_value(gap, run=run, lease_id=lease.lease_id or 0, now_ms=_now_ms()),
+        )
+
+
+def record_progress(
+    ctl: kafka_client.ControlTopic,
+    lease: ReconcilerLease,
+    window: Window,
+    positions: Mapping[int, int],
+    output: Offsets,
+    summary: Mapping[str, Any],
+    hook: StageHook,
+) -> None:
+    """Check the lease again, then append the ``reconcile`` progress record (step 6)."""
+    lease.check()
+    hook("before-progress")
+    ctl.append(
+        control.K_RECONCILE,
+        core.progress_value(
+            positions=positions,
+            safe_point=window.safe_point,
+            output=output,
+            lease_id=lease.lease_id or 0,
+            run=window.run,
+            owner=lease.owner,
+            summary=summary,
+            now_ms=_now_ms(),
+        ),
+    )
+
+
+def _warn(handle: LogStoreTable, warnings: Iterable[str]) -> None:
     for warning in warnings:
         log.warning("reconcile %s: %s", handle.name, warning)
 
-    job = ScanJob(
-        handle,
-        topic,
-        kafka_config,
-        starts,
-        safe_point,
-        state,
-        core.lookback_ranges(progress, starts),
-        lease is None,
-        dead_letter_topic_name(topic),
-        config.replication_factor,
-    )
-    scan_started = time.monotonic()
-    result = engine.plan(job)
-    report.scan_seconds = round(time.monotonic() - scan_started, 3)
-    gaps.extend(core.scan_gaps(result.stats))
-    report.absorb(core.summarize(result.stats))
-    report.records_per_second = round(report.scanned / report.scan_seconds) if report.scan_seconds else 0.0
-    report.dead_letter_topic = job.dead_letter_topic if report.dead_lettered else None
-    report.gaps = [gap.to_dict() for gap in gaps]
-    positions = {s.partition: s.next_position for s in result.stats}
-    report.positions_after = _str_keys(positions)
+
+def _warn_gaps(handle: LogStoreTable, gaps: Iterable[core.Gap]) -> None:
     for gap in gaps:
         log.warning(
             "reconcile %s: partition %s records [%s, %s) (%s records) were deleted by retention before "
@@ -473,40 +653,10 @@ def _run(
             gap.to_offset,
             gap.count,
         )
-    hook("planned")
-    if lease is None:
-        return
 
-    output: dict[int, tuple[int, int]] = {}
-    if result.output_count:
-        lease.check()
-        assert lease.lease_id is not None
-        output = engine.produce(job, result, lease.lease_id, run)
-        report.output_offsets = {str(p): list(span) for p, span in sorted(output.items())}
-        hook("output-flushed")
-    for gap in gaps:
-        ctl.append(
-            control.gap_key(gap.partition),
-            core.gap_value(gap, run=run, lease_id=lease.lease_id or 0, now_ms=_now_ms()),
-        )
-    changed = output or gaps or positions != {p: state.reconcile_positions.get(p) for p in positions}
-    if changed:
-        lease.check()
-        hook("before-progress")
-        ctl.append(
-            control.K_RECONCILE,
-            core.progress_value(
-                positions=positions,
-                safe_point=safe_point,
-                output=output,
-                lease_id=lease.lease_id or 0,
-                run=run,
-                owner=lease.owner,
-                summary=report.to_dict(),
-                now_ms=_now_ms(),
-            ),
-        )
-        report.progress_recorded = True
+
+def _span_keys(spans: Offsets) -> dict[str, list[int]]:
+    return {str(p): list(span) for p, span in sorted(spans.items())}
 
 
 def _str_keys(values: Mapping[int, int]) -> dict[str, int]:
