@@ -11,7 +11,7 @@ and the few records to write) and the parent produces them. Each worker has its 
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -51,33 +51,27 @@ class ScanTask:
 
 def scan_task(task: ScanTask) -> list[core.PartitionPlan]:
     """Scan and plan the task's partitions (runs in this process or in a worker)."""
-    classifier = core.Classifier(task.state)
-    planners = {
-        p: core.PartitionPlanner(
-            p,
-            task.starts[p],
-            task.ends[p],
-            classifier,
-            task.lookback.get(p),
-            core.dense_spans(task.state, p),
-        )
-        for p in sorted(task.ends)
-    }
+    planners = _planners(task)
     dead = None
     if task.dead_letter_topic is not None:
         dead = DeadLetterTopic(task.kafka_config, task.dead_letter_topic, task.replication_factor)
     cons = kafka_client.consumer(task.kafka_config, **SCAN_CONSUMER_SETTINGS)
     try:
-        for message in _messages(cons, task):
-            planner = planners[message.partition()]
-            offset = message.offset()
-            if planner.known(offset, message.key(), message.value()):
-                continue  # in a dense commit span: committed, no headers needed
-            reason = planner.observe(offset, message.key(), message.headers(), message.value())
-            if reason is not None and dead is not None:
-                dead.add(task.topic, message, reason)
-                if dead.count % DEAD_LETTER_FLUSH_EVERY == 0:
-                    dead.flush()  # bounded memory on a topic full of foreign records
+        # Records deleted by retention while the scan runs are skipped by the consumer's
+        # ``auto.offset.reset=earliest`` (skip_reset); the planner reports them as a gap.
+        for batch in kafka_client.scan(
+            cons, task.topic, task.starts, task.ends, batch_size=CONSUME_BATCH, skip_reset=True
+        ):
+            for message in batch:  # the loop that runs for every record of a backlog: kept flat
+                planner = planners[message.partition()]
+                offset = message.offset()
+                if planner.known(offset, message.key(), message.value()):
+                    continue  # in a dense commit span: committed, no headers needed
+                reason = planner.observe(offset, message.key(), message.headers(), message.value())
+                if reason is not None and dead is not None:
+                    dead.add(task.topic, message, reason)
+                    if dead.count % DEAD_LETTER_FLUSH_EVERY == 0:
+                        dead.flush()  # bounded memory on a topic full of foreign records
     finally:
         cons.close()
     if dead is not None:
@@ -85,16 +79,15 @@ def scan_task(task: ScanTask) -> list[core.PartitionPlan]:
     return [planner.finish() for planner in planners.values()]
 
 
-def _messages(cons: Any, task: ScanTask) -> Iterator[Any]:
-    """Every message of the task's windows, in offset order per partition (:func:`kafka_client.scan`).
-
-    Records deleted by retention while the scan runs are skipped by the consumer's
-    ``auto.offset.reset=earliest``; the planner reports them as a gap.
-    """
-    for batch in kafka_client.scan(
-        cons, task.topic, task.starts, task.ends, batch_size=CONSUME_BATCH, skip_reset=True
-    ):
-        yield from batch
+def _planners(task: ScanTask) -> dict[int, core.PartitionPlanner]:
+    """One planner per partition of the task, sharing one classifier (one cache of decisions)."""
+    classifier = core.Classifier(task.state)
+    return {
+        p: core.PartitionPlanner(
+            p, task.starts[p], task.ends[p], classifier, task.lookback.get(p), core.dense_spans(task.state, p)
+        )
+        for p in sorted(task.ends)
+    }
 
 
 def split(sizes: Mapping[int, int], workers: int) -> list[list[int]]:
