@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_logstore.core import ranges
+from airflow_logstore.core.lease import Lease
 from airflow_logstore.core.summary import CommitInfo
 
 FORMAT = 1
@@ -153,9 +154,7 @@ def _encode_leases(leases: Mapping[str, list[Any]]) -> dict[str, list[dict[str, 
     return {name: [dataclasses.asdict(lease) for lease in claims] for name, claims in leases.items()}
 
 
-def _decode_leases(data: Mapping[str, list[dict[str, Any]]]) -> dict[str, list[Any]]:
-    from airflow_logstore.core.control import Lease
-
+def _decode_leases(data: Mapping[str, list[dict[str, Any]]]) -> dict[str, list[Lease]]:
     return {name: [Lease(**lease) for lease in claims] for name, claims in data.items()}
 
 
