@@ -1,14 +1,22 @@
-"""Pure parts of the dual-write job: task tags and pause points."""
+"""Pure parts of the dual-write job: task tags, pause points, and the steps of a batch that need no Spark."""
 
 from __future__ import annotations
 
+import json
 import threading
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from airflow_logstore.core.commit import CommitDecision, Verdict
+from airflow_logstore.core.summary import CommitInfo
+from airflow_logstore.exceptions import CommitConflictError, FencedError, OptionError
 from airflow_logstore.pause import InjectedFailure, fail_once, on_pause, pause_point
-from airflow_logstore.spark.dual_write import task_identity
+from airflow_logstore.spark.committing import branch_table, check_staged_head, settled_by, write_sql
+from airflow_logstore.spark.dual_write import BatchResult, CrashPoint, task_identity
+from airflow_logstore.spark.producing import NOTHING_PRODUCED, Produced, merge_task_reports, produce_tasks
 
 
 def test_task_tags_differ_between_a_stage_retry_and_the_first_run() -> None:
@@ -71,3 +79,121 @@ def test_failure_point_fails_exactly_once_per_folder(tmp_path: Path, monkeypatch
         fail_once("produce:flushed")
     fail_once("produce:flushed")  # the second time passes
     assert (tmp_path / "produce_flushed.failed").exists()
+
+
+# -- the dual write's steps that need no Spark ---------------------------------------------------------
+
+
+def test_task_reports_merge_into_one_span_per_log_partition() -> None:
+    produced = merge_task_reports(
+        [
+            {"task": "0.5", "count": 3, "offsets": json.dumps({"0": [10, 11], "2": [4, 4]})},
+            {"task": "1.6", "count": 2, "offsets": json.dumps({"0": [7, 8]})},
+            {"task": "2.7", "count": 0, "offsets": json.dumps({})},
+        ]
+    )
+    assert produced.offsets == {0: (7, 11), 2: (4, 4)}
+    assert produced.tasks == frozenset({"0.5", "1.6", "2.7"})
+    assert produced.count == 5
+    assert produced.offsets_for_result() == {"0": [7, 11], "2": [4, 4]}
+
+
+def test_a_batch_without_a_log_produced_nothing_and_names_no_task() -> None:
+    assert NOTHING_PRODUCED.tasks is None and NOTHING_PRODUCED.count == 0
+    assert NOTHING_PRODUCED.offsets_for_result() == {}
+
+
+@pytest.mark.parametrize(("partitions", "parallelism", "tasks"), [(3, 4, 3), (8, 2, 2), (0, 4, 1), (3, 0, 1)])
+def test_one_produce_task_per_log_partition_within_the_parallelism(
+    partitions: int, parallelism: int, tasks: int
+) -> None:
+    assert produce_tasks(partitions, parallelism) == tasks
+
+
+def test_a_key_table_merges_by_key_and_the_last_change_wins() -> None:
+    sql = write_sql("cat.db.t.`branch_b`", "global_temp.v", ["id", "name"], ["id"])
+    assert sql == (
+        "MERGE INTO cat.db.t.`branch_b` t USING global_temp.v s ON t.`id` = s.`id` "
+        "WHEN MATCHED AND s._logstore_op = 'D' THEN DELETE "
+        "WHEN MATCHED THEN UPDATE SET t.`id` = s.`id`, t.`name` = s.`name` "
+        "WHEN NOT MATCHED AND s._logstore_op <> 'D' THEN INSERT (`id`, `name`) VALUES (s.`id`, s.`name`)"
+    )
+
+
+def test_a_table_without_a_key_appends() -> None:
+    sql = write_sql(branch_table("cat.db.t", "stage_1"), "global_temp.v", ["a", "b"], [])
+    assert sql == "INSERT INTO cat.db.t.`branch_stage_1` SELECT `a`, `b` FROM global_temp.v"
+
+
+def test_a_decision_already_committed_returns_the_commit_in_the_table() -> None:
+    existing = CommitInfo("w", 4, epoch=2, snapshot_id=99)
+    decision = CommitDecision(Verdict.ALREADY_COMMITTED, "committed by epoch 2", existing)
+    assert settled_by(decision, "w", 3, 4) is existing
+
+
+def test_a_fenced_decision_stops_the_attempt() -> None:
+    decision = CommitDecision(Verdict.FENCED, "epoch 5 of writer 'w' was claimed")
+    with pytest.raises(FencedError, match="epoch 3 was fenced"):
+        settled_by(decision, "w", 3, 4)
+
+
+def test_a_decision_to_proceed_settles_nothing() -> None:
+    assert settled_by(CommitDecision(Verdict.PROCEED, "first"), "w", 3, 4) is None
+
+
+@dataclass
+class _Summary:
+    additional_properties: dict[str, str]
+
+
+@dataclass
+class _Snapshot:
+    parent_snapshot_id: int | None
+    summary: _Summary | None
+
+
+def _head(parent: int, writer: str = "w", batch: int = 4, epoch: int = 3) -> Any:
+    return _Snapshot(parent, _Summary(CommitInfo(writer, batch, epoch=epoch).to_summary()))
+
+
+def test_a_staged_head_on_the_base_with_this_batch_s_summary_passes() -> None:
+    check_staged_head(_head(parent=10), 10, "b", ("w", 4, 3))
+
+
+@pytest.mark.parametrize(
+    ("head", "message"),
+    [
+        (None, "does not continue base 10"),
+        (_head(parent=11), "does not continue base 10"),
+        (_head(parent=10, epoch=2), "holds another write's summary"),
+        (_head(parent=10, batch=5), "holds another write's summary"),
+        (_Snapshot(10, None), "holds another write's summary: None"),
+    ],
+)
+def test_a_staged_head_that_is_not_this_write_is_a_conflict(head: Any, message: str) -> None:
+    with pytest.raises(CommitConflictError, match=message):
+        check_staged_head(head, 10, "b", ("w", 4, 3))
+
+
+def test_batch_results_are_new_values_and_the_old_one_is_unchanged() -> None:
+    started = BatchResult("db.t", "w", 4, 3, "file,log")
+    counted = started.counted(rows_in=10, noop_deletes=1)
+    logged = counted.produced(Produced({1: (5, 9)}, frozenset({"1.2"}), 5))
+    skipped = logged.skipped_for(CommitInfo("w", 4, epoch=2, snapshot_id=7, offsets={0: (1, 2)}))
+    assert (started.rows_in, started.log_records, started.skipped) == (0, 0, False)
+    assert (counted.rows_in, counted.noop_deletes) == (10, 1)
+    assert (logged.log_records, logged.offsets) == (5, {"1": [5, 9]})
+    assert (skipped.skipped, skipped.epoch, skipped.snapshot_id) == (True, 2, 7)
+    assert skipped.offsets == {"0": [1, 2]}
+    assert skipped.rows_in == 10 and logged.skipped is False
+
+
+@pytest.mark.parametrize("text", ["after-log", "before-log:1", "after-commit:x", "after-log:"])
+def test_a_crash_point_names_a_stage_and_a_batch(text: str) -> None:
+    with pytest.raises(OptionError, match="after-log:N or after-commit:N"):
+        CrashPoint.parse(text)
+
+
+def test_crash_points_parse() -> None:
+    assert CrashPoint.parse("after-commit:3") == CrashPoint("after-commit", 3)
+    assert CrashPoint.parse(None) is None and CrashPoint.parse("") is None

@@ -1,0 +1,192 @@
+"""Step 5 of the dual write: commit the batch to the table by compare-and-set on ``main``.
+
+Loop (at most :data:`COMMIT_ATTEMPTS` times): load ``main`` (the base), decide against the base's
+commits and the control topic, write the batch to a staging branch started at the base, check the
+branch head, and move ``main`` to it only if ``main`` is still the base (:mod:`.staged_commit`). When
+``main`` moved meanwhile, decide again from the new base.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from airflow_logstore.core.commit import CommitDecision, Verdict, decide_on, staging_branch
+from airflow_logstore.core.control import ControlState
+from airflow_logstore.core.summary import CommitInfo
+from airflow_logstore.core.visibility import with_positions
+from airflow_logstore.exceptions import CommitConflictError, FencedError
+from airflow_logstore.pause import pause_point
+from airflow_logstore.spark import staged_commit
+from airflow_logstore.spark.commit_retry import backoff_seconds, is_commit_conflict
+from airflow_logstore.spark.inputs import OP_COLUMN
+from airflow_logstore.table.tables import merged_state
+
+if TYPE_CHECKING:
+    from pyiceberg.table.snapshots import Snapshot
+    from pyspark.sql import DataFrame
+
+    from airflow_logstore.table.tables import LogStoreTable
+
+log = logging.getLogger(__name__)
+
+COMMIT_ATTEMPTS = 6
+SUMMARY_CONF_PREFIX = "spark.sql.iceberg.snapshot-property."
+
+
+@dataclass(frozen=True)
+class CommitTarget:
+    """Who commits where: the table, the writer attempt, the key (MERGE; none: append).
+
+    :param read_control: reads the control topic's state (an empty state for a table without a log).
+    """
+
+    handle: LogStoreTable
+    writer_id: str
+    epoch: int
+    primary_key: tuple[str, ...]
+    read_control: Callable[[], ControlState]
+
+
+def commit_batch(target: CommitTarget, final: DataFrame, commit: CommitInfo) -> CommitInfo:
+    """Commit the batch by compare-and-set on ``main``; return the commit of this batch that is in the
+    table afterwards (an older attempt's, if that one won).
+
+    :raises FencedError: a newer epoch of the writer was claimed or has committed.
+    :raises CommitConflictError: ``main`` moved during every attempt.
+    """
+    for attempt in range(1, COMMIT_ATTEMPTS + 1):
+        base = staged_commit.load_base(target.handle)
+        if attempt == 1:
+            staged_commit.drop_stale_branches(base, target.writer_id, target.epoch, target.handle)
+        state = merged_state(base.table, target.read_control())
+        decision = decide_on(state, target.writer_id, commit.batch_id, target.epoch)
+        pause_point("commit:decided")
+        existing = settled_by(decision, target.writer_id, target.epoch, commit.batch_id)
+        if existing is not None:
+            return existing
+        landed = try_publish(target, final, base, with_positions(commit, state), attempt)
+        if landed is not None:
+            return landed
+        wait_before_deciding_again(commit.batch_id, attempt)
+    raise CommitConflictError(
+        f"Iceberg commit of batch {commit.batch_id} (writer {target.writer_id}): main moved during "
+        f"{COMMIT_ATTEMPTS} commit attempts in a row, giving up"
+    )
+
+
+def settled_by(decision: CommitDecision, writer_id: str, epoch: int, batch_id: int) -> CommitInfo | None:
+    """The commit already in the table when the decision says so; None when this attempt may commit.
+
+    :raises FencedError: the decision fences this attempt.
+    """
+    if decision.verdict is Verdict.ALREADY_COMMITTED and decision.existing is not None:
+        log.info("batch %s: %s; nothing committed", batch_id, decision.reason)
+        return decision.existing
+    if decision.verdict is Verdict.FENCED:
+        raise FencedError(
+            f"writer '{writer_id}' epoch {epoch} was fenced ({decision.reason}); this "
+            "attempt stops before committing (its records are left for reconciliation)"
+        )
+    return None
+
+
+def wait_before_deciding_again(batch_id: int, attempt: int) -> None:
+    """Back off after a lost compare-and-set (not for correctness: to let the other commit finish)."""
+    sleep_s = backoff_seconds(attempt)
+    log.warning(
+        "batch %s: main moved during commit attempt %s/%s; deciding again in %.1f s",
+        batch_id,
+        attempt,
+        COMMIT_ATTEMPTS,
+        sleep_s,
+    )
+    time.sleep(sleep_s)
+
+
+def try_publish(
+    target: CommitTarget, final: DataFrame, base: staged_commit.Base, commit: CommitInfo, attempt: int
+) -> CommitInfo | None:
+    """One staged commit attempt: the landed commit, or None when ``main`` moved meanwhile."""
+    branch = staging_branch(target.writer_id, commit.batch_id, target.epoch, attempt)
+    staged_commit.create_branch(base, branch)
+    try:
+        write_branch(final, branch_table(target.handle.spark_name(), branch), target.primary_key, commit)
+        table, head = staged_commit.branch_head(target.handle, branch)
+        snapshot = table.snapshot_by_id(head)
+        check_staged_head(
+            snapshot, base.snapshot_id, branch, (target.writer_id, commit.batch_id, target.epoch)
+        )
+        pause_point("commit:before-publish")
+        staged_commit.publish(base, head, branch, target.handle)
+    except Exception as exc:
+        staged_commit.drop_branch(target.handle, branch)
+        if staged_commit.is_lost_race(exc) or is_commit_conflict(exc):
+            return None
+        raise
+    assert snapshot is not None  # checked above
+    return replace(
+        commit,
+        snapshot_id=head,
+        sequence_number=snapshot.sequence_number,
+        timestamp_ms=snapshot.timestamp_ms,
+    )
+
+
+def check_staged_head(
+    snapshot: Snapshot | None, base_snapshot_id: int, branch: str, identity: tuple[str, int, int]
+) -> None:
+    """Check that the branch head is this write, on top of the base, with this batch's summary.
+
+    :param identity: (writer, batch, epoch) the head's summary must name.
+    :raises CommitConflictError: it is not (the attempt is dropped and decided again).
+    """
+    if snapshot is None or snapshot.parent_snapshot_id != base_snapshot_id:
+        raise CommitConflictError(f"staging branch {branch} does not continue base {base_snapshot_id}")
+    written = CommitInfo.from_summary(snapshot.summary.additional_properties if snapshot.summary else {})
+    if written is None or (written.writer_id, written.batch_id, written.epoch) != identity:
+        raise CommitConflictError(f"staging branch {branch} holds another write's summary: {written}")
+
+
+def write_branch(final: DataFrame, table: str, primary_key: Sequence[str], commit: CommitInfo) -> None:
+    """Write the batch to ``table`` (a branch) with its ``logstore.*`` summary, in a session of its own.
+
+    Summary properties are session settings in Iceberg's Spark writes: a session used by this one
+    write alone keeps a concurrent write of the application (another stream, a thread) from
+    committing with them.
+    """
+    session = final.sparkSession.newSession()
+    for key, value in commit.to_summary().items():
+        session.conf.set(SUMMARY_CONF_PREFIX + key, value)
+    view = f"_logstore_batch_{uuid.uuid4().hex[:12]}"
+    final.createOrReplaceGlobalTempView(view)
+    try:
+        columns = [f.name for f in final.schema.fields if f.name != OP_COLUMN]
+        session.sql(write_sql(table, f"global_temp.{view}", columns, primary_key)).collect()
+    finally:
+        final.sparkSession.catalog.dropGlobalTempView(view)
+
+
+def branch_table(table_name: str, branch: str) -> str:
+    """How Spark SQL names a branch of a table."""
+    return f"{table_name}.`branch_{branch}`"
+
+
+def write_sql(target: str, view: str, columns: Sequence[str], primary_key: Sequence[str]) -> str:
+    """``INSERT`` (no key) or ``MERGE`` of ``view`` into ``target``: per key, the last change wins."""
+    quoted = [f"`{c}`" for c in columns]
+    if not primary_key:
+        return f"INSERT INTO {target} SELECT {', '.join(quoted)} FROM {view}"
+    on = " AND ".join(f"t.`{c}` = s.`{c}`" for c in primary_key)
+    updates = ", ".join(f"t.{c} = s.{c}" for c in quoted)
+    values = ", ".join(f"s.{c}" for c in quoted)
+    return (
+        f"MERGE INTO {target} t USING {view} s ON {on} "
+        f"WHEN MATCHED AND s.{OP_COLUMN} = 'D' THEN DELETE "
+        f"WHEN MATCHED THEN UPDATE SET {updates} "
+        f"WHEN NOT MATCHED AND s.{OP_COLUMN} <> 'D' THEN INSERT ({', '.join(quoted)}) VALUES ({values})"
+    )
