@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from airflow_logstore.compaction.policy import RetentionPolicy, SnapshotInfo, plan_expiry
-from airflow_logstore.core import control
+from airflow_logstore.core import control, ranges
 from airflow_logstore.core import reconcile as rec
 from airflow_logstore.core.changes import apply_final, plan_batch
 from airflow_logstore.core.checkpoint import RETIRED_EPOCH, encode_state, retire
@@ -53,6 +53,7 @@ from airflow_logstore.core.visibility import (
     recorded_positions,
     with_positions,
 )
+from airflow_logstore.reconcile import reconciler as reconciler_steps
 from airflow_logstore.spark.dual_write import task_identity
 
 from .model import Catalog, ControlTopic, KafkaLog, LogEntry, Row, Snapshot, TableView, TaskRun, row_id
@@ -469,48 +470,45 @@ def maybe_checkpoint(world: World, state: ControlState, log_start: dict[int, int
         world.control.append(control.commit_key(writer_id, batch_id), None)
 
 
-# --- reconciler (reconciler._run) -------------------------------------------------------------------------
+# --- reconciler (the steps of reconciler._run) -------------------------------------------------------------
 
 
 def reconciler(world: World) -> Steps:
-    yield "reconcile: bounds"  # partition_offsets: the safe point
+    yield "reconcile: bounds"  # safe_point: the log's end offsets
     bounds = world.log.bounds()
-    safe_point = {p: high for p, (_, high) in bounds.items()}
-    yield "reconcile: read control"  # ctl.read(), after the safe point
+    yield "reconcile: read control"  # control_state: ctl.read(), after the safe point
     state = world.control.read()
     yield "reconcile: sync ledger"  # sync_ledger(handle, ctl, state, table)
     sync_ledger(world, state, world.catalog.load())
-    progress = state.reconcile_progress
-    run = rec.run_number(progress)
-    starts, _, _ = rec.start_positions(state.reconcile_positions, bounds)
+    window = reconciler_steps.plan_window(state, bounds)
     records = [
         rec.LogRecordIn(e.partition, e.offset, e.key, e.headers, e.value)
-        for e in world.log.scan(starts, safe_point)
+        for e in world.log.scan(window.starts, window.safe_point)
     ]
-    plans, _ = rec.plan_partitions(records, state, starts, safe_point, rec.lookback_ranges(progress, starts))
-    positions = {plan.stats.partition: plan.stats.next_position for plan in plans}
+    plans, _ = rec.plan_partitions(records, state, window.starts, window.safe_point, window.lookback)
+    positions = reconciler_steps.next_positions(plan.stats for plan in plans)
     output: dict[int, tuple[int, int]] = {}
-    for plan in plans:  # produce_outputs
+    for plan in plans:  # produce
         for out in plan.iter_outputs():
             yield "reconcile: produce"
-            offset = world.log.append(out.partition, out.key, out.value, out.headers(1, run), None)
+            offset = world.log.append(out.partition, out.key, out.value, out.headers(1, window.run), None)
             world.events[f"{out.record_type.value} written"] += 1
-            span = output.get(out.partition)
-            output[out.partition] = (offset, offset) if span is None else (span[0], offset)
-    if output or positions != {p: state.reconcile_positions.get(p) for p in positions}:
+            output[out.partition] = ranges.widen(output.get(out.partition), offset, offset)
+    if reconciler_steps.progress_changed(state, positions, output, window.gaps):  # the log has no gaps
         yield "reconcile:before-progress"
         value = rec.progress_value(
             positions=positions,
-            safe_point=safe_point,
+            safe_point=window.safe_point,
             output=output,
             lease_id=1,
-            run=run,
+            run=window.run,
             owner="sim",
             summary={},
             now_ms=0,
         )
         world.control.append(control.K_RECONCILE, value)
-        world.note(f"reconciler run {run}: output {output}, positions {positions}", "reconciler output")
+        note = f"reconciler run {window.run}: output {output}, positions {positions}"
+        world.note(note, "reconciler output")
 
 
 # --- compaction (spark.compact_job + compaction.plan_expiry / secure_ledger) ----------------------------
