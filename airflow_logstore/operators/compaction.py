@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow.sdk import BaseOperator
-
-from airflow_logstore.hooks.logstore import LogStoreHook
+from airflow_logstore.operators._job import SparkJobOperator
 from airflow_logstore.operators._options import as_bool, as_int
 
 
-class LogStoreCompactionOperator(BaseOperator):
+class LogStoreCompactionOperator(SparkJobOperator):
     """Submit ``spark_jobs/compact.py`` through the Airflow Spark provider; the report goes to XCom.
 
     The job compacts only when the table's ``self-optimizing.*`` thresholds say it is worth it (small
@@ -32,11 +29,9 @@ class LogStoreCompactionOperator(BaseOperator):
     :param min_snapshots_to_keep: snapshots always kept (default ``history.expire.min-snapshots-to-keep``)
     :param remove_orphans: remove orphan files
     :param orphan_age_ms: only files older than this are orphans (default 3 days, at least 1 hour)
-    :param spark_conn_id: Airflow Spark connection (master, deploy mode, spark-submit binary)
-    :param jars: comma-separated jars; None: from the settings (see ``LogStoreDualWriteOperator``)
-    :param python: Python executable of the driver and executors (default: from the settings, see
-        ``LogStoreDualWriteOperator``)
-    :param spark_conf: extra Spark settings
+    :param max_attempts: how often a rewrite that conflicts with a concurrent write is planned again
+
+    The Spark and connection parameters are :class:`~airflow_logstore.operators._job.SparkJobOperator`'s.
     """
 
     template_fields: Sequence[str] = (
@@ -64,12 +59,6 @@ class LogStoreCompactionOperator(BaseOperator):
         remove_orphans: bool = True,
         orphan_age_ms: int | str | None = None,
         max_attempts: int = 3,
-        spark_conn_id: str = "spark_default",
-        logstore_conn_id: str = LogStoreHook.default_conn_name,
-        kafka_config_id: str | None = "kafka_default",
-        jars: str | None = None,
-        python: str | None = None,
-        spark_conf: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -85,13 +74,6 @@ class LogStoreCompactionOperator(BaseOperator):
         self.remove_orphans = remove_orphans
         self.orphan_age_ms = orphan_age_ms
         self.max_attempts = max_attempts
-        self.spark_conn_id = spark_conn_id
-        self.logstore_conn_id = logstore_conn_id
-        self.kafka_config_id = kafka_config_id
-        self.jars = jars
-        self.python = python
-        self.spark_conf = dict(spark_conf or {})
-        self._submit_hook: Any = None
 
     def application_args(self) -> list[str]:
         """The job's arguments (validated: a bad value fails the task before Spark starts)."""
@@ -119,28 +101,18 @@ class LogStoreCompactionOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow_logstore.compaction.policy import CompactionOptions
-        from airflow_logstore.operators._spark import job_path, job_result, spark_submit_hook
         from airflow_logstore.spark.compact_job import options_from_args, parser
 
         application_args = self.application_args()
         options: CompactionOptions = options_from_args(parser().parse_args(application_args))
         options.validate()  # fail fast, before Spark starts
-        report_id = uuid.uuid4().hex
-        logstore = LogStoreHook(self.logstore_conn_id, self.kafka_config_id)
-        handle = logstore.table(self.table)
-        with spark_submit_hook(
-            catalog=handle.catalog,
-            kafka_extra=handle.kafka_extra,
-            conn_id=self.spark_conn_id,
+        report = self.run_job(
+            self.logstore_table(self.table),
+            "compact.py",
             name=f"logstore-compact-{self.table}",
-            application_args=[*application_args, "--report-id", report_id],
-            jars=self.jars,
-            python=self.python,
-            conf=self.spark_conf,
-        ) as hook:
-            self._submit_hook = hook
-            hook.submit(job_path("compact.py"))
-        report = job_result(handle, report_id, f"compaction of {self.table}")
+            application_args=application_args,
+            what=f"compaction of {self.table}",
+        )
         before, after = report.get("before") or {}, report.get("after") or {}
         self.log.info(
             "compaction of %s: %s (%s); data files %s -> %s, delete files %s -> %s, bytes %s -> %s, "
@@ -161,7 +133,3 @@ class LogStoreCompactionOperator(BaseOperator):
         for warning in report.get("warnings") or []:
             self.log.warning(warning)
         return report
-
-    def on_kill(self) -> None:
-        if self._submit_hook is not None:
-            self._submit_hook.on_kill()

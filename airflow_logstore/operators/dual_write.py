@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import BaseOperator
-
-from airflow_logstore.hooks.logstore import LogStoreHook
+from airflow_logstore.operators._job import SparkJobOperator
 
 
 def table_asset_name(table: str) -> str:
@@ -16,13 +13,14 @@ def table_asset_name(table: str) -> str:
     return f"logstore.{table}"
 
 
-class LogStoreDualWriteOperator(BaseOperator):
+class LogStoreDualWriteOperator(SparkJobOperator):
     """Submit ``spark_jobs/dual_write.py`` through the Airflow Spark provider and report the commit.
 
     The job produces the batch's log records, then commits the Iceberg write with the batch, epoch
     and offsets in the snapshot summary. A retry of the task (a new epoch) finds a committed batch
     and writes nothing; an uncommitted one is written again and reconciliation reverses the failed
-    attempt's records. Catalog and Kafka secrets reach Spark through a private properties file.
+    attempt's records. The Spark and connection parameters are those of
+    :class:`~airflow_logstore.operators._job.SparkJobOperator`.
 
     :param table: ``namespace.table``
     :param input_path: input file or folder: JSON lines, CSV or Parquet (templated)
@@ -31,13 +29,6 @@ class LogStoreDualWriteOperator(BaseOperator):
     :param emit_mode: ``file,log`` (default), ``log`` or ``file`` (the seeds' ``mixed-format.emit.mode``)
     :param input_format: json, csv or parquet (default: from the file name)
     :param change_column: CDC column with insert/update/delete (optional in the input)
-    :param spark_conn_id: Airflow Spark connection (master, deploy mode, spark-submit binary)
-    :param jars: comma-separated jars for Spark; None: ``LOGSTORE_SPARK_JARS``, ``spark.jars`` /
-        ``spark.jars.packages`` in the settings, else the local cache; "": none (in the Spark image)
-    :param python: Python executable of the driver and executors (default: ``spark.pyspark.python``
-        from ``spark_conf`` or the connection's ``spark-conf`` extra, ``PYSPARK_PYTHON``; this
-        interpreter only for a local master)
-    :param spark_conf: extra Spark settings (over the connection's ``spark-conf`` extra)
     """
 
     template_fields: Sequence[str] = ("table", "input_path", "batch_id", "writer_id", "emit_mode")
@@ -53,12 +44,6 @@ class LogStoreDualWriteOperator(BaseOperator):
         emit_mode: str | None = None,
         input_format: str | None = None,
         change_column: str = "op",
-        spark_conn_id: str = "spark_default",
-        logstore_conn_id: str = LogStoreHook.default_conn_name,
-        kafka_config_id: str | None = "kafka_default",
-        jars: str | None = None,
-        python: str | None = None,
-        spark_conf: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -69,13 +54,6 @@ class LogStoreDualWriteOperator(BaseOperator):
         self.emit_mode = emit_mode
         self.input_format = input_format
         self.change_column = change_column
-        self.spark_conn_id = spark_conn_id
-        self.logstore_conn_id = logstore_conn_id
-        self.kafka_config_id = kafka_config_id
-        self.jars = jars
-        self.python = python
-        self.spark_conf = dict(spark_conf or {})
-        self._submit_hook: Any = None
 
     def _batch(self) -> int:
         try:
@@ -103,39 +81,25 @@ class LogStoreDualWriteOperator(BaseOperator):
         return args
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from airflow.sdk.exceptions import AirflowException
-
         from airflow_logstore.core.properties import parse_emit_mode
         from airflow_logstore.operators._failures import fail_fast, job_failure
-        from airflow_logstore.operators._spark import job_path, job_result, spark_submit_hook
         from airflow_logstore.table.snapshots import commit_xcom, find_commit
 
         writer_id = self.writer_id or f"{self.dag_id}.{self.task_id}"
-        report_id = uuid.uuid4().hex
         with fail_fast():  # a missing table or bad properties fail before Spark starts, without retries
             batch_id = self._batch()
-            logstore = LogStoreHook(self.logstore_conn_id, self.kafka_config_id)
-            handle = logstore.table(self.table)
+            handle = self.logstore_table(self.table)
             parse_emit_mode(self.emit_mode, handle.config())
-        with spark_submit_hook(
-            catalog=handle.catalog,
-            kafka_extra=handle.kafka_extra,
-            conn_id=self.spark_conn_id,
+        result = self.run_job(
+            handle,
+            "dual_write.py",
             name=f"logstore-dual-write-{self.table}-{batch_id}",
-            application_args=[*self.application_args(writer_id), "--report-id", report_id],
-            jars=self.jars,
-            python=self.python,
-            conf=self.spark_conf,
-        ) as hook:
-            self._submit_hook = hook
-            try:
-                hook.submit(job_path("dual_write.py"))
-            except AirflowException as exc:
-                # the job's own report says why; the spark-submit command line would only hide it
-                raise job_failure(
-                    handle, writer_id=writer_id, batch_id=batch_id, report_id=report_id, submit_error=exc
-                ) from None
-        result = job_result(handle, report_id, f"dual write of batch {batch_id} of {self.table}")
+            application_args=self.application_args(writer_id),
+            what=f"dual write of batch {batch_id} of {self.table}",
+            submit_failed=lambda error, report_id: job_failure(
+                handle, writer_id=writer_id, batch_id=batch_id, report_id=report_id, submit_error=error
+            ),
+        )
         commit = find_commit(handle, writer_id=writer_id, batch_id=batch_id)
         value: dict[str, Any] = {
             "table": self.table,
@@ -177,7 +141,3 @@ class LogStoreDualWriteOperator(BaseOperator):
             if isinstance(outlet, AssetAlias):
                 extra = {k: value.get(k) for k in ("snapshot_id", "batch_id", "epoch", "writer_id")}
                 events[outlet].add(Asset(name=table_asset_name(self.table)), extra=extra)
-
-    def on_kill(self) -> None:
-        if self._submit_hook is not None:
-            self._submit_hook.on_kill()

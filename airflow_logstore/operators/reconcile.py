@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
-
-from airflow_logstore.hooks.logstore import LogStoreHook
+from airflow_logstore.operators._job import SparkJobOperator
 from airflow_logstore.operators._options import as_bool
+
+if TYPE_CHECKING:
+    from airflow_logstore.table.tables import LogStoreTable
 
 ENGINES = ("python", "spark")
 
 
-class LogStoreReconcileOperator(BaseOperator):
+class LogStoreReconcileOperator(SparkJobOperator):
     """Detect the redundant records of failed writer attempts in a table's log and write their reversals.
 
     One run scans the log from the last reconciled position to the end offsets at start, writes a
@@ -29,6 +29,9 @@ class LogStoreReconcileOperator(BaseOperator):
     :param engine: ``python`` (in the worker, scan processes for large windows) or ``spark`` (submits
         ``spark_jobs/reconcile.py`` for big backlogs)
     :param lease_ttl_s: how long the lease lives without renewal (renewed every third of it)
+
+    The connection parameters, and ``spark_conn_id``, ``jars`` and ``python`` of the ``spark`` engine,
+    are :class:`~airflow_logstore.operators._job.SparkJobOperator`'s.
     """
 
     # ``dry_run`` is kept as ``dry_run_flag``: BaseOperator.dry_run() is a method of every operator
@@ -42,11 +45,6 @@ class LogStoreReconcileOperator(BaseOperator):
         dry_run: bool | str = False,
         engine: str = "python",
         lease_ttl_s: float = 120.0,
-        logstore_conn_id: str = LogStoreHook.default_conn_name,
-        kafka_config_id: str | None = "kafka_default",
-        spark_conn_id: str = "spark_default",
-        jars: str | None = None,
-        python: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -54,12 +52,6 @@ class LogStoreReconcileOperator(BaseOperator):
         self.dry_run_flag = dry_run
         self.engine = engine
         self.lease_ttl_s = lease_ttl_s
-        self.logstore_conn_id = logstore_conn_id
-        self.kafka_config_id = kafka_config_id
-        self.spark_conn_id = spark_conn_id
-        self.jars = jars
-        self.python = python
-        self._submit_hook: Any = None
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow_logstore.exceptions import OptionError
@@ -67,38 +59,27 @@ class LogStoreReconcileOperator(BaseOperator):
         dry_run = as_bool(self.dry_run_flag, "dry_run")
         if self.engine not in ENGINES:
             raise OptionError("engine", f"'{self.engine}' is not one of {', '.join(ENGINES)}")
-        hook = LogStoreHook(self.logstore_conn_id, self.kafka_config_id)
+        handle = self.logstore_table(self.table)
         if self.engine == "spark":
-            report = self._submit(hook, dry_run)
+            report = self._submit(handle, dry_run)
         else:
             from airflow_logstore.reconcile.reconciler import reconcile
 
-            report = reconcile(
-                hook.table(self.table), dry_run=dry_run, lease_ttl_s=self.lease_ttl_s
-            ).to_dict()
+            report = reconcile(handle, dry_run=dry_run, lease_ttl_s=self.lease_ttl_s).to_dict()
         self._log(report)
         return report
 
-    def _submit(self, hook: LogStoreHook, dry_run: bool) -> dict[str, Any]:
-        from airflow_logstore.operators._spark import job_path, job_result, spark_submit_hook
-
-        report_id = uuid.uuid4().hex
-        handle = hook.table(self.table)
-        args = ["--table", self.table, "--lease-ttl", str(self.lease_ttl_s), "--report-id", report_id]
+    def _submit(self, handle: LogStoreTable, dry_run: bool) -> dict[str, Any]:
+        args = ["--table", self.table, "--lease-ttl", str(self.lease_ttl_s)]
         if dry_run:
             args.append("--dry-run")
-        with spark_submit_hook(
-            catalog=handle.catalog,
-            kafka_extra=handle.kafka_extra,
-            conn_id=self.spark_conn_id,
+        return self.run_job(
+            handle,
+            "reconcile.py",
             name=f"logstore-reconcile-{self.table}",
             application_args=args,
-            jars=self.jars,
-            python=self.python,
-        ) as submit:
-            self._submit_hook = submit
-            submit.submit(job_path("reconcile.py"))
-        return job_result(handle, report_id, f"reconciliation of {self.table}")
+            what=f"reconciliation of {self.table}",
+        )
 
     def _log(self, report: dict[str, Any]) -> None:
         if report.get("status") == "lease-held":
@@ -140,7 +121,3 @@ class LogStoreReconcileOperator(BaseOperator):
             self.log.info(
                 "%s: records still in flight, left for the next run: %s", self.table, report["in_flight"]
             )
-
-    def on_kill(self) -> None:
-        if self._submit_hook is not None:
-            self._submit_hook.on_kill()

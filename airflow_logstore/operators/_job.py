@@ -1,0 +1,105 @@
+"""What the operators that submit a LogStore PySpark job share (dual write, compaction, reconciliation).
+
+Their connections, one submission that hands the job a new report id and reads the job's result back
+from next to the table, and cancelling the job when the task is killed. Light at DAG parse time: the
+Spark provider's hook is imported only when a job is submitted.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_logstore.hooks.logstore import LogStoreHook
+
+if TYPE_CHECKING:
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_logstore.table.tables import LogStoreTable
+
+
+class SparkJobOperator(BaseOperator):
+    """Base of the operators that run a PySpark application of ``airflow_logstore/spark/apps/`` through
+    the Airflow Spark provider. Catalog and Kafka secrets reach Spark through a private properties file.
+
+    :param spark_conn_id: Airflow Spark connection (master, deploy mode, spark-submit binary)
+    :param logstore_conn_id: the LogStore connection (the catalog)
+    :param kafka_config_id: the Kafka connection
+    :param jars: comma-separated jars for Spark; None: ``LOGSTORE_SPARK_JARS``, ``spark.jars`` /
+        ``spark.jars.packages`` in the settings, else the local cache; "": none (in the Spark image)
+    :param python: Python executable of the driver and executors (default: ``spark.pyspark.python``
+        from ``spark_conf`` or the connection's ``spark-conf`` extra, ``PYSPARK_PYTHON``; this
+        interpreter only for a local master)
+    :param spark_conf: extra Spark settings (over the connection's ``spark-conf`` extra)
+    """
+
+    def __init__(
+        self,
+        *,
+        spark_conn_id: str = "spark_default",
+        logstore_conn_id: str = LogStoreHook.default_conn_name,
+        kafka_config_id: str | None = "kafka_default",
+        jars: str | None = None,
+        python: str | None = None,
+        spark_conf: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.spark_conn_id = spark_conn_id
+        self.logstore_conn_id = logstore_conn_id
+        self.kafka_config_id = kafka_config_id
+        self.jars = jars
+        self.python = python
+        self.spark_conf = dict(spark_conf or {})
+        self._submit_hook: Any = None
+
+    def logstore_table(self, name: str) -> LogStoreTable:
+        """The LogStore table ``name`` through this operator's connections."""
+        return LogStoreHook(self.logstore_conn_id, self.kafka_config_id).table(name)
+
+    def run_job(
+        self,
+        handle: LogStoreTable,
+        script: str,
+        *,
+        name: str,
+        application_args: Sequence[str],
+        what: str,
+        submit_failed: Callable[[AirflowException, str], BaseException] | None = None,
+    ) -> dict[str, Any]:
+        """Submit ``script`` with ``application_args`` and a new ``--report-id``; return the result the
+        job left next to the table (``what`` names the job in errors).
+
+        :param submit_failed: the error to raise instead when spark-submit fails, from its error and the
+            report id (the job's own failure report says more than the spark-submit command line)
+        """
+        from airflow.sdk.exceptions import AirflowException
+
+        from airflow_logstore.operators._spark import job_path, job_result, spark_submit_hook
+
+        report_id = uuid.uuid4().hex
+        with spark_submit_hook(
+            catalog=handle.catalog,
+            kafka_extra=handle.kafka_extra,
+            conn_id=self.spark_conn_id,
+            name=name,
+            application_args=[*application_args, "--report-id", report_id],
+            jars=self.jars,
+            python=self.python,
+            conf=self.spark_conf,
+        ) as hook:
+            self._submit_hook = hook
+            try:
+                hook.submit(job_path(script))
+            except AirflowException as exc:
+                if submit_failed is None:
+                    raise
+                raise submit_failed(exc, report_id) from None
+        return job_result(handle, report_id, what)
+
+    def on_kill(self) -> None:
+        if self._submit_hook is not None:
+            self._submit_hook.on_kill()
