@@ -354,3 +354,202 @@ def partition_for_key(key: bytes, partitions: int) -> int:
 
 def field_types_of(schema_fields: Iterable[tuple[str, str]]) -> dict[str, str]:
     return dict(schema_fields)
+
+
+# --- bulk decoding (readers) ------------------------------------------------------------------------
+#
+# A reader decodes thousands of values at once: joined into newline-delimited JSON and parsed by Arrow
+# against the table schema. The result must be exactly what ``decode_value`` + ``typed_row`` give one
+# record at a time, so whatever Arrow might read differently (a value with a line break, a string where
+# a number belongs, a missing kind or row, ...) makes the bulk parse of that piece fail, and its values
+# are decoded one by one: the undecodable ones then fail with the per-record reason (dead letters).
+
+#: Column types Arrow parses straight from JSON, as ``typed_row`` converts them.
+_ARROW_NATIVE = {
+    "int": "int64",
+    "long": "int64",
+    "integer": "int64",
+    "bigint": "int64",
+    "float": "float64",
+    "double": "float64",
+    "boolean": "bool",
+    "string": "string",
+    "uuid": "string",
+}
+#: Column types read as JSON strings, then converted value by value with ``typed_row``'s converter.
+_ARROW_FROM_TEXT = ("date", "timestamp", "timestamptz", "timestamp_ns", "timestamptz_ns", "binary")
+#: How many pieces a chunk whose bulk parse failed is split into before values are decoded one by one.
+BULK_SPLIT = 16
+KIND_VALUES = tuple(kind.value for kind in RowKind)
+
+
+def arrow_column_type(type_name: str) -> Any:
+    """The Arrow type of a decoded column (the type of ``typed_row``'s values), or None when unknown."""
+    import pyarrow as pa
+
+    name = type_name.lower()
+    if name in _ARROW_NATIVE:
+        return pa.type_for_alias(_ARROW_NATIVE[name])
+    if name == "date":
+        return pa.date32()
+    if name in ("timestamp", "timestamp_ns"):
+        return pa.timestamp("us")
+    if name in ("timestamptz", "timestamptz_ns"):
+        return pa.timestamp("us", tz="UTC")
+    if name == "binary" or name.startswith("fixed"):
+        return pa.binary()
+    if name.startswith("decimal(") and name.endswith(")"):
+        precision, _, scale = name[len("decimal(") : -1].partition(",")
+        return pa.decimal128(int(precision), int(scale))
+    return None
+
+
+def arrow_row_schema(field_types: Mapping[str, str]) -> Any:
+    """The Arrow schema of decoded rows (``_kind`` last), or None when a column type has none."""
+    import pyarrow as pa
+
+    fields = []
+    for name, type_name in field_types.items():
+        arrow_type = arrow_column_type(type_name)
+        if arrow_type is None:
+            return None
+        fields.append(pa.field(name, arrow_type))
+    return pa.schema([*fields, pa.field("_kind", pa.string())])
+
+
+@dataclass
+class DecodedValues:
+    """Values decoded in bulk: the rows of the decodable ones (in order), and the others with reasons.
+
+    :param rows: an Arrow table with the table's columns and ``_kind``, one row per decodable value.
+    :param kept: positions (in the input) of the rows.
+    :param failed: (position, reason) of each undecodable value.
+    """
+
+    rows: Any
+    kept: list[int]
+    failed: list[tuple[int, str]]
+
+
+def decode_values_bulk(values: Sequence[bytes | None], field_types: Mapping[str, str]) -> DecodedValues:
+    """Decode record values as ``decode_value`` + ``typed_row`` would, many at once.
+
+    Equal to the per-record path value by value (tested on seeded random inputs); faster when a chunk
+    decodes in bulk, never different when it does not.
+    """
+    import pyarrow as pa
+
+    schema = arrow_row_schema(field_types)
+    if schema is None:  # a column type the bulk path does not know: one by one
+        return _decode_one_by_one(values, field_types, None, 0)
+    whole = _bulk_piece(values, field_types, schema)
+    if whole is not None:
+        return DecodedValues(whole, list(range(len(values))), [])
+    tables: list[Any] = []
+    kept: list[int] = []
+    failed: list[tuple[int, str]] = []
+    step = max(1, -(-len(values) // BULK_SPLIT))
+    for start in range(0, len(values), step):
+        piece = values[start : start + step]
+        table = _bulk_piece(piece, field_types, schema)
+        if table is not None:
+            tables.append(table)
+            kept.extend(range(start, start + len(piece)))
+            continue
+        single = _decode_one_by_one(piece, field_types, schema, start)
+        tables.append(single.rows)
+        kept.extend(single.kept)
+        failed.extend(single.failed)
+    return DecodedValues(pa.concat_tables(tables) if tables else schema.empty_table(), kept, failed)
+
+
+def _bulk_piece(values: Sequence[bytes | None], field_types: Mapping[str, str], schema: Any) -> Any:
+    """The decoded rows of ``values`` if Arrow reads every one of them as the per-record path does."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pj
+
+    if not values or None in values:
+        return None
+    text = b"\n".join(values)  # type: ignore[arg-type]
+    # one line per value, nothing Arrow could read as a line break or skip as an empty line
+    if text.count(b"\n") != len(values) - 1 or b"\r" in text or b"" in values:
+        return None
+    row_type = pa.struct(
+        [
+            pa.field(f.name, f.type if f.name not in _text_columns(field_types) else pa.string())
+            for f in schema
+            if f.name != "_kind"
+        ]
+    )
+    options = pj.ParseOptions(
+        explicit_schema=pa.schema([("kind", pa.string()), ("row", row_type)]),
+        unexpected_field_behavior="ignore",
+    )
+    try:
+        parsed = pj.read_json(pa.py_buffer(text), parse_options=options)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return None
+    if parsed.num_rows != len(values):
+        return None
+    kinds = parsed.column("kind")
+    rows = parsed.column("row")
+    if rows.null_count or not pc.all(pc.is_in(kinds, value_set=pa.array(KIND_VALUES))).as_py():
+        return None
+    columns = []
+    for field in schema:
+        if field.name == "_kind":
+            columns.append(kinds)
+            continue
+        column = pc.struct_field(rows, field.name)
+        if field.name in _text_columns(field_types):
+            convert = _row_converters(((field.name, field_types[field.name]),))[0][1]
+            try:
+                converted = [None if v is None else convert(v) for v in column.to_pylist()]
+                column = pa.array(converted, type=field.type)
+            except (ValueError, TypeError, ArithmeticError, RecordDecodeError, pa.ArrowException):
+                return None
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+@functools.lru_cache(maxsize=256)
+def _text_columns_cached(fields: tuple[tuple[str, str], ...]) -> frozenset[str]:
+    return frozenset(
+        name
+        for name, type_name in fields
+        if type_name.lower() in _ARROW_FROM_TEXT or type_name.lower().startswith(("fixed", "decimal"))
+    )
+
+
+def _text_columns(field_types: Mapping[str, str]) -> frozenset[str]:
+    return _text_columns_cached(tuple(field_types.items()))
+
+
+def _decode_one_by_one(
+    values: Sequence[bytes | None], field_types: Mapping[str, str], schema: Any, offset: int
+) -> DecodedValues:
+    """The per-record path (``decode_value`` + ``typed_row``) over ``values``, as DecodedValues."""
+    import pyarrow as pa
+
+    rows: list[dict[str, Any]] = []
+    kept: list[int] = []
+    failed: list[tuple[int, str]] = []
+    for index, value in enumerate(values, start=offset):
+        try:
+            kind, raw = decode_value(value)
+            row = typed_row(raw, field_types)
+        except RecordDecodeError as exc:
+            failed.append((index, str(exc)))
+            continue
+        row["_kind"] = kind.value
+        if schema is not None:
+            try:  # a value typed_row accepts that does not fit the column (an integer beyond 64 bits)
+                pa.Table.from_pylist([row], schema=schema)
+            except (pa.ArrowException, OverflowError, ValueError, TypeError) as exc:
+                failed.append((index, f"row does not fit the table schema: {exc}"))
+                continue
+        rows.append(row)
+        kept.append(index)
+    table = pa.Table.from_pylist(rows, schema=schema) if schema is not None else pa.Table.from_pylist(rows)
+    return DecodedValues(table, kept, failed)

@@ -21,16 +21,19 @@ The watermark of a partition is the highest offset below which no record is unde
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.core import ranges
 from airflow_logstore.core.codec import RecordMeta, RecordType, decode_headers
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.exceptions import RecordDecodeError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class Decision(StrEnum):
@@ -79,6 +82,29 @@ def classify(meta: RecordMeta, partition: int, offset: int, state: ControlState)
             return Decision.REDUNDANT
         return Decision.DEAD_PENDING
     return Decision.IN_FLIGHT
+
+
+def offset_breaks(state: ControlState, partition: int) -> list[int]:
+    """The offsets of ``partition`` at which :func:`classify`'s answer for one header set may change.
+
+    ``classify`` reads a record's offset only through ``CommitInfo.covers`` (a commit's offsets) and
+    ``ControlState.settled_hole`` (the settled ranges and their holes). Between two consecutive breaks
+    each of those answers is the same for every offset, so a bulk reader may call ``classify`` once per
+    (header set, partition, segment between breaks) and give every record there that one decision
+    (:meth:`ReadFilter.decide_many`). Whoever makes ``classify`` read the offset in a new way adds its
+    breaks here (``tests/unit/core/test_bulk_visibility.py`` compares both paths on random states).
+    """
+    points: set[int] = set()
+    for commit in state.commits.values():
+        span = commit.offsets.get(partition)
+        if span is not None:
+            points.update((span[0], span[1] + 1))
+    runs = [*state.settled.get(partition, ())]
+    for kind_runs in state.holes.get(partition, {}).values():
+        runs.extend(kind_runs)
+    for first, last in runs:
+        points.update((first, last + 1))
+    return sorted(points)
 
 
 class WatermarkScan:
@@ -380,6 +406,8 @@ class ReadFilter:
     snapshot_sequence: int | None = None
     start: Mapping[int, int] | None = None
     snapshot_included: frozenset[str] | None = None
+    # per partition the offset breaks of ``state`` (the state must not change while the filter is used)
+    _breaks: dict[int, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def decide(self, meta: RecordMeta, partition: int, offset: int) -> tuple[bool, Decision | None]:
         """(keep the record?, its decision, or None when no state was needed)."""
@@ -400,3 +428,45 @@ class ReadFilter:
             )
             return keep, decision
         return (decision is Decision.COMMITTED or not self.consistent), decision
+
+    def breaks(self, partition: int) -> np.ndarray:
+        """Where in ``partition`` this filter's answer may change (see :func:`offset_breaks`); a hybrid
+        read's log start is one more."""
+        import numpy as np
+
+        found = self._breaks.get(partition)
+        if found is None:
+            points = offset_breaks(self.state, partition) if self.state is not None else []
+            if self.start is not None:
+                points = sorted({*points, int(self.start.get(partition, 0))})
+            found = self._breaks[partition] = np.asarray(points, dtype=np.int64)
+        return found
+
+    def decide_many(
+        self, metas: Sequence[RecordMeta], codes: np.ndarray, partitions: np.ndarray, offsets: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, list[Decision | None]]:
+        """:meth:`decide` for many records at once, calling it once per (header set, partition, segment
+        between :meth:`breaks`): the same answers, record by record.
+
+        :param metas: the distinct decoded header sets; ``codes[i]`` is record i's index into them.
+        :returns: (keep mask, per record an index into the decisions list, the decisions).
+        """
+        import numpy as np
+
+        count = len(codes)
+        if self.state is None:
+            return np.ones(count, dtype=bool), np.zeros(count, dtype=np.int64), [None]
+        segments = np.zeros(count, dtype=np.int64)
+        for partition in np.unique(partitions):
+            where = partitions == partition
+            segments[where] = np.searchsorted(self.breaks(int(partition)), offsets[where], side="right")
+        groups = np.stack([codes.astype(np.int64), partitions.astype(np.int64), segments], axis=1)
+        _, first, inverse = np.unique(groups, axis=0, return_index=True, return_inverse=True)
+        keep_of = np.zeros(len(first), dtype=bool)
+        decision_of: list[Decision | None] = []
+        for group, index in enumerate(first):
+            keep, decision = self.decide(metas[codes[index]], int(partitions[index]), int(offsets[index]))
+            keep_of[group] = keep
+            decision_of.append(decision)
+        inverse = inverse.reshape(-1)
+        return keep_of[inverse], inverse, decision_of

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,7 @@ from airflow_logstore.core.visibility import Decision, ReadFilter
 from airflow_logstore.exceptions import OptionError, RecordDecodeError
 from airflow_logstore.log import kafka_client
 from airflow_logstore.log.deadletter import DeadLetterTopic
+from airflow_logstore.read.batches import CHUNK_RECORDS, META_COLUMNS, DecodedChunk, decode_chunk
 from airflow_logstore.table.schema import field_types, primary_key_of
 from airflow_logstore.table.tables import LogStoreTable, merged_state
 
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-META_COLUMNS = ("_kind", "_partition", "_offset", "_writer_id", "_epoch", "_batch_id", "_record_type")
+__all__ = ["META_COLUMNS", "LogReader", "LogRecord", "ReadReport", "StartPosition", "run_read"]
 
 
 @dataclass(frozen=True)
@@ -274,11 +275,15 @@ class LogReader:
             positions): see ``core.visibility.hybrid_keeps``.
         """
         records: list[LogRecord] = []
-        report = ReadReport(str(self.handle.name), "log", self.consistency.value, self.changelog_mode.value)
-        for record in self.iterate(start, end, report=report, hybrid=hybrid):
-            records.append(record)
-            if limit is not None and len(records) >= limit:
-                break
+        report = self.new_report()
+        stream = self.iterate(start, end, report=report, hybrid=hybrid)
+        try:
+            for record in stream:
+                records.append(record)
+                if limit is not None and len(records) >= limit:
+                    break
+        finally:
+            stream.close()
         report.returned = len(records)
         return LogRead(records, report, self.field_types)
 
@@ -289,16 +294,92 @@ class LogReader:
         *,
         report: ReadReport | None = None,
         hybrid: SnapshotStart | None = None,
-    ) -> Iterator[LogRecord]:
-        """Stream the records from ``start`` to ``end`` without keeping them (constant memory)."""
+    ) -> Generator[LogRecord, None, None]:
+        """Stream the records from ``start`` to ``end`` one by one, without keeping them (constant
+        memory: one chunk of :data:`CHUNK_RECORDS` at a time)."""
+        report = report or self.new_report()
+        normalizer = Normalizer() if self.normalize else None
+        chunks = self._chunks(start, end, report, hybrid)
+        try:
+            for messages, chunk in chunks:
+                for record in _chunk_records(messages, chunk, self.field_types):
+                    yield from self._emit(record, normalizer, report)
+        finally:
+            chunks.close()
+            if normalizer is not None:
+                report.normalized_dropped = normalizer.dropped
+
+    def iterate_batches(
+        self,
+        start: StartPosition | Mapping[int, int] | str = "earliest",
+        end: Mapping[int, int] | None = None,
+        *,
+        report: ReadReport | None = None,
+        hybrid: SnapshotStart | None = None,
+        limit: int | None = None,
+    ) -> Iterator[pa.Table]:
+        """Stream the records from ``start`` to ``end`` as Arrow tables (the table's columns, then
+        :data:`META_COLUMNS`), one per chunk of at most :data:`CHUNK_RECORDS` scanned records: memory
+        holds one chunk, whatever the number of records. ``report.returned`` counts the rows yielded.
+        """
+        report = report or self.new_report()
+        normalizer = Normalizer() if self.normalize else None
+        chunks = self._chunks(start, end, report, hybrid)
+        try:
+            for messages, chunk in chunks:
+                if normalizer is not None:  # keyed state, record by record (see BENCHMARKS.md)
+                    records = [
+                        output
+                        for record in _chunk_records(messages, chunk, self.field_types)
+                        for output in self._emit(record, normalizer, report)
+                    ]
+                    table = records_to_arrow(records, self.field_types) if records else None
+                else:
+                    table = chunk.rows
+                    if self.changelog_mode is ChangelogMode.APPEND_ONLY:
+                        table = self._append_only(table, report)
+                if table is None or table.num_rows == 0:
+                    continue
+                if limit is not None and report.returned + table.num_rows >= limit:
+                    table = table.slice(0, limit - report.returned)
+                    report.returned += table.num_rows
+                    if table.num_rows:
+                        yield table
+                    return
+                report.returned += table.num_rows
+                yield table
+        finally:
+            chunks.close()
+            if normalizer is not None:
+                report.normalized_dropped = normalizer.dropped
+
+    @staticmethod
+    def _append_only(table: pa.Table, report: ReadReport) -> pa.Table:
+        """Only the ``+I`` rows; the others counted by kind in ``report.skipped_kinds``."""
+        import pyarrow.compute as pc
+
+        inserts = pc.equal(table.column("_kind"), RowKind.INSERT.value)
+        skipped = table.filter(pc.invert(inserts)).column("_kind")
+        for entry in pc.value_counts(skipped).to_pylist():
+            kind, count = str(entry["values"]), int(entry["counts"])
+            report.skipped_kinds[kind] = report.skipped_kinds.get(kind, 0) + count
+        return table.filter(inserts)
+
+    def new_report(self) -> ReadReport:
+        return ReadReport(str(self.handle.name), "log", self.consistency.value, self.changelog_mode.value)
+
+    def _chunks(
+        self,
+        start: StartPosition | Mapping[int, int] | str,
+        end: Mapping[int, int] | None,
+        report: ReadReport,
+        hybrid: SnapshotStart | None,
+    ) -> Generator[tuple[list[Any], DecodedChunk], None, None]:
+        """The read's records, decoded and classified a chunk at a time; dead letters sent on the way."""
         if isinstance(start, str):
             start = StartPosition.parse(start)
-        report = report or ReadReport(
-            str(self.handle.name), "log", self.consistency.value, self.changelog_mode.value
-        )
         report.dead_letter_topic = self.dead_letter.topic
         cons = kafka_client.consumer(self.kafka_config)
-        normalizer = Normalizer() if self.normalize else None
         try:
             bounds = kafka_client.partition_offsets(cons, self.topic, self.config.partitions)
             first = self.start_offsets(start, cons, bounds)
@@ -317,20 +398,22 @@ class LogReader:
                 last = visible_end
             report.start = {str(p): o for p, o in sorted(first.items())}
             report.end = {str(p): o for p, o in sorted(last.items())}
-            for batch in kafka_client.scan(cons, self.topic, first, last):
-                for message in batch:
-                    report.scanned += 1
-                    record = self._decode(message, read_filter, report)
-                    if record is not None:
-                        yield from self._emit(record, normalizer, report)
+            for messages in kafka_client.scan(cons, self.topic, first, last, batch_size=CHUNK_RECORDS):
+                report.scanned += len(messages)
+                chunk = decode_chunk(messages, read_filter, self.field_types)
+                for decision, count in chunk.by_decision.items():
+                    report.by_decision[decision] = report.by_decision.get(decision, 0) + count
+                for message, reason in chunk.dead:
+                    self.dead_letter.add(self.topic, message, reason)
+                yield messages, chunk
         finally:
             cons.close()
             self.dead_letter.flush()
             report.dead_lettered = self.dead_letter.count
-            if normalizer is not None:
-                report.normalized_dropped = normalizer.dropped
 
     def _decode(self, message: Any, read_filter: ReadFilter, report: ReadReport) -> LogRecord | None:
+        """One record, decoded and classified on its own: the follower's path, and the reference the
+        bulk path (``read.batches``) is tested against."""
         try:
             meta = decode_headers(message.headers())
             keep, decision = read_filter.decide(meta, message.partition(), message.offset())
@@ -382,6 +465,24 @@ class LogReader:
                     )
             return kept
         return outputs
+
+
+def _chunk_records(messages: list[Any], chunk: DecodedChunk, types: Mapping[str, str]) -> Iterator[LogRecord]:
+    """The rows of a decoded chunk as LogRecords (for callers that want Python objects)."""
+    rows = chunk.rows.select(list(types)).to_pylist()
+    kinds = chunk.rows.column("_kind").to_pylist()
+    for i, row in enumerate(rows):
+        message = messages[chunk.positions[i]]
+        yield LogRecord(
+            message.partition(),
+            message.offset(),
+            message.timestamp()[1],
+            message.key(),
+            RowKind(kinds[i]),
+            row,
+            chunk.header_sets[chunk.metas[i]],  # type: ignore[arg-type]  # kept rows have headers
+            chunk.decisions[i] if chunk.decisions else None,
+        )
 
 
 def read_log(
@@ -443,54 +544,49 @@ def run_read(
 ) -> dict[str, Any]:
     """One read in any mode; rows go as JSON lines to ``output_path`` or the ``output`` stream.
 
+    Rows are written as they are read, one Arrow batch at a time (a chunk of the log, a batch of the
+    snapshot's files): memory does not grow with the number of rows.
     Returns a summary (counts and the read report) — what the operator pushes to XCom.
     """
     sink = open(output_path, "w", encoding="utf-8") if output_path else output  # noqa: SIM115
     try:
         summary: dict[str, Any] = {"table": str(handle.name), "mode": mode}
-
-        def emit(rows: Iterable[Mapping[str, Any]]) -> int:
-            count = 0
-            for row in rows:
-                count += 1
-                if sink is not None:
-                    sink.write(_json_row(row) + "\n")
-            return count
-
         if mode == "file":
-            rows = read_file(handle, snapshot_id).to_pylist()
-            summary["rows"] = emit(rows[:limit] if limit else rows)
+            summary["rows"] = _write_rows(_file_batches(handle.load(), snapshot_id, limit), sink)
             summary["snapshot_id"] = snapshot_id or _current_snapshot_id(handle)
         elif mode == "log":
-            log_read = read_log(
+            reader = LogReader(
                 handle,
-                start,
                 consistency=consistency,
                 changelog_mode=changelog_mode,
                 options=options,
                 normalize=normalize,
-                limit=limit,
             )
-            summary["records"] = emit(log_read.to_arrow().to_pylist() if log_read.records else [])
-            summary["report"] = log_read.report.to_dict()
+            report = reader.new_report()
+            summary["records"] = _write_rows(reader.iterate_batches(start, report=report, limit=limit), sink)
+            summary["report"] = report.to_dict()
         elif mode == "hybrid":
-            hybrid = read_hybrid(
+            reader = LogReader(
                 handle,
-                snapshot_id,
                 consistency=consistency,
                 changelog_mode=changelog_mode,
                 options=options,
                 normalize=normalize,
             )
-            file_rows = [{**row, "_kind": "+I", "_source": "file"} for row in hybrid.file_rows.to_pylist()]
-            summary["file_rows"] = emit(file_rows)
-            summary["log_records"] = emit(
-                {**row, "_source": "log"}
-                for row in (hybrid.log.to_arrow().to_pylist() if hybrid.log.records else [])
+            chosen, positions = snapshot_positions(reader.table, snapshot_id)
+            files = _file_batches(reader.table, chosen, None) if chosen is not None else iter(())
+            summary["file_rows"] = _write_rows(files, sink, {"_kind": "+I", "_source": "file"})
+            report = reader.new_report()
+            report.mode, report.snapshot_id, report.file_rows = "hybrid", chosen, summary["file_rows"]
+            log_part = reader.iterate_batches(
+                {p: positions.get(p, 0) for p in range(reader.config.partitions)},
+                report=report,
+                hybrid=snapshot_start(reader.table, chosen),
             )
-            summary["snapshot_id"] = hybrid.snapshot_id
-            summary["positions"] = {str(p): o for p, o in sorted(hybrid.positions.items())}
-            summary["report"] = hybrid.log.report.to_dict()
+            summary["log_records"] = _write_rows(log_part, sink, {"_source": "log"})
+            summary["snapshot_id"] = chosen
+            summary["positions"] = {str(p): o for p, o in sorted(positions.items())}
+            summary["report"] = report.to_dict()
         else:
             raise OptionError("mode", f"'{mode}' is not file, log or hybrid")
         if output_path:
@@ -499,6 +595,34 @@ def run_read(
     finally:
         if output_path and sink is not None:
             sink.close()
+
+
+def _file_batches(table: Table, snapshot_id: int | None, limit: int | None) -> Iterator[pa.Table]:
+    """A snapshot's rows as Arrow tables, one file batch at a time (at most ``limit`` rows)."""
+    import pyarrow as pa
+
+    returned = 0
+    for batch in table.scan(snapshot_id=snapshot_id).to_arrow_batch_reader():
+        if limit and returned + batch.num_rows >= limit:
+            yield pa.Table.from_batches([batch.slice(0, limit - returned)])
+            return
+        returned += batch.num_rows
+        yield pa.Table.from_batches([batch])
+
+
+def _write_rows(tables: Iterable[pa.Table], sink: Any, extra: Mapping[str, Any] | None = None) -> int:
+    """Write each table's rows as JSON lines (``extra`` columns appended to each) and count them."""
+    count = 0
+    for table in tables:
+        count += table.num_rows
+        if sink is not None and table.num_rows:
+            sink.write(_json_lines(table, extra or {}))
+    return count
+
+
+def _json_lines(table: pa.Table, extra: Mapping[str, Any]) -> str:
+    lines = [_json_row({**row, **extra}) for row in table.to_pylist()]
+    return "\n".join(lines) + "\n"
 
 
 def _current_snapshot_id(handle: LogStoreTable) -> int | None:
