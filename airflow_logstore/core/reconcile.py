@@ -54,7 +54,7 @@ legitimate record of the key is in the window.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -498,17 +498,12 @@ class PartitionPlanner:
     def known(self, offset: int, key: bytes | None, value: bytes | None) -> bool:
         """Feed a record without its headers when it lies in a dense commit span (:func:`dense_spans`);
         False when its headers are needed (then call :meth:`observe`). Offsets must increase."""
-        dense = self._dense
-        at = self._dense_at
-        while at < len(dense) and dense[at][1] < offset:
-            at += 1
-        self._dense_at = at
-        if at == len(dense) or dense[at][0] > offset:
+        if self.dense_end(offset) is None:
             return False
         self._seen += 1
         if self._first is None:
             self._first = offset
-        decision = dense[at][2]
+        decision = self._dense[self._dense_at][2]
         if decision is _COMMITTED:
             self._committed += 1
         else:
@@ -517,6 +512,43 @@ class PartitionPlanner:
         if key is not None and (self._keys or self.lookback is not None):
             self._legit(offset, key, value)
         return True
+
+    def dense_end(self, offset: int) -> int | None:
+        """The last offset of the dense commit span holding ``offset``, or None (its headers are
+        needed). Offsets must not decrease between calls (as for :meth:`known`)."""
+        dense = self._dense
+        at = self._dense_at
+        while at < len(dense) and dense[at][1] < offset:
+            at += 1
+        self._dense_at = at
+        if at == len(dense) or dense[at][0] > offset:
+            return None
+        return dense[at][1]
+
+    def known_many(
+        self,
+        first: int,
+        count: int,
+        records: Callable[[], Iterable[tuple[int, bytes | None, bytes | None]]],
+    ) -> None:
+        """Feed ``count`` records at once, from ``first`` on, all in the dense span :meth:`dense_end`
+        returned for ``first``: what :meth:`known` does for each. ``records`` gives their (offset, key,
+        value) and is only called when some key needs them (tracked keys, the lookback range)."""
+        self._seen += count
+        if self._first is None:
+            self._first = first
+        decision = self._dense[self._dense_at][2]
+        if decision is _COMMITTED:
+            self._committed += count
+        else:
+            counts = self.stats.by_decision
+            counts[decision.value] = counts.get(decision.value, 0) + count
+        if not self._keys and self.lookback is None:
+            return
+        keys, lookback = self._keys, self.lookback
+        for offset, key, value in records():
+            if key is not None and (key in keys or (lookback and lookback[0] <= offset <= lookback[1])):
+                self._legit(offset, key, value)
 
     def observe(
         self, offset: int, key: bytes | None, headers: Sequence[tuple[str, Any]] | None, value: bytes | None

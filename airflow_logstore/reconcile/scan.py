@@ -10,8 +10,10 @@ and the few records to write) and the parent produces them. Each worker has its 
 
 from __future__ import annotations
 
+import bisect
+import functools
 import multiprocessing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -62,21 +64,57 @@ def scan_task(task: ScanTask) -> list[core.PartitionPlan]:
         for batch in kafka_client.scan(
             cons, task.topic, task.starts, task.ends, batch_size=CONSUME_BATCH, skip_reset=True
         ):
-            for message in batch:  # the loop that runs for every record of a backlog: kept flat
-                planner = planners[message.partition()]
-                offset = message.offset()
-                if planner.known(offset, message.key(), message.value()):
-                    continue  # in a dense commit span: committed, no headers needed
-                reason = planner.observe(offset, message.key(), message.headers(), message.value())
-                if reason is not None and dead is not None:
-                    dead.add(task.topic, message, reason)
-                    if dead.count % DEAD_LETTER_FLUSH_EVERY == 0:
-                        dead.flush()  # bounded memory on a topic full of foreign records
+            for partition, run in _partition_runs(batch):
+                _feed_partition(planners[partition], run, task.topic, dead)
     finally:
         cons.close()
     if dead is not None:
         dead.flush()
     return [planner.finish() for planner in planners.values()]
+
+
+def _partition_runs(messages: list[Any]) -> Iterator[tuple[int, list[Any]]]:
+    """The messages as runs of consecutive messages of one partition (librdkafka hands out a
+    partition's fetched messages together: a batch is usually one run)."""
+    start, current = 0, messages[0].partition()
+    for at in range(1, len(messages)):
+        partition = messages[at].partition()
+        if partition != current:
+            yield current, messages[start:at]
+            start, current = at, partition
+    yield current, messages[start:]
+
+
+def _feed_partition(
+    planner: core.PartitionPlanner, messages: list[Any], topic: str, dead: DeadLetterTopic | None
+) -> None:
+    """Feed consecutive messages of one partition to its planner: each run inside a dense commit span
+    at once (no headers), every other message on its own (its headers decide)."""
+    at, count = 0, len(messages)
+    while at < count:
+        message = messages[at]
+        offset = message.offset()
+        dense_end = planner.dense_end(offset)
+        if dense_end is not None:  # committed, no headers needed: up to the span's end at once
+            stop = bisect.bisect_right(messages, dense_end, lo=at, key=_offset)
+            run = messages[at:stop]
+            planner.known_many(offset, len(run), functools.partial(_records, run))
+            at = stop
+            continue
+        reason = planner.observe(offset, message.key(), message.headers(), message.value())
+        if reason is not None and dead is not None:
+            dead.add(topic, message, reason)
+            if dead.count % DEAD_LETTER_FLUSH_EVERY == 0:
+                dead.flush()  # bounded memory on a topic full of foreign records
+        at += 1
+
+
+def _records(messages: list[Any]) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+    return ((m.offset(), m.key(), m.value()) for m in messages)
+
+
+def _offset(message: Any) -> int:
+    return int(message.offset())
 
 
 def _planners(task: ScanTask) -> dict[int, core.PartitionPlanner]:

@@ -46,8 +46,11 @@ def _polls(records: list[R.LogRecordIn], rng: random.Random) -> list[list[_Recor
     polls = []
     while any(queues.values()):
         poll: list[_Record] = []
-        for _ in range(rng.randint(1, 9)):
-            partition = rng.choice([p for p, queue in queues.items() if queue])
+        for _ in range(rng.choice([1, 3, 9, 40])):
+            if not poll or rng.random() < 0.2:  # mostly runs of one partition, as librdkafka hands them
+                partition = rng.choice([p for p, queue in queues.items() if queue])
+            elif not queues[partition]:
+                break
             poll.append(_Record(queues[partition].pop(0)))
             if not any(queues.values()):
                 break

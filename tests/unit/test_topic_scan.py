@@ -45,7 +45,7 @@ class _Position:
 class _Consumer:
     """Hands out scripted ``consume`` results in order, then nothing; remembers what was asked."""
 
-    def __init__(self, polls: Sequence[Sequence[_Message]], positions: dict[int, int] | None = None) -> None:
+    def __init__(self, polls: Sequence[Sequence[Any]], positions: dict[int, int] | None = None) -> None:
         self.polls = [list(p) for p in polls]
         self.positions = positions or {}
         self.asked: list[int] = []
@@ -58,7 +58,7 @@ class _Consumer:
     def unassign(self) -> None:
         self.unassigned = True
 
-    def consume(self, num_messages: int, timeout: float) -> list[_Message]:
+    def consume(self, num_messages: int, timeout: float) -> list[Any]:
         self.asked.append(num_messages)
         return self.polls.pop(0) if self.polls else []
 
