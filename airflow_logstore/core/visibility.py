@@ -460,8 +460,11 @@ class ReadFilter:
         for partition in np.unique(partitions):
             where = partitions == partition
             segments[where] = np.searchsorted(self.breaks(int(partition)), offsets[where], side="right")
-        groups = np.stack([codes.astype(np.int64), partitions.astype(np.int64), segments], axis=1)
-        _, first, inverse = np.unique(groups, axis=0, return_index=True, return_inverse=True)
+        # one integer per (header set, partition, segment)
+        width_segment = int(segments.max(initial=0)) + 1
+        width_partition = int(partitions.max(initial=0)) + 1
+        groups = (codes.astype(np.int64) * width_partition + partitions) * width_segment + segments
+        _, first, inverse = np.unique(groups, return_index=True, return_inverse=True)
         keep_of = np.zeros(len(first), dtype=bool)
         decision_of: list[Decision | None] = []
         for group, index in enumerate(first):

@@ -56,16 +56,23 @@ class DecodedChunk:
 
 
 def group_headers(messages: Sequence[Any]) -> tuple[list[int], list[Any]]:
-    """(per message the index of its header set, the first message's headers of each set)."""
+    """(per message the index of its header set, the first message's headers of each set).
+
+    Records of one task arrive in runs, so a message is first compared with the one before it.
+    """
     index: dict[Any, int] = {}
     firsts: list[Any] = []
     codes = []
-    for headers in [m.headers() for m in messages]:
-        key = tuple(headers) if headers else ()
-        code = index.get(key)
-        if code is None:
-            code = index[key] = len(firsts)
-            firsts.append(headers)
+    previous: Any = object()
+    code = -1
+    for headers in map(type(messages[0]).headers, messages) if messages else ():
+        if headers != previous:
+            key = tuple(headers) if headers else ()
+            found = index.get(key)
+            if found is None:
+                found = index[key] = len(firsts)
+                firsts.append(headers)
+            code, previous = found, headers
         codes.append(code)
     return codes, firsts
 
@@ -94,8 +101,9 @@ def decode_chunk(
     codes_list, firsts = group_headers(messages)
     metas, reasons = _decode_header_sets(firsts)
     codes = np.asarray(codes_list, dtype=np.int64)
-    partitions = np.asarray([m.partition() for m in messages], dtype=np.int64)
-    offsets = np.asarray([m.offset() for m in messages], dtype=np.int64)
+    kind = type(messages[0]) if messages else None
+    partitions = np.fromiter(map(kind.partition, messages), np.int64, len(messages)) if kind else _none()
+    offsets = np.fromiter(map(kind.offset, messages), np.int64, len(messages)) if kind else _none()
     dead: list[tuple[Any, str]] = []
     bad_codes = [code for code, reason in enumerate(reasons) if reason is not None]
     good = np.ones(len(messages), dtype=bool)
@@ -118,7 +126,11 @@ def decode_chunk(
                 by_decision[decision.value] = by_decision.get(decision.value, 0) + int(count)
     kept = candidates[keep]
     kept_decisions = decision_index[keep]
-    decoded = decode_values_bulk([messages[i].value() for i in kept], field_types)
+    if len(kept) == len(messages):
+        values = list(map(kind.value, messages)) if kind else []
+    else:
+        values = [messages[i].value() for i in kept.tolist()]
+    decoded = decode_values_bulk(values, field_types)
     if decoded.failed:
         dead.extend((messages[kept[position]], reason) for position, reason in decoded.failed)
     chosen = np.asarray(decoded.kept, dtype=np.int64)
@@ -131,6 +143,12 @@ def decode_chunk(
     decisions = [decision_of[i] for i in kept_decisions[chosen]] if decision_of != [None] else []
     dead.sort(key=lambda item: (item[0].partition(), item[0].offset()))
     return DecodedChunk(table, positions, meta_codes, metas, decisions, by_decision, dead)
+
+
+def _none() -> np.ndarray:
+    import numpy as np
+
+    return np.zeros(0, dtype=np.int64)
 
 
 def _meta_columns(

@@ -520,14 +520,6 @@ def _empty(reader: LogReader) -> pa.Table:
     return reader.table.scan().to_arrow().slice(0, 0)
 
 
-def _json_row(row: Mapping[str, Any]) -> str:
-    import json
-
-    from airflow_logstore.core.codec import _json_default
-
-    return json.dumps(dict(row), default=_json_default, ensure_ascii=False)
-
-
 def run_read(
     handle: LogStoreTable,
     *,
@@ -621,8 +613,9 @@ def _write_rows(tables: Iterable[pa.Table], sink: Any, extra: Mapping[str, Any] 
 
 
 def _json_lines(table: pa.Table, extra: Mapping[str, Any]) -> str:
-    lines = [_json_row({**row, **extra}) for row in table.to_pylist()]
-    return "\n".join(lines) + "\n"
+    from airflow_logstore.read.jsonlines import json_lines
+
+    return json_lines(table, extra)
 
 
 def _current_snapshot_id(handle: LogStoreTable) -> int | None:

@@ -1,0 +1,69 @@
+"""JSON lines written a column at a time equal ``json.dumps`` of each row (what run_read wrote before)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from airflow_logstore.read.jsonlines import json_lines, json_row
+
+STRINGS = ["plain", "", 'quote " inside', "back\\slash", "line\nbreak", "tab\t", "\x01ctl", "é ü 字 😀"]
+STRINGS += ["\u2028", "\x7f"]
+
+
+START = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+
+
+def random_rows(rng: random.Random, count: int) -> list[dict[str, Any]]:
+    def maybe(value: Any) -> Any:
+        return None if rng.random() < 0.1 else value
+
+    return [
+        {
+            "id": maybe(rng.randint(-(2**63), 2**63 - 1)),
+            "name": maybe(rng.choice(STRINGS) + str(rng.randint(0, 9))),
+            "ok": maybe(rng.random() < 0.5),
+            "price": maybe(rng.choice([rng.random() * 10 ** rng.randint(-5, 20), 1.0, -0.0, 3.0])),
+            "at": maybe(START + dt.timedelta(microseconds=rng.randint(0, 10**12))),
+            "day": maybe(dt.date(2020, 1, 1) + dt.timedelta(days=rng.randint(0, 2000))),
+            "amount": maybe(Decimal(rng.randint(-(10**8), 10**8)) / 100),
+            "blob": maybe(rng.randbytes(rng.randint(0, 8))),
+            "_kind": rng.choice(["+I", "-U", "+U", "-D"]),
+        }
+        for _ in range(count)
+    ]
+
+
+SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("name", pa.string()),
+        ("ok", pa.bool_()),
+        ("price", pa.float64()),
+        ("at", pa.timestamp("us", tz="UTC")),
+        ("day", pa.date32()),
+        ("amount", pa.decimal128(12, 2)),
+        ("blob", pa.binary()),
+        ("_kind", pa.string()),
+    ]
+)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_json_lines_equal_json_dumps_of_each_row(seed: int) -> None:
+    rng = random.Random(seed)
+    table = pa.Table.from_pylist(random_rows(rng, 500), schema=SCHEMA)
+    extra = {"_source": "log"} if seed % 2 else {"_kind": "+I", "_source": "file"}
+    want = "".join(json_row({**row, **extra}) + "\n" for row in table.to_pylist())
+    assert json_lines(table, extra) == want
+
+
+def test_all_null_and_empty_tables() -> None:
+    table = pa.table({"a": pa.array([None, None]), "b": pa.array([None, "x"], type=pa.string())})
+    assert json_lines(table) == '{"a": null, "b": null}\n{"a": null, "b": "x"}\n'
+    assert json_lines(table.slice(0, 0)) == ""
