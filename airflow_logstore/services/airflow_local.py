@@ -9,10 +9,8 @@ up|down|status``, the cluster profile and the end-to-end tests.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_logstore.exceptions import ServiceError
+from airflow_logstore.services._process import STATE_ENV, ManagedProcess, has_env, stop_together
 from airflow_logstore.settings import EXAMPLE_DAGS, LocalSettings, local_settings
 
 COMPONENTS: dict[str, list[str]] = {
@@ -101,33 +100,33 @@ class LocalAirflow:
             raise ServiceError(f"airflow {' '.join(args)} failed: {done.stderr[-2000:]}")
         return done
 
+    def component(self, name: str) -> ManagedProcess:
+        """Airflow component ``name``'s process: PID file in :attr:`pid_dir`, log ``<home>/<name>.log``."""
+        assert self.home is not None
+        home = self.home
+        return ManagedProcess(
+            f"Airflow's {name}",
+            state_dir=home,
+            pid_file=self.pid_dir / f"{name}.pid",
+            log_file=home / f"{name}.log",
+            is_ours=lambda pid: has_env(pid, STATE_ENV, str(home)),
+            stop_descendants=True,  # the scheduler's executor workers, the triggerer's runners
+        )
+
     def up(self, timeout: float = 180.0) -> None:
         assert self.home is not None
         self.home.mkdir(parents=True, exist_ok=True)
         self.pid_dir.mkdir(parents=True, exist_ok=True)
         self.airflow("db", "migrate")
         for name, args in COMPONENTS.items():
-            if self._pid(name) is not None:
-                continue
-            with open(self.home / f"{name}.log", "ab") as out:
-                process = subprocess.Popen(
-                    [sys.executable, "-m", "airflow", *args],
-                    env=self.env(),
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
-            (self.pid_dir / f"{name}.pid").write_text(str(process.pid))
+            process = self.component(name)
+            if process.pid() is None:
+                command = [sys.executable, "-m", "airflow", *args]
+                process.launch(command, env=self.env(), cwd=Path.cwd())  # where ``logstore`` runs
         self.wait_healthy(timeout)
 
     def _pid(self, name: str) -> int | None:
-        try:
-            pid = int((self.pid_dir / f"{name}.pid").read_text())
-            os.kill(pid, 0)
-        except (OSError, ValueError):
-            return None
-        return pid
+        return self.component(name).pid()
 
     def status(self) -> dict[str, Any]:
         try:
@@ -137,44 +136,10 @@ class LocalAirflow:
         return {"url": self.url, "pids": {name: self._pid(name) for name in COMPONENTS}, "health": health}
 
     def down(self, timeout: float = 30.0) -> list[str]:
-        """SIGTERM every component's process group at once; SIGKILL what is left after ``timeout``."""
-        groups: dict[str, int] = {}
-        for name in COMPONENTS:
-            pid = self._pid(name)
-            if pid is None:
-                continue
-            try:
-                os.killpg(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                (self.pid_dir / f"{name}.pid").unlink(missing_ok=True)
-                continue
-            groups[name] = pid
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and any(self._alive_group(pid) for pid in groups.values()):
-            time.sleep(0.3)
-        for name, pid in groups.items():
-            if self._alive_group(pid):
-                os.killpg(pid, signal.SIGKILL)
-            (self.pid_dir / f"{name}.pid").unlink(missing_ok=True)
-        return list(groups)
-
-    @staticmethod
-    def _alive_group(pgid: int) -> bool:
-        """Whether a process of the group still runs (zombies, waiting to be reaped, do not count)."""
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(pgid, os.WNOHANG)  # reap the leader when we started it
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                return True
-        return False
+        """SIGTERM every component at once; SIGKILL what is left after ``timeout``; the names of those
+        that were running."""
+        stopped = stop_together([self.component(name) for name in COMPONENTS], timeout=timeout)
+        return [name for name, was_running in zip(COMPONENTS, stopped, strict=True) if was_running]
 
     def wait_healthy(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -9,25 +9,14 @@ and restarted one by one, as failure tests need.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from airflow_logstore.exceptions import ServiceError
-from airflow_logstore.services.local import (
-    BrokerOptions,
-    BrokerStatus,
-    LocalBroker,
-    _alive,
-    _port_open,
-    _tail,
-)
+from airflow_logstore.services._process import port_open, stop_together, wait_for
+from airflow_logstore.services.local import BrokerOptions, BrokerStatus, LocalBroker
 from airflow_logstore.services.topology import KafkaCluster
 from airflow_logstore.settings import LocalSettings
 
@@ -111,51 +100,44 @@ class LocalKafkaCluster:
     def up(self, timeout: float = 120.0) -> KafkaClusterStatus:
         """Start every node not running yet; return once all are registered and a topic with one
         replica on each node can be created. Idempotent: running nodes are left alone."""
-        processes = {node: self.broker(node).launch() for node in self.kafka.node_ids}
+        started = [node for node in self.kafka.node_ids if self.broker(node).launch() is not None]
         try:
-            self._wait_ready(timeout, processes)
+            self._wait_ready(timeout)
         except ServiceError:
-            for node, process in processes.items():
-                if process is not None:
-                    self.broker(node).down(timeout=5)
+            for node in started:
+                self.broker(node).down(timeout=5)
             raise
         return self.status()
 
     def down(self, timeout: float = 30.0) -> bool:
         """Stop every node by its pid (SIGTERM to all at once, then SIGKILL); True when one ran."""
-        pids = [pid for node in self.kafka.node_ids if (pid := self.broker(node).pid()) is not None]
-        for pid in pids:  # together: a node waiting for a quorum that is shutting down would hang
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGTERM)
-        stopped = [self.broker(node).down(timeout) for node in self.kafka.node_ids]
-        return any(stopped)
+        # together: a node waiting for a quorum that is shutting down would hang
+        brokers = [self.broker(node).process for node in self.kafka.node_ids]
+        return any(stop_together(brokers, timeout=timeout))
 
     def kill(self, node_id: int) -> None:
         """SIGKILL node ``node_id`` (a crash: no controlled shutdown) and wait until it is gone."""
         broker = self.broker(node_id)
-        pid = broker.pid()
-        if pid is None:
+        if not broker.process.kill():
             raise ServiceError(f"Kafka node {node_id} is not running; log {broker.log_file}")
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
-        while _alive(pid):
-            time.sleep(0.05)
 
     def start(self, node_id: int, timeout: float = 120.0) -> BrokerStatus:
         """(Re)start node ``node_id``; return once it is registered and back in the ISR of every
         partition it holds a replica of."""
-        process = self.broker(node_id).launch()
-        deadline = time.monotonic() + timeout
-        while True:
-            exited = _exited(process)
-            if exited:
-                raise ServiceError(self._message(node_id, exited))
-            problem = self._rejoin_problem(node_id)
-            if problem is None:
-                return self.broker(node_id).status()
-            if time.monotonic() > deadline:
-                raise ServiceError(self._message(node_id, f"did not rejoin within {timeout:.0f}s: {problem}"))
-            time.sleep(0.3)
+        broker = self.broker(node_id)
+        broker.launch()
+
+        def timed_out(problem: str) -> str:
+            return broker.process.failure(f"did not rejoin within {timeout:.0f}s: {problem}")
+
+        wait_for(
+            lambda: self._rejoin_problem(node_id),
+            timeout=timeout,
+            processes=[broker.process],
+            timed_out=timed_out,
+            interval=0.3,
+        )
+        return broker.status()
 
     # -- questions -----------------------------------------------------------------------------------
 
@@ -179,28 +161,30 @@ class LocalKafkaCluster:
 
     # -- readiness -----------------------------------------------------------------------------------
 
-    def _wait_ready(self, timeout: float, processes: dict[int, subprocess.Popen[bytes] | None]) -> None:
-        deadline = time.monotonic() + timeout
-        problem: str | None = "no answer yet"
-        while time.monotonic() < deadline:
-            for node, process in processes.items():
-                exited = _exited(process)
-                if exited:
-                    raise ServiceError(self._message(node, exited))
-            try:
-                problem = self._ready_problem()
-            except Exception as exc:  # not answering yet: retry until the deadline
-                problem = f"{type(exc).__name__}: {exc}"
-            if problem is None:
-                return
-            time.sleep(0.5)
-        nodes = ", ".join(f"node {n} log {self.broker(n).log_file}" for n in self.kafka.node_ids)
-        raise ServiceError(
-            f"the Kafka cluster at {self.bootstrap} was not ready within {timeout:.0f}s ({problem}); {nodes}"
+    def _wait_ready(self, timeout: float) -> None:
+        def timed_out(problem: str) -> str:
+            nodes = ", ".join(f"node {n} log {self.broker(n).log_file}" for n in self.kafka.node_ids)
+            return (
+                f"the Kafka cluster at {self.bootstrap} was not ready within {timeout:.0f}s ({problem}); "
+                f"{nodes}"
+            )
+
+        wait_for(
+            self._ready_problem,
+            timeout=timeout,
+            processes=[self.broker(node).process for node in self.kafka.node_ids],
+            timed_out=timed_out,
+            interval=0.5,
         )
 
     def _ready_problem(self) -> str | None:
         """None when every node is registered and a replication-factor-n topic exists."""
+        try:
+            return self._cluster_problem()
+        except Exception as exc:  # not answering yet: retry until the deadline
+            return f"{type(exc).__name__}: {exc}"
+
+    def _cluster_problem(self) -> str | None:
         from confluent_kafka.admin import NewTopic
 
         missing = set(self.kafka.node_ids) - self.registered()
@@ -220,7 +204,7 @@ class LocalKafkaCluster:
     def _rejoin_problem(self, node_id: int) -> str | None:
         """None when ``node_id`` answers on its port (it opens once the node caught up with the
         metadata), is registered and is in the ISR of every partition it is a replica of."""
-        if not _port_open(self.kafka.ports[node_id - 1]):
+        if not port_open(self.kafka.ports[node_id - 1]):
             return "its port is not open yet"
         try:
             metadata = self._admin().list_topics(timeout=5)
@@ -235,18 +219,3 @@ class LocalKafkaCluster:
             if node_id in partition.replicas and node_id not in partition.isrs
         ]
         return f"not in the ISR of {', '.join(sorted(behind)[:5])}" if behind else None
-
-    def _message(self, node_id: int, problem: str) -> str:
-        broker = self.broker(node_id)
-        return (
-            f"Kafka node {node_id} (127.0.0.1:{broker.options.port}, controller "
-            f"{broker.options.controller_port}) {problem}; see {broker.stdout_file} and {broker.log_file}; "
-            f"last lines:\n{_tail(broker.stdout_file)}\n{_tail(broker.log_file)}"
-        )
-
-
-def _exited(process: subprocess.Popen[bytes] | None) -> str | None:
-    """How ``process`` ended, or None while it runs (or when it is not ours to watch)."""
-    if process is None or process.poll() is None:
-        return None
-    return f"exited with {process.returncode}"

@@ -7,14 +7,10 @@ pid.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
-import shutil
-import signal
 import socket
 import subprocess
-import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,6 +18,7 @@ from pathlib import Path
 
 from airflow_logstore.exceptions import ServiceError
 from airflow_logstore.jars import kafka_jars
+from airflow_logstore.services._process import ManagedProcess, cmdline, ensure_port_free, java, port_open
 from airflow_logstore.settings import LocalSettings, local_settings
 
 # -- the broker --------------------------------------------------------------------------------------
@@ -47,6 +44,18 @@ class BrokerOptions:
     @property
     def controller_port(self) -> int:
         return self.port + 1
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        """Every port the broker listens on."""
+        return (self.port, self.controller_port, *([self.sasl_port] if self.sasl_port else []))
+
+    @property
+    def name(self) -> str:
+        """How messages name the broker: a node of a cluster by its id and ports."""
+        if self.quorum_voters is None:
+            return "the Kafka broker"
+        return f"Kafka node {self.node_id} (127.0.0.1:{self.port}, controller {self.controller_port})"
 
 
 @dataclass(frozen=True)
@@ -154,6 +163,14 @@ class LocalBroker:
         self.pid_file = self.state_dir / "broker.pid"
         self.log_file = self.state_dir / "broker.log"
         self.stdout_file = self.state_dir / "broker.out"
+        self.process = ManagedProcess(
+            self.options.name,
+            state_dir=self.state_dir,
+            pid_file=self.pid_file,
+            log_file=self.stdout_file,
+            more_logs=[self.log_file],
+            is_ours=lambda pid: f"-Dlogstore.state={self.state_dir}" in cmdline(pid),
+        )
 
     @property
     def bootstrap(self) -> str:
@@ -166,26 +183,16 @@ class LocalBroker:
     # -- lifecycle -----------------------------------------------------------------------------------
 
     def pid(self) -> int | None:
-        try:
-            pid = int(self.pid_file.read_text().strip())
-        except (FileNotFoundError, ValueError):
-            return None
-        return pid if _alive(pid) and _is_our_broker(pid, self.state_dir) else None
+        return self.process.pid()
 
     def status(self) -> BrokerStatus:
         pid = self.pid()
-        running = pid is not None and _port_open(self.options.port)
+        running = pid is not None and port_open(self.options.port)
         return BrokerStatus(running, pid, self.bootstrap, self.data_dir, self.log_file)
 
     def up(self, timeout: float = 90.0) -> BrokerStatus:
         """Start the broker unless it runs already; wait until it answers Kafka requests."""
-        process = self.launch()
-        try:
-            self._wait_ready(timeout, process)
-        except ServiceError:
-            if process is not None:
-                self.down()
-            raise
+        self.process.up(self.launch, self._answers, timeout=timeout, where=self.bootstrap)
         return self.status()
 
     def launch(self) -> subprocess.Popen[bytes] | None:
@@ -194,44 +201,19 @@ class LocalBroker:
         Returns the new process, or None when this broker was running already."""
         if self.pid() is not None:
             return None
-        for port in (self.options.port, self.options.controller_port, self.options.sasl_port):
-            if port and _port_open(port):
-                raise ServiceError(
-                    f"port {port} on 127.0.0.1 is taken by another process; "
-                    "set LOGSTORE_KAFKA_PORT to a free port"
-                )
+        for port in self.options.ports:
+            ensure_port_free(port, self.process.name, "set LOGSTORE_KAFKA_PORT to a free port")
         jars = kafka_jars(self.settings)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         properties = self.state_dir / "server.properties"
         properties.write_text(_server_properties(self.options, self.data_dir))
         log4j = self.state_dir / "log4j2.properties"
         log4j.write_text(_LOG4J2.format(log=self.log_file))
-        java = _java()
         classpath = f"{jars}/*"
         if not (self.data_dir / "meta.properties").exists():
-            cluster_id = self.options.cluster_id or uuid.uuid4().hex[:22]
-            result = subprocess.run(
-                [
-                    java,
-                    "-cp",
-                    classpath,
-                    f"-Dlog4j2.configurationFile={log4j}",
-                    "kafka.tools.StorageTool",
-                    "format",
-                    "-t",
-                    cluster_id,
-                    "-c",
-                    str(properties),
-                    "--ignore-formatted",
-                ],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if result.returncode != 0:
-                raise ServiceError(f"formatting the Kafka storage failed: {result.stdout}{result.stderr}")
+            self._format_storage(classpath, log4j, properties)
         command = [
-            java,
+            java(),
             f"-Xmx{self.options.heap}",
             "-Xms128m",
             "-XX:+UseG1GC",
@@ -243,97 +225,46 @@ class LocalBroker:
             "kafka.Kafka",
             str(properties),
         ]
-        with open(self.stdout_file, "ab") as out:
-            process = subprocess.Popen(
-                command,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                cwd=self.state_dir,
-            )
-        self.pid_file.write_text(str(process.pid))
-        return process
+        return self.process.launch(command, env=os.environ)
 
-    def _wait_ready(self, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:
+    def _format_storage(self, classpath: str, log4j: Path, properties: Path) -> None:
+        """Format the KRaft storage of a new data folder with the cluster's id."""
+        cluster_id = self.options.cluster_id or uuid.uuid4().hex[:22]
+        result = subprocess.run(
+            [
+                java(),
+                "-cp",
+                classpath,
+                f"-Dlog4j2.configurationFile={log4j}",
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                cluster_id,
+                "-c",
+                str(properties),
+                "--ignore-formatted",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise ServiceError(f"formatting the Kafka storage failed: {result.stdout}{result.stderr}")
+
+    def _answers(self) -> bool:
         from confluent_kafka.admin import AdminClient
 
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if process is not None and process.poll() is not None:
-                raise ServiceError(
-                    f"the Kafka broker exited with {process.returncode}; "
-                    f"see {self.stdout_file} and {self.log_file}; last lines:\n"
-                    f"{_tail(self.stdout_file)}\n{_tail(self.log_file)}"
-                )
-            if _port_open(self.options.port):
-                try:
-                    AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=5)
-                    return
-                except Exception:
-                    pass
-            time.sleep(0.3)
-        raise ServiceError(
-            f"the Kafka broker did not answer on {self.bootstrap} within {timeout:.0f}s; see {self.log_file}"
-        )
+        if not port_open(self.options.port):
+            return False
+        try:
+            AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=5)
+        except Exception:
+            return False
+        return True
 
     def down(self, timeout: float = 30.0) -> bool:
         """Stop the broker by its pid (SIGTERM, then SIGKILL); True when one was running."""
-        pid = self.pid()
-        if pid is None:
-            self.pid_file.unlink(missing_ok=True)
-            return False
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if _alive(pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
-            while _alive(pid):
-                time.sleep(0.1)
-        self.pid_file.unlink(missing_ok=True)
-        return True
-
-
-def _java() -> str:
-    java_home = os.environ.get("JAVA_HOME")
-    candidate = Path(java_home) / "bin" / "java" if java_home else None
-    if candidate and candidate.exists():
-        return str(candidate)
-    found = shutil.which("java")
-    if not found:
-        raise ServiceError("Java (17 or newer) is needed to run the Kafka broker and Spark; install it")
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child of ours counts as gone
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-def _is_our_broker(pid: int, state_dir: Path) -> bool:
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return True  # not Linux: trust the pid file
-    return f"-Dlogstore.state={state_dir}".encode() in cmdline
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
+        return self.process.stop(timeout=timeout)
 
 
 def free_port() -> int:
@@ -383,10 +314,3 @@ def _bind_group(size: int) -> list[socket.socket]:
             return []
         group.append(sock)
     return group
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""

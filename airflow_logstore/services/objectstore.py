@@ -11,24 +11,26 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from airflow_logstore.exceptions import ServiceError
 from airflow_logstore.services import _process
-from airflow_logstore.services.local import _port_open
-from airflow_logstore.settings import LocalSettings, local_settings
+from airflow_logstore.services._process import PortService, port_open
+from airflow_logstore.settings import LocalSettings
 
 
-class LocalObjectStore:
+class LocalObjectStore(PortService):
     """moto's S3 server on ``127.0.0.1:port`` with ``bucket`` in it.
 
     Promises: :meth:`up` leaves the server answering S3 requests with ``bucket`` listable, or raises
     :class:`ServiceError` with the log's last lines; it is idempotent (a running store is only waited
     for, and the bucket created if missing). :meth:`down` stops it by PID (its process group).
     """
+
+    kind, title, stem = "s3", "moto's S3 server", "moto"
+    stop_timeout = 15.0
 
     def __init__(
         self,
@@ -41,15 +43,11 @@ class LocalObjectStore:
         secret_key: str,
         region: str = "us-east-1",
     ) -> None:
-        self.settings = settings or local_settings()
-        self.port = port
-        self.state_dir = Path(state_dir)
+        super().__init__(settings, port=port, state_dir=state_dir)
         self.bucket = bucket
         self.access_key = access_key
         self.secret_key = secret_key
         self.region = region
-        self.pid_file = self.state_dir / "moto.pid"
-        self.log_file = self.state_dir / "moto.log"
 
     @property
     def endpoint(self) -> str:
@@ -79,61 +77,24 @@ class LocalObjectStore:
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
-    def pid(self) -> int | None:
-        return _process.read_pid(self.pid_file, self._is_ours)
+    @property
+    def where(self) -> str:
+        return self.endpoint
+
+    def _details(self) -> dict[str, Any]:
+        return {"endpoint": self.endpoint, "bucket": self.bucket}
 
     def _is_ours(self, pid: int) -> bool:
         command = _process.cmdline(pid)
         return any("moto" in part for part in command) and str(self.port) in command
 
-    def status(self) -> dict[str, Any]:
-        pid = self.pid()
-        return {
-            "service": "s3",
-            "running": pid is not None and _port_open(self.port),
-            "pid": pid,
-            "endpoint": self.endpoint,
-            "bucket": self.bucket,
-            "log_file": str(self.log_file),
-        }
-
-    def up(self, timeout: float = 60.0) -> dict[str, Any]:
-        """Start the store unless it runs already; create the bucket; wait until it is listable."""
-        process = None if self.pid() is not None else self._start()
-        try:
-            _process.wait_ready(
-                "moto's S3 server",
-                self._bucket_listable,
-                timeout=timeout,
-                process=process,
-                log_file=self.log_file,
-                where=self.endpoint,
-            )
-        except ServiceError:
-            if process is not None:
-                self.down()
-            raise
-        return self.status()
-
-    def down(self, timeout: float = 15.0) -> bool:
-        """Stop the store by PID (SIGTERM to its process group, then SIGKILL); True when one ran."""
-        pid = self.pid()
-        if pid is not None:
-            _process.stop_group(pid, timeout=timeout)
-        self.pid_file.unlink(missing_ok=True)
-        return pid is not None
-
-    def _start(self) -> subprocess.Popen[bytes]:
-        _process.ensure_port_free(self.port, "moto's S3 server")
+    def _start(self) -> None:
         (self.state_dir / "tmp").mkdir(parents=True, exist_ok=True)
-        process = _process.spawn(
+        self.process.launch(
             [*_moto_command(), "-H", "127.0.0.1", "-p", str(self.port)],
-            out_file=self.log_file,
-            cwd=self.state_dir,
             env=self._env(),
+            ports=[self.port],
         )
-        self.pid_file.write_text(str(process.pid))
-        return process
 
     def _env(self) -> dict[str, str]:
         env = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}
@@ -143,11 +104,11 @@ class LocalObjectStore:
             AWS_SECRET_ACCESS_KEY=self.secret_key,
             AWS_DEFAULT_REGION=self.region,
         )
-        env[_process.STATE_ENV] = str(self.state_dir)
         return env
 
-    def _bucket_listable(self) -> bool:
-        if not _port_open(self.port):
+    def _ready(self) -> bool:
+        """The bucket is listable (created when missing)."""
+        if not port_open(self.port):
             return False
         from botocore.exceptions import BotoCoreError, ClientError
 

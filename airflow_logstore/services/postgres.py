@@ -23,8 +23,8 @@ from typing import Any
 
 from airflow_logstore.exceptions import ServiceError
 from airflow_logstore.services import _process
-from airflow_logstore.services.local import _port_open
-from airflow_logstore.settings import SOURCE_ROOT, LocalSettings, local_settings
+from airflow_logstore.services._process import PortService, port_open
+from airflow_logstore.settings import SOURCE_ROOT, LocalSettings
 
 SUPERUSER = "postgres"
 SERVER_USER = "postgres"  # the OS user the server runs as when we are root
@@ -32,7 +32,7 @@ INSTALL_SCRIPT = SOURCE_ROOT / "scripts" / "install-postgres"
 _SOCKET_PATH_MAX = 107  # sun_path
 
 
-class LocalPostgres:
+class LocalPostgres(PortService):
     """A real PostgreSQL server on ``127.0.0.1:port`` with ``state_dir`` as its home.
 
     Promises: :meth:`up` leaves the server accepting password logins of ``user`` to ``database``
@@ -40,6 +40,9 @@ class LocalPostgres:
     :class:`ServiceError` naming what went wrong with the log's last lines; it is idempotent.
     :meth:`down` stops it by PID (fast shutdown of its process group); data stays in ``state_dir``.
     """
+
+    kind, title, stem = "postgres", "PostgreSQL", "postgres"
+    stop_signal = signal.SIGINT  # a fast shutdown
 
     def __init__(
         self,
@@ -51,16 +54,12 @@ class LocalPostgres:
         user: str = "airflow",
         password: str,
     ) -> None:
-        self.settings = settings or local_settings()
-        self.port = port
-        self.state_dir = Path(state_dir)
+        super().__init__(settings, port=port, state_dir=state_dir)
         self.database = database
         self.user = user
         self.password = password
         self.data_dir = self.state_dir / "data"
         self.socket_dir = self.state_dir / "run"
-        self.pid_file = self.state_dir / "postgres.pid"
-        self.log_file = self.state_dir / "postgres.log"
 
     @property
     def url(self) -> str:
@@ -69,62 +68,21 @@ class LocalPostgres:
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
-    def pid(self) -> int | None:
-        """The postmaster's PID when this server runs, else None."""
-        return _process.read_pid(self.pid_file, self._is_ours)
+    def _details(self) -> dict[str, Any]:
+        return {"url": self.url.replace(f":{self.password}@", ":***@"), "data_dir": str(self.data_dir)}
 
     def _is_ours(self, pid: int) -> bool:
         return str(self.data_dir) in _process.cmdline(pid)
 
-    def status(self) -> dict[str, Any]:
-        pid = self.pid()
-        return {
-            "service": "postgres",
-            "running": pid is not None and _port_open(self.port),
-            "pid": pid,
-            "url": self.url.replace(f":{self.password}@", ":***@"),
-            "data_dir": str(self.data_dir),
-            "log_file": str(self.log_file),
-        }
-
-    def up(self, timeout: float = 60.0) -> dict[str, Any]:
-        """Start the server unless it runs already; wait until ``user`` can log in to ``database``."""
-        process = None
-        if self.pid() is None:
-            process = self._start()
-        try:
-            _process.wait_ready(
-                "PostgreSQL",
-                self._accepts_superuser,
-                timeout=timeout,
-                process=process,
-                log_file=self.log_file,
-                where=f"127.0.0.1:{self.port}",
-            )
-            self._bootstrap()
-        except ServiceError:
-            if process is not None:
-                self.down()
-            raise
-        return self.status()
-
-    def down(self, timeout: float = 30.0) -> bool:
-        """Stop the server by PID (SIGINT: fast shutdown, then SIGKILL); True when one was running."""
-        pid = self.pid()
-        if pid is not None:
-            _process.stop_group(pid, first=signal.SIGINT, timeout=timeout)
-        self.pid_file.unlink(missing_ok=True)
-        return pid is not None
-
     # -- starting ------------------------------------------------------------------------------------
 
-    def _start(self) -> subprocess.Popen[bytes]:
-        _process.ensure_port_free(self.port, "PostgreSQL")
+    def _start(self) -> None:
+        _process.ensure_port_free(self.port, self.process.name)
         bindir = server_bindir()
         self._prepare_dirs()
         if not (self.data_dir / "PG_VERSION").exists():
             self._initdb(bindir)
-        process = _process.spawn(
+        self.process.launch(
             [
                 str(bindir / "postgres"),
                 "-D",
@@ -140,21 +98,20 @@ class LocalPostgres:
                 "-c",
                 "max_connections=100",
             ],
-            out_file=self.log_file,
-            cwd=self.state_dir,
             env=self._env(),
             user=self._server_user(),
         )
-        self.pid_file.write_text(str(process.pid))
-        return process
 
     def _server_user(self) -> str | None:
         return SERVER_USER if os.geteuid() == 0 else None
 
     def _env(self) -> dict[str, str]:
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
-        env[_process.STATE_ENV] = str(self.state_dir)
-        return env
+        return {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            _process.STATE_ENV: str(self.state_dir),
+        }
 
     def _prepare_dirs(self) -> None:
         socket_path = self.socket_dir / f".s.PGSQL.{self.port}"
@@ -205,10 +162,11 @@ class LocalPostgres:
             host=str(self.socket_dir), port=self.port, user=SUPERUSER, dbname="postgres", connect_timeout=3
         )
 
-    def _accepts_superuser(self) -> bool:
+    def _ready(self) -> bool:
+        """The superuser can log in over the socket."""
         import psycopg2
 
-        if not _port_open(self.port):
+        if not port_open(self.port):
             return False
         try:
             self._superuser_connection().close()
@@ -216,7 +174,7 @@ class LocalPostgres:
             return False
         return True
 
-    def _bootstrap(self) -> None:
+    def _after_ready(self) -> None:
         """Create (or reset the password of) ``user`` and create ``database`` owned by it."""
         from psycopg2 import sql
 

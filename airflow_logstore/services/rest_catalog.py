@@ -31,8 +31,8 @@ from airflow_logstore import versions
 from airflow_logstore.exceptions import ServiceError
 from airflow_logstore.jars import fetch_jars
 from airflow_logstore.services import _process
-from airflow_logstore.services.local import _java, _port_open
-from airflow_logstore.settings import LocalSettings, local_settings
+from airflow_logstore.services._process import PortService, port_open
+from airflow_logstore.settings import LocalSettings
 
 LAUNCHER_CLASS = "org.apache.iceberg.rest.LogstoreLoopbackRESTCatalogServer"
 LAUNCHER_SOURCE = """\
@@ -90,13 +90,16 @@ public final class LogstoreLoopbackRESTCatalogServer {
 """
 
 
-class LocalRestCatalog:
+class LocalRestCatalog(PortService):
     """Iceberg's REST catalog server on ``127.0.0.1:port``, tables in ``warehouse`` on ``s3_endpoint``.
 
     Promises: :meth:`up` leaves ``GET /v1/config`` answering, or raises :class:`ServiceError` with the
     log's last lines; it is idempotent. The catalog (namespaces, table pointers) persists in
     ``<state_dir>/catalog.db``; table files are in the object store. :meth:`down` stops it by PID.
     """
+
+    kind, title, stem = "catalog", "Iceberg's REST catalog server", "rest-catalog"
+    up_timeout, stop_timeout = 90.0, 20.0
 
     def __init__(
         self,
@@ -111,9 +114,7 @@ class LocalRestCatalog:
         region: str = "us-east-1",
         heap: str = "256m",
     ) -> None:
-        self.settings = settings or local_settings()
-        self.port = port
-        self.state_dir = Path(state_dir)
+        super().__init__(settings, port=port, state_dir=state_dir)
         self.warehouse = warehouse
         self.s3_endpoint = s3_endpoint
         self.access_key = access_key
@@ -121,8 +122,6 @@ class LocalRestCatalog:
         self.region = region
         self.heap = heap
         self.database = self.state_dir / "catalog.db"
-        self.pid_file = self.state_dir / "rest-catalog.pid"
-        self.log_file = self.state_dir / "rest-catalog.log"
 
     @property
     def uri(self) -> str:
@@ -143,59 +142,24 @@ class LocalRestCatalog:
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
-    def pid(self) -> int | None:
-        return _process.read_pid(self.pid_file, self._is_ours)
+    @property
+    def where(self) -> str:
+        return self.uri
+
+    def _details(self) -> dict[str, Any]:
+        return {"uri": self.uri, "warehouse": self.warehouse, "database": str(self.database)}
 
     def _is_ours(self, pid: int) -> bool:
         return f"-Dlogstore.state={self.state_dir}" in _process.cmdline(pid)
 
-    def status(self) -> dict[str, Any]:
-        pid = self.pid()
-        return {
-            "service": "catalog",
-            "running": pid is not None and _port_open(self.port),
-            "pid": pid,
-            "uri": self.uri,
-            "warehouse": self.warehouse,
-            "database": str(self.database),
-            "log_file": str(self.log_file),
-        }
-
-    def up(self, timeout: float = 90.0) -> dict[str, Any]:
-        """Start the server unless it runs already; wait until ``GET /v1/config`` answers."""
-        process = None if self.pid() is not None else self._start()
-        try:
-            _process.wait_ready(
-                "Iceberg's REST catalog server",
-                self._answers,
-                timeout=timeout,
-                process=process,
-                log_file=self.log_file,
-                where=self.uri,
-            )
-        except ServiceError:
-            if process is not None:
-                self.down()
-            raise
-        return self.status()
-
-    def down(self, timeout: float = 20.0) -> bool:
-        """Stop the server by PID (SIGTERM to its process group, then SIGKILL); True when one ran."""
-        pid = self.pid()
-        if pid is not None:
-            _process.stop_group(pid, timeout=timeout)
-        self.pid_file.unlink(missing_ok=True)
-        return pid is not None
-
-    def _start(self) -> subprocess.Popen[bytes]:
-        _process.ensure_port_free(self.port, "Iceberg's REST catalog server")
+    def _start(self) -> None:
+        _process.ensure_port_free(self.port, self.process.name)  # before a download or a compilation
         jars = fetch_jars(
             "rest-catalog", versions.REST_CATALOG_ARTIFACTS, transitive=True, settings=self.settings
         )
         launcher = compile_launcher(jars, self.settings)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
         command = [
-            _java(),
+            _process.java(),
             f"-Xmx{self.heap}",
             "-XX:+UseSerialGC",
             "-Djava.awt.headless=true",
@@ -205,9 +169,7 @@ class LocalRestCatalog:
             f"{launcher}:{jars}/*",
             LAUNCHER_CLASS,
         ]
-        process = _process.spawn(command, out_file=self.log_file, cwd=self.state_dir, env=self._env())
-        self.pid_file.write_text(str(process.pid))
-        return process
+        self.process.launch(command, env=self._env(), ports=[self.port])
 
     def _env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("CATALOG_", "AWS_"))}
@@ -223,11 +185,11 @@ class LocalRestCatalog:
             AWS_SECRET_ACCESS_KEY=self.secret_key,
             AWS_REGION=self.region,
         )
-        env[_process.STATE_ENV] = str(self.state_dir)
         return env
 
-    def _answers(self) -> bool:
-        if not _port_open(self.port):
+    def _ready(self) -> bool:
+        """``GET /v1/config`` answers."""
+        if not port_open(self.port):
             return False
         try:
             with urllib.request.urlopen(f"{self.uri}/v1/config", timeout=3) as response:
@@ -265,7 +227,7 @@ def compile_launcher(jars: Path, settings: LocalSettings) -> Path:
 
 
 def _javac() -> str:
-    java = Path(_java()).resolve()
+    java = Path(_process.java()).resolve()
     candidate = java.parent / "javac"
     found = str(candidate) if candidate.exists() else shutil.which("javac")
     if not found:

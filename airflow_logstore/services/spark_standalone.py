@@ -21,24 +21,20 @@ import contextlib
 import importlib.util
 import json
 import os
-import signal
-import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from airflow_logstore.exceptions import ServiceError
-from airflow_logstore.services.local import _alive, _port_open, _tail
+from airflow_logstore.services._process import STATE_ENV, ManagedProcess, ensure_port_free, has_env, wait_for
 from airflow_logstore.services.topology import SparkCluster
 from airflow_logstore.settings import LocalSettings
 
 DAEMON_MEMORY = "256m"
 _MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 _WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
-_MARKER = "LOGSTORE_SPARK_DAEMON"
 
 
 @dataclass(frozen=True)
@@ -68,76 +64,38 @@ class SparkClusterStatus:
 
 
 class _Daemon:
-    """One Spark daemon: its folder, PID file and log; started in its own process group."""
+    """One Spark daemon: its folder, and its process (PID file and log in that folder), recognised by
+    :data:`~airflow_logstore.services._process.STATE_ENV` naming the folder in its environment (which
+    survives spark-class's exec of java). Stopping it signals every process below it too: PySpark's
+    daemon leaves the process group."""
 
     def __init__(self, name: str, folder: Path, ui_port: int) -> None:
         self.name = name
         self.folder = folder
         self.ui_port = ui_port
-        self.pid_file = folder / f"{name.split('-')[0]}.pid"
-        self.log_file = folder / f"{name.split('-')[0]}.log"
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process = ManagedProcess(
+            f"Spark {name} (web UI 127.0.0.1:{ui_port})",
+            state_dir=folder,
+            pid_file=folder / f"{name.split('-')[0]}.pid",
+            log_file=folder / f"{name.split('-')[0]}.log",
+            is_ours=lambda pid: has_env(pid, STATE_ENV, str(folder)),
+            stop_descendants=True,
+        )
+
+    @property
+    def log_file(self) -> Path:
+        return self.process.log_file
 
     def pid(self) -> int | None:
-        """The daemon's pid while it runs (and is ours: its environment names this folder)."""
-        try:
-            pid = int(self.pid_file.read_text().strip())
-        except (FileNotFoundError, ValueError):
-            return None
-        return pid if _alive(pid) and _has_env(pid, _MARKER, str(self.folder)) else None
+        """The daemon's pid while it runs (and is ours)."""
+        return self.process.pid()
 
     def status(self) -> DaemonStatus:
         pid = self.pid()
         return DaemonStatus(self.name, pid is not None, pid, self.ui_port, self.log_file)
 
-    def launch(self, command: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen[bytes]:
-        """Start ``command`` with ``env`` plus the marker that identifies this daemon's process
-        (in its environment, which survives spark-class's exec of java)."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        with open(self.log_file, "ab") as out:
-            process = subprocess.Popen(
-                list(command),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                cwd=self.folder,
-                env={**env, _MARKER: str(self.folder)},
-            )
-        self.pid_file.write_text(str(process.pid))
-        self.process = process
-        return process
-
-    def exited(self) -> bool:
-        """Whether the daemon is gone (the process we started has ended, or its pid is not running)."""
-        if self.process is not None:
-            return self.process.poll() is not None
-        return self.pid() is None
-
-    def stop(self, sig: signal.Signals = signal.SIGTERM, timeout: float = 30.0) -> bool:
-        """Signal the process group and every descendant; SIGKILL what is left after ``timeout``.
-
-        True when the daemon was running."""
-        pid = self.pid()
-        if pid is None:
-            self.pid_file.unlink(missing_ok=True)
-            return False
-        family = [pid, *_descendants(pid)]  # PySpark's daemon leaves the group: signal it by pid
-        _signal(pid, family, sig)
-        deadline = time.monotonic() + timeout
-        while any(_alive(p) for p in family) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        _signal(pid, [p for p in family if _alive(p)], signal.SIGKILL)
-        while any(_alive(p) for p in family):
-            time.sleep(0.05)
-        self.pid_file.unlink(missing_ok=True)
-        return True
-
-    def failure(self, problem: str) -> str:
-        return (
-            f"Spark {self.name} (web UI 127.0.0.1:{self.ui_port}) {problem}; see {self.log_file}; "
-            f"last lines:\n{_tail(self.log_file)}"
-        )
+    def launch(self, command: Sequence[str], env: Mapping[str, str]) -> None:
+        self.process.launch(command, env=env, ports=[self.ui_port])
 
 
 class LocalSparkCluster:
@@ -187,10 +145,10 @@ class LocalSparkCluster:
         started: list[_Daemon] = []
         try:
             if self.master.pid() is None:
-                self._check_free(self.master, self.spark.master_port, self.spark.master_ui_port)
+                ensure_port_free(self.spark.master_port, self.master.process.name)
                 self.master.launch(self._master_command(), self._master_env())
                 started.append(self.master)
-            self._wait_master(timeout, self.master)
+            self._wait_master(timeout)
             for i, worker in enumerate(self.workers):
                 if worker.pid() is None:
                     self._launch_worker(i)
@@ -198,19 +156,19 @@ class LocalSparkCluster:
             self._wait_workers(timeout, range(len(self.workers)))
         except ServiceError:
             for daemon in reversed(started):
-                daemon.stop(timeout=5)
+                daemon.process.stop(timeout=5)
             raise
         return self.status()
 
     def down(self, timeout: float = 30.0) -> bool:
         """Stop the workers (with their executors), then the master, by pid; True when one ran."""
-        stopped = [worker.stop(timeout=timeout) for worker in self.workers]
-        return self.master.stop(timeout=timeout) or any(stopped)
+        stopped = [worker.process.stop(timeout=timeout) for worker in self.workers]
+        return self.master.process.stop(timeout=timeout) or any(stopped)
 
     def kill_worker(self, i: int) -> None:
         """SIGKILL worker ``i`` and its executors (and their Python workers), as a lost host."""
-        if not self.workers[i].stop(signal.SIGKILL, timeout=10):
-            raise ServiceError(self.workers[i].failure("is not running"))
+        if not self.workers[i].process.kill():
+            raise ServiceError(self.workers[i].process.failure("is not running"))
 
     def start_worker(self, i: int, timeout: float = 120.0) -> DaemonStatus:
         """Start worker ``i`` unless it runs; return once the master lists it as ALIVE."""
@@ -220,9 +178,7 @@ class LocalSparkCluster:
         return self.workers[i].status()
 
     def _launch_worker(self, i: int) -> None:
-        worker = self.workers[i]
-        self._check_free(worker, worker.ui_port)
-        worker.launch(self._worker_command(i), self._worker_env(i))
+        self.workers[i].launch(self._worker_command(i), self._worker_env(i))
 
     # -- commands and environments -------------------------------------------------------------------
 
@@ -302,13 +258,6 @@ class LocalSparkCluster:
 
     # -- readiness -----------------------------------------------------------------------------------
 
-    def _check_free(self, daemon: _Daemon, *ports: int) -> None:
-        for port in ports:
-            if _port_open(port):
-                raise ServiceError(
-                    f"Spark {daemon.name}: port {port} on 127.0.0.1 is taken by another process"
-                )
-
     def master_state(self) -> dict[str, object]:
         """The master's JSON status page (workers, applications)."""
         url = f"http://127.0.0.1:{self.spark.master_ui_port}/json/"
@@ -316,33 +265,37 @@ class LocalSparkCluster:
             state: dict[str, object] = json.load(response)
         return state
 
-    def _wait_master(self, timeout: float, master: _Daemon) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if master.exited():
-                raise ServiceError(master.failure("exited"))
-            with contextlib.suppress(OSError, ValueError):
-                self.master_state()
-                return
-            time.sleep(0.3)
-        raise ServiceError(master.failure(f"did not answer within {timeout:.0f}s"))
+    def _wait_master(self, timeout: float) -> None:
+        where = f"127.0.0.1:{self.spark.master_ui_port}"
+        self.master.process.wait_ready(self._master_answers, timeout=timeout, where=where)
+
+    def _master_answers(self) -> bool:
+        try:
+            self.master_state()
+        except (OSError, ValueError):
+            return False
+        return True
 
     def _wait_workers(self, timeout: float, indexes: Sequence[int]) -> None:
         """Wait until the master lists worker ``i`` (by its web UI port) as ALIVE, for each index."""
-        deadline = time.monotonic() + timeout
-        while True:
-            for i in indexes:
-                if self.workers[i].exited():
-                    raise ServiceError(self.workers[i].failure("exited"))
-            missing = [i for i in indexes if self.workers[i].ui_port not in self._alive_worker_ports()]
-            if not missing:
-                return
-            if time.monotonic() > deadline:
-                worker = self.workers[missing[0]]
-                raise ServiceError(
-                    worker.failure(f"was not ALIVE at the master {self.master_url} within {timeout:.0f}s")
-                )
-            time.sleep(0.3)
+
+        def missing() -> str | None:
+            alive = self._alive_worker_ports()
+            absent = [i for i in indexes if self.workers[i].ui_port not in alive]
+            return str(absent[0]) if absent else None
+
+        def timed_out(first_missing: str) -> str:
+            return self.workers[int(first_missing)].process.failure(
+                f"was not ALIVE at the master {self.master_url} within {timeout:.0f}s"
+            )
+
+        wait_for(
+            missing,
+            timeout=timeout,
+            processes=[self.workers[i].process for i in indexes],
+            timed_out=timed_out,
+            interval=0.3,
+        )
 
     def _alive_worker_ports(self) -> set[int]:
         """The web UI ports of the workers the master lists as ALIVE (empty when it does not answer)."""
@@ -366,39 +319,3 @@ def _spark_home() -> Path:
             "pyspark is not installed in this environment; the Spark cluster runs from its wheel"
         )
     return Path(next(iter(spec.submodule_search_locations)))
-
-
-def _has_env(pid: int, key: str, value: str) -> bool:
-    """Whether process ``pid`` was started with ``key=value`` in its environment."""
-    if not Path("/proc/self/environ").exists():
-        return True  # not Linux: trust the pid file
-    try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True  # not readable: trust the pid file
-    # empty while the process execs (spark-class becomes java): trust the pid file then
-    return environ == [b""] or f"{key}={value}".encode() in environ
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (children, grandchildren...), from /proc; empty elsewhere."""
-    parents: dict[int, int] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-    found, frontier = [], [pid]
-    while frontier:
-        children = [child for child, parent in parents.items() if parent in frontier]
-        found += children
-        frontier = children
-    return found
-
-
-def _signal(group: int, pids: Sequence[int], sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(group, sig)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)

@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 
+from airflow_logstore.services._process import alive
 from airflow_logstore.services.kafka_cluster import LocalKafkaCluster
-from airflow_logstore.services.local import _alive, free_ports
+from airflow_logstore.services.local import free_ports
 from airflow_logstore.services.spark_standalone import LocalSparkCluster
 from airflow_logstore.services.topology import KafkaCluster, SparkCluster
 from airflow_logstore.settings import LocalSettings, local_settings
@@ -306,7 +307,7 @@ def test_a_job_finishes_on_the_other_worker_when_a_worker_dies_mid_stage(
     spark_cluster.kill_worker(victim)
     assert spark_cluster.worker_pids[victim] is None
     for row in lost:  # the executor and its Python went with the worker
-        assert not _alive(row["jvm"]) and not _alive(row["pid"])
+        assert not alive(row["jvm"]) and not alive(row["pid"])
     gate.touch()
 
     rows = collected.result(timeout=WAIT_S)  # raises the job's error if it failed

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from airflow_logstore.exceptions import ServiceError
-from airflow_logstore.services._process import rss_mib
-from airflow_logstore.services.local import _alive, free_ports
+from airflow_logstore.services._process import alive, rss_mib
+from airflow_logstore.services.local import free_ports
 from airflow_logstore.services.objectstore import LocalObjectStore
 from airflow_logstore.services.postgres import LocalPostgres
 from airflow_logstore.services.rest_catalog import LocalRestCatalog
@@ -159,6 +159,6 @@ def test_down_ends_every_process(storage: Storage) -> None:
         assert pid is not None, name
         group = [pid, *(child.pid for child in psutil.Process(pid).children(recursive=True))]
         assert service.down() is True, name
-        assert not any(_alive(member) for member in group), name
+        assert not any(alive(member) for member in group), name
         assert service.pid() is None and service.status()["running"] is False, name
         assert service.down() is False, name
