@@ -1,8 +1,8 @@
-"""What the operators that submit a LogStore PySpark job share (dual write, compaction, reconciliation).
-
-Their connections, one submission that hands the job a new report id and reads the job's result back
-from next to the table, and cancelling the job when the task is killed. Light at DAG parse time: the
-Spark provider's hook is imported only when a job is submitted.
+"""What the LogStore operators share: their connections (:class:`LogStoreOperator`) and, for those that
+submit a PySpark job (dual write, compaction, reconciliation), one submission that hands the job a new
+report id and reads the job's result back from next to the table, and cancelling the job when the task
+is killed (:class:`SparkJobOperator`). Light at DAG parse time: the Spark provider's hook is imported
+only when a job is submitted.
 """
 
 from __future__ import annotations
@@ -21,13 +21,35 @@ if TYPE_CHECKING:
     from airflow_logstore.table.tables import LogStoreTable
 
 
-class SparkJobOperator(BaseOperator):
+class LogStoreOperator(BaseOperator):
+    """Base of the LogStore operators: the connections a table is reached through.
+
+    :param logstore_conn_id: the LogStore connection (the catalog)
+    :param kafka_config_id: Apache Kafka provider connection with client settings (SASL, TLS); the
+        bootstrap servers always come from the table
+    """
+
+    def __init__(
+        self,
+        *,
+        logstore_conn_id: str = LogStoreHook.default_conn_name,
+        kafka_config_id: str | None = "kafka_default",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.logstore_conn_id = logstore_conn_id
+        self.kafka_config_id = kafka_config_id
+
+    def logstore_table(self, name: str) -> LogStoreTable:
+        """The LogStore table ``name`` through this operator's connections."""
+        return LogStoreHook(self.logstore_conn_id, self.kafka_config_id).table(name)
+
+
+class SparkJobOperator(LogStoreOperator):
     """Base of the operators that run a PySpark application of ``airflow_logstore/spark/apps/`` through
     the Airflow Spark provider. Catalog and Kafka secrets reach Spark through a private properties file.
 
     :param spark_conn_id: Airflow Spark connection (master, deploy mode, spark-submit binary)
-    :param logstore_conn_id: the LogStore connection (the catalog)
-    :param kafka_config_id: the Kafka connection
     :param jars: comma-separated jars for Spark; None: ``LOGSTORE_SPARK_JARS``, ``spark.jars`` /
         ``spark.jars.packages`` in the settings, else the local cache; "": none (in the Spark image)
     :param python: Python executable of the driver and executors (default: ``spark.pyspark.python``
@@ -40,8 +62,6 @@ class SparkJobOperator(BaseOperator):
         self,
         *,
         spark_conn_id: str = "spark_default",
-        logstore_conn_id: str = LogStoreHook.default_conn_name,
-        kafka_config_id: str | None = "kafka_default",
         jars: str | None = None,
         python: str | None = None,
         spark_conf: Mapping[str, Any] | None = None,
@@ -49,16 +69,10 @@ class SparkJobOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.spark_conn_id = spark_conn_id
-        self.logstore_conn_id = logstore_conn_id
-        self.kafka_config_id = kafka_config_id
         self.jars = jars
         self.python = python
         self.spark_conf = dict(spark_conf or {})
         self._submit_hook: Any = None
-
-    def logstore_table(self, name: str) -> LogStoreTable:
-        """The LogStore table ``name`` through this operator's connections."""
-        return LogStoreHook(self.logstore_conn_id, self.kafka_config_id).table(name)
 
     def run_job(
         self,

@@ -5,12 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow.sdk import BaseOperator
-
-from airflow_logstore.hooks.logstore import LogStoreHook
+from airflow_logstore.operators._job import LogStoreOperator
 
 
-class LogStoreCreateTableOperator(BaseOperator):
+class LogStoreCreateTableOperator(LogStoreOperator):
     """Create an Iceberg v2 table whose properties carry the LogStore settings, plus its topics.
 
     Validation comes first: a bad property, schema or key fails the task and creates nothing. Running
@@ -20,6 +18,8 @@ class LogStoreCreateTableOperator(BaseOperator):
     :param schema: columns, e.g. ``"id int, name string, ts timestamp"``
     :param primary_key: key columns (Iceberg identifier fields); empty for append-only tables
     :param properties: table properties, e.g. ``{"log-store.enabled": "true", ...}``
+
+    The connection parameters are :class:`~airflow_logstore.operators._job.LogStoreOperator`'s.
     """
 
     template_fields: Sequence[str] = ("table", "schema", "primary_key", "properties")
@@ -33,8 +33,6 @@ class LogStoreCreateTableOperator(BaseOperator):
         schema: str,
         primary_key: Sequence[str] = (),
         properties: Mapping[str, str] | None = None,
-        logstore_conn_id: str = LogStoreHook.default_conn_name,
-        kafka_config_id: str | None = "kafka_default",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -42,18 +40,14 @@ class LogStoreCreateTableOperator(BaseOperator):
         self.schema = schema
         self.primary_key = primary_key
         self.properties = properties
-        self.logstore_conn_id = logstore_conn_id
-        self.kafka_config_id = kafka_config_id
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow_logstore.table.tables import create_table
 
-        hook = LogStoreHook(self.logstore_conn_id, self.kafka_config_id)
         key = [self.primary_key] if isinstance(self.primary_key, str) else list(self.primary_key)
         key = [c.strip() for part in key for c in str(part).split(",") if c.strip()]
-        result = create_table(
-            hook.table(self.table), self.schema, primary_key=key, properties=dict(self.properties or {})
-        )
+        handle = self.logstore_table(self.table)
+        result = create_table(handle, self.schema, primary_key=key, properties=dict(self.properties or {}))
         self.log.info(
             "table %s %s; topic %s %s with %s partitions; control topic %s",
             result.table,

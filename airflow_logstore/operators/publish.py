@@ -5,12 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import BaseOperator
-
-from airflow_logstore.hooks.logstore import LogStoreHook
+from airflow_logstore.operators._job import LogStoreOperator
 
 
-class LogStorePublishVisibleOffsetsOperator(BaseOperator):
+class LogStorePublishVisibleOffsetsOperator(LogStoreOperator):
     """Mark the Kafka offsets of committed snapshots visible to consistent readers.
 
     Copies live snapshots' commits into the control topic's ledger, then moves the per-partition
@@ -18,6 +16,8 @@ class LogStorePublishVisibleOffsetsOperator(BaseOperator):
     twice (an Airflow retry) never moves the watermark backwards.
 
     :param table: ``namespace.table``
+
+    The connection parameters are :class:`~airflow_logstore.operators._job.LogStoreOperator`'s.
     """
 
     template_fields: Sequence[str] = ("table",)
@@ -27,21 +27,15 @@ class LogStorePublishVisibleOffsetsOperator(BaseOperator):
         self,
         *,
         table: str,
-        logstore_conn_id: str = LogStoreHook.default_conn_name,
-        kafka_config_id: str | None = "kafka_default",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.table = table
-        self.logstore_conn_id = logstore_conn_id
-        self.kafka_config_id = kafka_config_id
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow_logstore.publish.publisher import publish_visible_offsets
 
-        report = publish_visible_offsets(
-            LogStoreHook(self.logstore_conn_id, self.kafka_config_id).table(self.table)
-        )
+        report = publish_visible_offsets(self.logstore_table(self.table))
         self.log.info(
             "watermark of %s: %s -> %s (%s records scanned, %s commits newly visible, "
             "%s added to the ledger)%s",
