@@ -1,89 +1,82 @@
 """The PySpark read job: the read modes of ``airflow_logstore.read.reader`` at Spark scale.
 
 The log is read with Spark's Kafka source between offsets the driver computes (start position,
-watermark); executors decode and classify records with the same core functions as the Python reader,
-and Spark parses rows into the table's types. Undecodable records go to the table's dead-letter topic
-(through the driver, like the reconciler's) and are counted.
+watermark). No record crosses into Python: the JVM groups the records by their header set (and
+partition, with their offset range), the driver decodes each distinct header set once and decides it with
+the one rule (``ReadFilter.decide``, once per offset segment between ``ReadFilter.breaks``), and that
+small decision table is broadcast and joined back to the records by (header set, partition, offset
+range). Values are parsed in the JVM with ``from_json`` against the table schema. Undecodable records
+go to the table's dead-letter topic (through the driver, like the reconciler's) and are counted.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from airflow_logstore.core.codec import decode_headers, decode_value
+from airflow_logstore.core.codec import KIND_VALUES, decode_headers
 from airflow_logstore.core.properties import ChangelogMode, Consistency
 from airflow_logstore.core.visibility import ReadFilter
 from airflow_logstore.exceptions import RecordDecodeError
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from airflow_logstore.read.reader import LogReader, SnapshotStart
 
-DECODED_SCHEMA = (
-    "_kind string, _partition int, _offset long, _writer_id string, _epoch long, _batch_id long, "
-    "_record_type string, _decision string, _row string, _dead_reason string"
+DECISION_SCHEMA = (
+    "_hkey string, _p int, _lo long, _hi long, _keep boolean, _decision string, _dead_reason string, "
+    "_writer_id string, _epoch long, _batch_id long, _record_type string"
 )
 
 
-def decode_batches(batches: Iterable[pa.RecordBatch], read_filter: ReadFilter) -> Iterator[pa.RecordBatch]:
-    """Executor side: Kafka rows (partition, offset, value, headers) -> decoded, classified rows."""
-    import pyarrow as pa
+def header_key(headers: Column) -> Column:
+    """A record's header set as one string (JSON of the header array; "" without headers)."""
+    from pyspark.sql import functions as F
 
-    for batch in batches:
-        out: list[dict[str, Any]] = []
-        partitions = batch.column("partition").to_pylist()
-        offsets = batch.column("offset").to_pylist()
-        values = batch.column("value").to_pylist()
-        headers = batch.column("headers").to_pylist()
-        for partition, offset, value, raw_headers in zip(partitions, offsets, values, headers, strict=True):
-            row: dict[str, Any] = {"_partition": partition, "_offset": offset}
-            try:
-                meta = decode_headers([(h["key"], h["value"]) for h in raw_headers or []])
-                keep, decision = read_filter.decide(meta, partition, offset)
-                if not keep:
-                    continue
-                kind, fields = decode_value(value)
-                row.update(
-                    {
-                        "_kind": kind.value,
-                        "_writer_id": meta.writer_id,
-                        "_epoch": meta.epoch,
-                        "_batch_id": meta.batch_id,
-                        "_record_type": meta.record_type.value,
-                        "_decision": decision.value if decision else None,
-                        "_row": json.dumps(fields, default=str),
-                    }
-                )
-            except RecordDecodeError as exc:
-                row["_dead_reason"] = str(exc)
-                row["_row"] = None if value is None else value.decode("utf-8", "replace")
-            out.append(row)
-        if out:
-            yield pa.RecordBatch.from_pylist(out, schema=_arrow_schema())
+    return F.coalesce(F.to_json(headers), F.lit(""))
 
 
-def _arrow_schema() -> pa.Schema:
-    import pyarrow as pa
+def decision_rows(groups: list[Any], read_filter: ReadFilter) -> Iterator[tuple[Any, ...]]:
+    """Per (header set, partition, offset range) of the log, the rows of the decision table.
 
-    return pa.schema(
-        [
-            ("_kind", pa.string()),
-            ("_partition", pa.int32()),
-            ("_offset", pa.int64()),
-            ("_writer_id", pa.string()),
-            ("_epoch", pa.int64()),
-            ("_batch_id", pa.int64()),
-            ("_record_type", pa.string()),
-            ("_decision", pa.string()),
-            ("_row", pa.string()),
-            ("_dead_reason", pa.string()),
+    Each header set is decoded once; its offset range is cut at the filter's breaks, and each piece is
+    decided once with ``ReadFilter.decide`` (the same answer for every offset of the piece).
+    """
+    for group in groups:
+        hkey, partition, low, high = group["_hkey"], int(group["partition"]), group["low"], group["high"]
+        headers = [
+            (h["key"], None if h["value"] is None else bytes(h["value"])) for h in group["headers"] or []
         ]
-    )
+        try:
+            meta = decode_headers(headers)
+        except RecordDecodeError as exc:
+            yield (hkey, partition, low, high, False, None, str(exc), None, None, None, None)
+            continue
+        cuts = [int(b) for b in read_filter.breaks(partition) if low < b <= high]
+        starts = [low, *cuts]
+        for first, following in zip(starts, [*cuts, high + 1], strict=True):
+            keep, decision = read_filter.decide(meta, partition, first)
+            yield (
+                hkey,
+                partition,
+                first,
+                following - 1,
+                keep,
+                decision.value if decision else None,
+                None,
+                meta.writer_id,
+                meta.epoch,
+                meta.batch_id,
+                meta.record_type.value,
+            )
+
+
+def _bytes(value: Any) -> bytes | None:
+    """A header value as the Python reader sees it (Spark hands binary over as bytearray)."""
+    return None if value is None else bytes(value)
 
 
 def read_log_frame(
@@ -97,7 +90,6 @@ def read_log_frame(
 
     :param hybrid: the log part of a hybrid read of this snapshot.
     """
-    from pyspark.sql import functions as F
 
     consistent = reader.consistency is Consistency.TRANSACTIONAL
     read_filter = reader.read_filter(consistent, hybrid, start)
@@ -121,19 +113,64 @@ def read_log_frame(
     raw = (
         spark.read.format("kafka").options(**options).load().select("partition", "offset", "value", "headers")
     )
-    decoded = raw.mapInArrow(lambda batches: decode_batches(batches, read_filter), DECODED_SCHEMA).persist()
-    dead = decoded.where(F.col("_dead_reason").isNotNull()).select(
-        "_partition", "_offset", "_dead_reason", "_row"
+    return decide_and_parse(spark, raw, read_filter, table_schema, reader.changelog_mode)
+
+
+def decide_and_parse(
+    spark: SparkSession, raw: DataFrame, read_filter: ReadFilter, table_schema: Any, mode: ChangelogMode
+) -> tuple[DataFrame, DataFrame]:
+    """Kafka rows (partition, offset, value, headers) -> (records, dead letters); see the module doc."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    raw = raw.withColumn("_hkey", header_key(F.col("headers")))
+    groups = (
+        raw.groupBy("_hkey", "partition")
+        .agg(F.first("headers").alias("headers"), F.min("offset").alias("low"), F.max("offset").alias("high"))
+        .collect()
     )
-    good = decoded.where(F.col("_dead_reason").isNull())
-    parsed = good.withColumn("_typed", F.from_json("_row", table_schema))
-    columns = [F.col(f"_typed.`{f.name}`").alias(f.name) for f in table_schema.fields]
-    records = parsed.select(
-        *columns, "_kind", "_partition", "_offset", "_writer_id", "_epoch", "_batch_id", "_record_type"
+    decisions = spark.createDataFrame(list(decision_rows(groups, read_filter)), DECISION_SCHEMA)
+    joined = raw.join(
+        F.broadcast(decisions),
+        (raw["_hkey"] == decisions["_hkey"])
+        & (raw["partition"] == decisions["_p"])
+        & raw["offset"].between(decisions["_lo"], decisions["_hi"]),
+    )
+    envelope = StructType([StructField("kind", StringType()), StructField("row", table_schema)])
+    text = F.col("value").cast("string")
+    parsed = joined.where(F.col("_keep") | F.col("_dead_reason").isNotNull()).withColumn(
+        "_change", F.from_json(text, envelope)
+    )
+    value_problem = (
+        F.when(F.col("value").isNull(), F.lit("record has no value"))
+        .when(~F.coalesce(F.col("_change.kind").isin(*KIND_VALUES), F.lit(False)), F.lit(_NOT_A_CHANGE))
+        .when(F.col("_change.row").isNull(), F.lit("value 'row' is not an object"))
+    )
+    checked = parsed.withColumn("_dead_reason", F.coalesce(F.col("_dead_reason"), value_problem))
+    dead = checked.where(F.col("_dead_reason").isNotNull()).select(
+        F.col("partition").alias("_partition"),
+        F.col("offset").alias("_offset"),
+        "_dead_reason",
+        text.alias("_row"),
+    )
+    good = checked.where(F.col("_dead_reason").isNull())
+    columns = [F.col(f"_change.row.`{f.name}`").alias(f.name) for f in table_schema.fields]
+    records = good.select(
+        *columns,
+        F.col("_change.kind").alias("_kind"),
+        F.col("partition").alias("_partition"),
+        F.col("offset").alias("_offset"),
+        "_writer_id",
+        "_epoch",
+        "_batch_id",
+        "_record_type",
     ).orderBy("_partition", "_offset")
-    if reader.changelog_mode is ChangelogMode.APPEND_ONLY:
+    if mode is ChangelogMode.APPEND_ONLY:
         records = records.where(F.col("_kind") == "+I")
     return records, dead
+
+
+_NOT_A_CHANGE = 'value is not a LogStore change: expected {"kind": ..., "row": {...}} (parsed in the JVM)'
 
 
 class _DeadRow:
