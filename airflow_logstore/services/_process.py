@@ -42,7 +42,8 @@ class ManagedProcess:
     :param is_ours: whether a live PID read from ``pid_file`` is this service (not a recycled PID)
     :param more_logs: other log files of the service, tailed in errors too
     :param stop_signal: the first signal of :meth:`stop` (PostgreSQL: SIGINT, its fast shutdown)
-    :param stop_descendants: signal every process below it as well (for children that leave its group)
+    :param stop_descendants: stop every process below it as well (for children that leave its group);
+        the other processes of its group are always stopped with it
     :param stop_timeout: how long :meth:`stop` waits after the first signal before SIGKILL
     """
 
@@ -292,7 +293,7 @@ def stop_together(
     for process in chosen:
         pid = process.pid()
         if pid is not None:
-            family = [pid, *(descendants_of(pid) if process.stop_descendants else [])]
+            family = family_of(pid, descendants=process.stop_descendants)
             _signal(pid, family[1:], signal_first or process.stop_signal)
             stopping.append((process, pid, family))
     for process, pid, family in stopping:
@@ -399,17 +400,31 @@ def _wait_gone(group: int, family: Sequence[int], timeout: float) -> None:
             time.sleep(0.05)
 
 
-def descendants_of(pid: int) -> list[int]:
-    """Every process below ``pid`` (children, grandchildren...), from /proc; empty elsewhere."""
-    parents: dict[int, int] = {}
+def family_of(pid: int, *, descendants: bool = False) -> list[int]:
+    """``pid``, the other processes of its process group, and with ``descendants`` every process below
+    it (children that left the group too), from /proc; ``[pid]`` elsewhere."""
+    table = _processes()
+    members = [other for other, (_, group) in table.items() if group == pid and other != pid]
+    below = _descendants(pid, table) if descendants else []
+    return [pid, *dict.fromkeys([*members, *below])]
+
+
+def _processes() -> dict[int, tuple[int, int]]:
+    """Every process's (parent, process group), from /proc."""
+    table: dict[int, tuple[int, int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, ValueError, IndexError):
-            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-    found, frontier = [], [pid]
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            table[int(stat.parent.name)] = (int(fields[1]), int(fields[2]))
+    return table
+
+
+def _descendants(pid: int, table: Mapping[int, tuple[int, int]]) -> list[int]:
+    found, frontier = [], {pid}
     while frontier:
-        children = [child for child, parent in parents.items() if parent in frontier]
+        children = [child for child, (parent, _) in table.items() if parent in frontier]
         found += children
-        frontier = children
+        frontier = set(children)
     return found
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_logstore.exceptions import ServiceError
-from airflow_logstore.services._process import STATE_ENV, ManagedProcess, has_env, stop_together
+from airflow_logstore.services._process import ManagedProcess, stop_together
 from airflow_logstore.settings import EXAMPLE_DAGS, LocalSettings, local_settings
 
 COMPONENTS: dict[str, list[str]] = {
@@ -109,8 +109,9 @@ class LocalAirflow:
             state_dir=home,
             pid_file=self.pid_dir / f"{name}.pid",
             log_file=home / f"{name}.log",
-            is_ours=lambda pid: has_env(pid, STATE_ENV, str(home)),
-            stop_descendants=True,  # the scheduler's executor workers, the triggerer's runners
+            # a live PID from the file is trusted, as ever: Airflow rewrites its process titles
+            # (setproctitle), which can overwrite what /proc shows of its command line and environment
+            is_ours=lambda pid: True,
         )
 
     def up(self, timeout: float = 180.0) -> None:

@@ -137,3 +137,41 @@ def test_kill_is_sigkill(tmp_path: Path) -> None:
     process.up(lambda: _server(process, port, "stubborn"), lambda: port_open(port), timeout=30, where="here")
     assert process.kill() is True
     assert process.started is None and process.pid() is None
+
+
+#: Starts one child in its own process group and one in ours, prints their PIDs, then waits.
+PARENT = """
+import subprocess, sys, time
+child = [sys.executable, "-c", "import time\\nwhile True: time.sleep(60)"]
+inside = subprocess.Popen(child)
+outside = subprocess.Popen(child, start_new_session=True)
+print(inside.pid, outside.pid, flush=True)
+while True:
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("descendants", [False, True])
+def test_stop_ends_the_process_group_and_with_descendants_those_that_left_it(
+    tmp_path: Path, descendants: bool
+) -> None:
+    process = _process(tmp_path, stop_descendants=descendants)
+
+    def children() -> str | None:
+        text = process.log_file.read_text() if process.log_file.exists() else ""
+        return text if len(text.split()) == 2 else None
+
+    process.up(
+        lambda: process.launch([sys.executable, "-c", PARENT], env={}),
+        lambda: children() is not None,
+        timeout=30,
+        where="its log",
+    )
+    inside, outside = (int(pid) for pid in (children() or "").split())
+    try:
+        assert process.stop(timeout=10) is True
+        assert not alive(inside)
+        assert alive(outside) is not descendants
+    finally:
+        if alive(outside):
+            os.kill(outside, signal.SIGKILL)
