@@ -42,6 +42,7 @@ from airflow_logstore.exceptions import LogStoreError, OptionError
 if TYPE_CHECKING:
     from pyiceberg.table import Table
 
+    from airflow_logstore.core.control import ControlState
     from airflow_logstore.table.tables import LogStoreTable
 
 #: Summary key naming the compaction run that committed a snapshot (next to ``logstore.operation``).
@@ -382,29 +383,40 @@ def plan_expiry(
 def secure_ledger(handle: LogStoreTable, table: Table, expiring: Sequence[CommitInfo]) -> dict[str, Any]:
     """Copy live commits into the control topic's ledger, then check every expiring one is there.
 
+    :param table: the table as loaded for the expiry plan (its live snapshots are the ones copied).
     :raises CompactionSafetyError: when a commit of an expiring snapshot is missing from the ledger
         (or recorded with another epoch); the caller must not expire anything then.
     """
-    from airflow_logstore.publish.publisher import sync_ledger
+    from airflow_logstore.core.ledger import missing_commits
+    from airflow_logstore.publish.publisher import record_commits
+    from airflow_logstore.table.tables import snapshot_commits
 
     config = handle.config(table)
     if not config.enabled:
         return {"ledger": "none (the table has no LogStore)", "added": [], "checked": 0}
     ctl = handle.control(config)
-    added = sync_ledger(handle, ctl, ctl.read(), table)
-    state = ctl.read()  # read back what the topic holds, not what we believe we wrote
-    missing = []
-    for commit in expiring:
-        entry = state.committed(commit.writer_id, commit.batch_id)
-        if entry is None or entry.epoch not in (commit.epoch, RETIRED_EPOCH):  # retired: recorded, settled
-            found = "missing" if entry is None else f"epoch {entry.epoch}"
-            missing.append(f"{commit.writer_id}/{commit.batch_id}/{commit.epoch} ({found})")
+    added = record_commits(ctl, missing_commits(ctl.read(), snapshot_commits(table)))
+    missing = unrecorded_commits(ctl.read(), expiring)  # read back what the topic holds, not what we wrote
     if missing:
         raise CompactionSafetyError(
             f"the control-topic ledger of {handle.name} lacks {len(missing)} commit(s) of snapshots "
             f"that would expire: {', '.join(missing[:10])}; no snapshot was expired"
         )
     return {"ledger": config.control_topic, "added": added, "checked": len(expiring)}
+
+
+def unrecorded_commits(state: ControlState, expiring: Iterable[CommitInfo]) -> list[str]:
+    """The expiring commits the ledger lacks or holds with another epoch, as "w/b/e (why)".
+
+    A retired entry counts as recorded: its records are settled.
+    """
+    missing = []
+    for commit in expiring:
+        entry = state.committed(commit.writer_id, commit.batch_id)
+        if entry is None or entry.epoch not in (commit.epoch, RETIRED_EPOCH):
+            found = "missing" if entry is None else f"epoch {entry.epoch}"
+            missing.append(f"{commit.writer_id}/{commit.batch_id}/{commit.epoch} ({found})")
+    return missing
 
 
 # -- orphan files -----------------------------------------------------------------------------------
@@ -509,4 +521,5 @@ __all__ = [
     "secure_ledger",
     "snapshot_infos",
     "stats_from_files",
+    "unrecorded_commits",
 ]

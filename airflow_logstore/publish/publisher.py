@@ -1,12 +1,13 @@
 """Turn committed snapshots into the durable, monotonic visibility watermark in the control topic.
 
-``publish_visible_offsets`` (the library function the Airflow operator wraps):
+``publish_visible_offsets`` (the library function the Airflow operator wraps) reads, in the protocol's
+order, the log's end offsets, *then* the control state (so no record below those ends belongs to an
+epoch the state does not know), *then* the table; then it
 
-1. copies every LogStore commit of the live snapshots into the control topic's ledger (so expiring a
-   snapshot never loses its batch -> epoch -> offsets);
-2. reads the log's end offsets, *then* the control state (so no record below those ends belongs to an
-   epoch the state does not know), scans the log from the current watermark to those ends (headers
-   only) and classifies each record;
+1. copies every LogStore commit of the live snapshots that the ledger lacks into the control topic's
+   ledger (so expiring a snapshot never loses its batch -> epoch -> offsets);
+2. scans the log from the current watermark to those ends (headers only) and classifies each record
+   (:func:`~airflow_logstore.core.visibility.scan_watermark`);
 3. moves the watermark per partition up to the first undecided record (a batch still in flight, or a
    dead epoch whose successor has not committed yet); never backwards;
 4. writes a control checkpoint when one is due (:mod:`airflow_logstore.log.checkpoints`).
@@ -18,17 +19,27 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.core import control
-from airflow_logstore.core.codec import decode_headers
-from airflow_logstore.core.visibility import Decision, WatermarkScan, classify, newly_visible_commits
-from airflow_logstore.exceptions import RecordDecodeError
+from airflow_logstore.core.ledger import ledger_name, missing_commits, with_commits
+from airflow_logstore.core.summary import CommitInfo
+from airflow_logstore.core.visibility import (
+    Decision,
+    WatermarkMove,
+    newly_visible_commits,
+    scan_watermark,
+    watermark_scan_range,
+)
 from airflow_logstore.log import kafka_client
 from airflow_logstore.log.checkpoints import maybe_checkpoint
 from airflow_logstore.pause import pause_point
 from airflow_logstore.table.tables import LogStoreTable, snapshot_commits
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
 
 log = logging.getLogger(__name__)
 
@@ -52,87 +63,109 @@ class PublishReport:
         return dict(self.__dict__)
 
 
-def sync_ledger(
-    handle: LogStoreTable, ctl: kafka_client.ControlTopic, state: control.ControlState, table: Any = None
-) -> list[str]:
-    """Add the commits of live snapshots that the ledger lacks; return their "writer/batch/epoch"."""
-    table = table or handle.load()
-    added = []
-    for commit in snapshot_commits(table):
-        if state.committed(commit.writer_id, commit.batch_id) is not None:  # in the ledger, or retired
-            continue
-        ctl.record_commit(commit.to_json(), commit.writer_id, commit.batch_id)
-        state.commits[commit.key] = commit
-        added.append(f"{commit.writer_id}/{commit.batch_id}/{commit.epoch}")
-    return added
-
-
 def publish_visible_offsets(handle: LogStoreTable) -> PublishReport:
     """Advance the table's visibility watermark as far as committed snapshots allow."""
     started = time.monotonic()
-    config = handle.config()
-    topic, _, _ = config.require_log()
-    ctl = handle.control(config)
-    report = PublishReport(str(handle.name))
-    cons = kafka_client.consumer(handle.kafka_config(config))
+    side = handle.log_side()
+    cons = kafka_client.consumer(side.kafka_config)
     try:
-        # The log's end offsets first, the control state second: every record below those ends was
-        # produced after its epoch's claim was acknowledged, so the state read next knows that epoch
-        # and never mistakes the record for a foreign one (which would let the watermark pass it).
-        bounds = kafka_client.partition_offsets(cons, topic, config.partitions)
+        # The log's end offsets, *then* the control state, *then* the table: every record below those
+        # ends was produced after its epoch's claim was acknowledged, so the state read next knows that
+        # epoch and never mistakes the record for a foreign one (which would let the watermark pass it).
+        bounds = kafka_client.partition_offsets(cons, side.topic, side.config.partitions)
         pause_point("publish:offsets-read")
-        state = ctl.read()
+        state = side.control.read()
         table = handle.load()
-        snapshot = table.current_snapshot()
-        report.current_snapshot_id = snapshot.snapshot_id if snapshot else None
-        report.ledger_added = sync_ledger(handle, ctl, state, table)
-        previous = dict(state.watermark)
-        report.watermark_before = {str(p): o for p, o in sorted(previous.items())}
-        start = {p: max(previous.get(p, -1) + 1, low) for p, (low, _) in bounds.items()}
-        end = {p: high for p, (_, high) in bounds.items()}
-        scan = WatermarkScan(previous)
-        for batch in kafka_client.scan(cons, topic, start, end):
-            for message in batch:
-                report.scanned += 1
-                partition, offset = message.partition(), message.offset()
-                if partition in scan.blocked:
-                    continue
-                try:
-                    meta = decode_headers(message.headers())
-                except RecordDecodeError:
-                    report.undecodable += 1
-                    scan.observe(partition, offset, None)
-                    continue
-                decision = classify(meta, partition, offset, state)
-                if decision.undecided and partition not in scan.blocked:
-                    report.blocked_by[str(partition)] = {
-                        "offset": offset,
-                        "writer_id": meta.writer_id,
-                        "batch_id": meta.batch_id,
-                        "epoch": meta.epoch,
-                        "state": decision.value,
-                    }
-                scan.observe(partition, offset, decision, meta.pair_half)
-        new = scan.finish(end)
+        live = snapshot_commits(table)
+        added = missing_commits(state, live)
+        ledger_added = record_commits(side.control, added)
+        state = with_commits(state, added)
+        start, end = watermark_scan_range(state.watermark, bounds)
+        records = (
+            (message.partition(), message.offset(), message.headers())
+            for batch in kafka_client.scan(cons, side.topic, start, end)
+            for message in batch
+        )
+        move = scan_watermark(records, state, start, end)
     finally:
         cons.close()
-
-    report.watermark_after = {str(p): o for p, o in sorted(new.items())}
-    if any(new.get(p, -1) > previous.get(p, -1) for p in new):
-        report.advanced = True
-        report.newly_visible = newly_visible_commits(state, previous, new)
-        value = {
-            "offsets": {str(p): o for p, o in sorted(new.items())},
-            "commits": report.newly_visible,
-            "snapshot_id": report.current_snapshot_id,
-            "published_at_ms": int(time.time() * 1000),
-            **scan.settled(start, new),
-        }
-        offset = ctl.append(control.K_WATERMARK, value)
+    report = _report(handle, state, move, current_snapshot_id(table), ledger_added)
+    if report.advanced:
+        value = watermark_value(move, report.newly_visible, report.current_snapshot_id)
+        offset = side.control.append(control.K_WATERMARK, value)
         if offset == state.end_offset:  # nothing came between: the checkpoint can include this move
-            control.fold([control.ControlRecord(control.K_WATERMARK, value, offset)], state)
-    report.checkpoint = maybe_checkpoint(ctl, state, {p: low for p, (low, _) in bounds.items()})
+            state = control.fold([control.ControlRecord(control.K_WATERMARK, value, offset)], state)
+    report.checkpoint = maybe_checkpoint(side.control, state, {p: low for p, (low, _) in bounds.items()})
     report.seconds = round(time.monotonic() - started, 3)
+    _log(handle, report)
+    return report
+
+
+def record_commits(ctl: kafka_client.ControlTopic, commits: Iterable[CommitInfo]) -> list[str]:
+    """Append ``commits`` to the control topic's ledger, in order; return their "writer/batch/epoch"."""
+    added = []
+    for commit in commits:
+        ctl.record_commit(commit.to_json(), commit.writer_id, commit.batch_id)
+        added.append(ledger_name(commit))
+    return added
+
+
+def sync_ledger(
+    handle: LogStoreTable, ctl: kafka_client.ControlTopic, state: control.ControlState, table: Any = None
+) -> list[str]:
+    """Add the commits of live snapshots that the ledger lacks; return their "writer/batch/epoch".
+
+    Kept for the reconciler, which reads the added commits back from ``state``: this adds them to it.
+    New code records :func:`~airflow_logstore.core.ledger.missing_commits` with :func:`record_commits`
+    and takes the state :func:`~airflow_logstore.core.ledger.with_commits` returns.
+    """
+    added = missing_commits(state, snapshot_commits(table if table is not None else handle.load()))
+    names = record_commits(ctl, added)
+    state.commits.update((commit.key, commit) for commit in added)
+    return names
+
+
+def current_snapshot_id(table: Table) -> int | None:
+    snapshot = table.current_snapshot()
+    return snapshot.snapshot_id if snapshot else None
+
+
+def _report(
+    handle: LogStoreTable,
+    state: control.ControlState,
+    move: WatermarkMove,
+    snapshot_id: int | None,
+    ledger_added: list[str],
+) -> PublishReport:
+    """The report of a publish whose scan decided ``move`` from ``state``'s watermark."""
+    previous, new = state.watermark, move.watermark
+    advanced = any(new.get(p, -1) > previous.get(p, -1) for p in new)
+    return PublishReport(
+        str(handle.name),
+        watermark_before={str(p): o for p, o in sorted(previous.items())},
+        watermark_after={str(p): o for p, o in sorted(new.items())},
+        advanced=advanced,
+        scanned=move.scanned,
+        ledger_added=ledger_added,
+        newly_visible=newly_visible_commits(state, previous, new) if advanced else [],
+        blocked_by=move.blocked_by,
+        undecodable=move.undecodable,
+        current_snapshot_id=snapshot_id,
+    )
+
+
+def watermark_value(move: WatermarkMove, newly_visible: list[str], snapshot_id: int | None) -> dict[str, Any]:
+    """The watermark record of a move: the offsets, the commits it made visible, what it settled."""
+    return {
+        "offsets": {str(p): o for p, o in sorted(move.watermark.items())},
+        "commits": newly_visible,
+        "snapshot_id": snapshot_id,
+        "published_at_ms": int(time.time() * 1000),
+        **move.settled,
+    }
+
+
+def _log(handle: LogStoreTable, report: PublishReport) -> None:
     log.info(
         "published %s: watermark %s -> %s, %s records scanned, %s newly visible commits, ledger +%s",
         handle.name,
@@ -142,7 +175,6 @@ def publish_visible_offsets(handle: LogStoreTable) -> PublishReport:
         len(report.newly_visible),
         len(report.ledger_added),
     )
-    return report
 
 
 def is_visible(handle: LogStoreTable, writer_id: str, batch_id: int) -> bool:
@@ -154,4 +186,12 @@ def is_visible(handle: LogStoreTable, writer_id: str, batch_id: int) -> bool:
     return all(state.watermark.get(p, -1) >= last for p, (_, last) in commit.offsets.items())
 
 
-__all__ = ["Decision", "PublishReport", "is_visible", "publish_visible_offsets", "sync_ledger"]
+__all__ = [
+    "Decision",
+    "PublishReport",
+    "is_visible",
+    "publish_visible_offsets",
+    "record_commits",
+    "sync_ledger",
+    "watermark_value",
+]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.core.summary import CommitInfo
@@ -27,28 +28,42 @@ def find_commit(
     :param table: the table as already loaded (else it is loaded from the catalog)
     """
     table = table if table is not None else handle.load()
-    commits = snapshot_commits(table)
-    if batch_id is not None:
-        for commit in commits:
-            if commit.batch_id == batch_id and (writer_id is None or commit.writer_id == writer_id):
-                return commit
-        return None
-    floor = -1
-    if after_snapshot_id is not None:
-        snapshot = table.snapshot_by_id(after_snapshot_id)
-        floor = (
-            snapshot.sequence_number if snapshot is not None and snapshot.sequence_number is not None else -1
-        )
+    floor = sequence_number(table, after_snapshot_id) if batch_id is None else -1
+    return first_commit(snapshot_commits(table), writer_id=writer_id, batch_id=batch_id, after_sequence=floor)
+
+
+def sequence_number(table: Table, snapshot_id: int | None) -> int:
+    """The sequence number of a snapshot of ``table`` (-1 when None, expired or unknown)."""
+    if snapshot_id is None:
+        return -1
+    snapshot = table.snapshot_by_id(snapshot_id)
+    return snapshot.sequence_number if snapshot is not None and snapshot.sequence_number is not None else -1
+
+
+def first_commit(
+    commits: Sequence[CommitInfo],
+    *,
+    writer_id: str | None = None,
+    batch_id: int | None = None,
+    after_sequence: int = -1,
+) -> CommitInfo | None:
+    """The first of ``commits`` (oldest first) of ``batch_id``, else the first newer than
+    ``after_sequence``; of ``writer_id`` when given."""
     for commit in commits:
-        if (commit.sequence_number or 0) > floor and (writer_id is None or commit.writer_id == writer_id):
+        if writer_id is not None and commit.writer_id != writer_id:
+            continue
+        if batch_id is not None:
+            if commit.batch_id == batch_id:
+                return commit
+        elif (commit.sequence_number or 0) > after_sequence:
             return commit
     return None
 
 
-def commit_xcom(commit: CommitInfo, table: str) -> dict[str, Any]:
+def commit_xcom(commit: CommitInfo, table_name: str) -> dict[str, Any]:
     """What a sensor pushes to XCom for a commit."""
     return {
-        "table": table,
+        "table": table_name,
         "snapshot_id": commit.snapshot_id,
         "writer_id": commit.writer_id,
         "batch_id": commit.batch_id,

@@ -54,12 +54,12 @@ class LogStoreTable:
     @classmethod
     def open(
         cls,
-        name: str | TableName,
+        table_name: str | TableName,
         catalog: CatalogSpec | None = None,
         kafka_extra: Mapping[str, Any] | None = None,
     ) -> LogStoreTable:
-        table_name = name if isinstance(name, TableName) else TableName.parse(name)
-        return cls(table_name, catalog or default_catalog(), dict(kafka_extra or {}))
+        parsed = table_name if isinstance(table_name, TableName) else TableName.parse(table_name)
+        return cls(parsed, catalog or default_catalog(), dict(kafka_extra or {}))
 
     def load(self) -> Table:
         return self.catalog.load().load_table(self.name.identifier)
@@ -77,12 +77,38 @@ class LogStoreTable:
         _, _, control_topic = config.require_log()
         return kafka_client.ControlTopic(self.kafka_config(config), control_topic, self.epoch_floor)
 
+    def log_side(self, table: Table | None = None) -> LogSide:
+        """The LogStore settings, Kafka client settings and control topic, from one read of the
+        properties (of ``table`` as already loaded, else loaded now): what an operation reads once."""
+        return self.log_side_of(self.config(table))
+
+    def log_side_of(self, config: LogStoreConfig) -> LogSide:
+        """:meth:`log_side` for settings already read."""
+        return LogSide(config, self.kafka_config(config), self.control(config))
+
     def epoch_floor(self, writer_id: str) -> int:
         """The highest epoch of ``writer_id`` in the table's snapshot summaries (0: none)."""
         return recorded_epochs(self.load()).get(writer_id, 0)
 
     def spark_name(self) -> str:
         return self.name.spark(self.catalog)
+
+
+@dataclass(frozen=True)
+class LogSide:
+    """A table's log side as read once: its LogStore settings, the Kafka client settings, its control topic.
+
+    Operations take these values at their start and pass them on, instead of asking the handle again.
+    """
+
+    config: LogStoreConfig
+    kafka_config: dict[str, Any]
+    control: kafka_client.ControlTopic
+
+    @property
+    def topic(self) -> str:
+        topic, _, _ = self.config.require_log()
+        return topic
 
 
 def snapshot_commits(table: Table) -> list[CommitInfo]:
@@ -166,6 +192,19 @@ def create_table(
     An existing table must have the same columns, key and LogStore settings.
     """
     properties = {str(k): str(v) for k, v in (properties or {}).items()}
+    config, iceberg_schema = _validated(schema, primary_key, properties)
+    warnings = _retention_warnings(config)
+    topic_created, partitions = _ensure_topics(handle, config) if config.enabled else (False, None)
+    created = _ensure_iceberg_table(handle, iceberg_schema, config, properties)
+    return CreateResult(
+        str(handle.name), created, config.topic, topic_created, config.control_topic, partitions, warnings
+    )
+
+
+def _validated(
+    schema: str | Schema, primary_key: Sequence[str], properties: Mapping[str, str]
+) -> tuple[LogStoreConfig, Schema]:
+    """The LogStore settings and the Iceberg schema, or the first reason they are wrong."""
     for key in ICEBERG_DEFAULTS:
         if key == "format-version" and key in properties and properties[key] != "2":
             raise TablePropertyError(key, "LogStore tables are Iceberg format version 2")
@@ -173,49 +212,55 @@ def create_table(
     iceberg_schema = parse_schema(schema, primary_key) if isinstance(schema, str) else schema
     if not isinstance(schema, str) and list(primary_key) != primary_key_of(iceberg_schema):
         raise SchemaMismatchError("primary_key does not match the schema's identifier fields")
-    warnings = []
-    retention_warning = config.retention_warning()
-    if retention_warning:
-        warnings.append(retention_warning)
-        log.warning(retention_warning)
+    return config, iceberg_schema
 
-    topic_created = False
-    partitions = None
-    if config.enabled:
-        topic, bootstrap, control_topic = config.require_log()
-        kafka_config = kafka_client.client_config(bootstrap, handle.kafka_extra)
-        info, topic_created = kafka_client.ensure_topic(
-            kafka_config,
-            topic,
-            partitions=config.partitions,
-            replication_factor=config.replication_factor,
-            topic_configs={
-                "retention.ms": str(config.retention_ms),
-                "cleanup.policy": "delete",
-                "unclean.leader.election.enable": "false",
-            },
-        )
-        partitions = info.partitions
-        kafka_client.ControlTopic(kafka_config, control_topic).ensure(config.replication_factor)
 
+def _retention_warnings(config: LogStoreConfig) -> list[str]:
+    warning = config.retention_warning()
+    if not warning:
+        return []
+    log.warning(warning)
+    return [warning]
+
+
+def _ensure_topics(handle: LogStoreTable, config: LogStoreConfig) -> tuple[bool, int]:
+    """Create the log topic and the control topic when missing: (log topic created, its partitions)."""
+    topic, bootstrap, control_topic = config.require_log()
+    kafka_config = kafka_client.client_config(bootstrap, handle.kafka_extra)
+    info, topic_created = kafka_client.ensure_topic(
+        kafka_config,
+        topic,
+        partitions=config.partitions,
+        replication_factor=config.replication_factor,
+        topic_configs={
+            "retention.ms": str(config.retention_ms),
+            "cleanup.policy": "delete",
+            "unclean.leader.election.enable": "false",
+        },
+    )
+    kafka_client.ControlTopic(kafka_config, control_topic).ensure(config.replication_factor)
+    return topic_created, info.partitions
+
+
+def _ensure_iceberg_table(
+    handle: LogStoreTable, iceberg_schema: Schema, config: LogStoreConfig, properties: Mapping[str, str]
+) -> bool:
+    """Create the Iceberg table (True), or check the existing one is the same table (False)."""
     catalog = handle.catalog.load()
     catalog.create_namespace_if_not_exists(handle.name.namespace)
-    created = False
     if catalog.table_exists(handle.name.identifier):
         _verify_existing(catalog.load_table(handle.name.identifier), iceberg_schema, config)
-    else:
-        from pyiceberg.exceptions import TableAlreadyExistsError
+        return False
+    from pyiceberg.exceptions import TableAlreadyExistsError
 
-        try:
-            catalog.create_table(
-                handle.name.identifier, iceberg_schema, properties={**ICEBERG_DEFAULTS, **properties}
-            )
-            created = True
-        except TableAlreadyExistsError:  # a concurrent create won; it must be the same table
-            _verify_existing(catalog.load_table(handle.name.identifier), iceberg_schema, config)
-    return CreateResult(
-        str(handle.name), created, config.topic, topic_created, config.control_topic, partitions, warnings
-    )
+    try:
+        catalog.create_table(
+            handle.name.identifier, iceberg_schema, properties={**ICEBERG_DEFAULTS, **properties}
+        )
+        return True
+    except TableAlreadyExistsError:  # a concurrent create won; it must be the same table
+        _verify_existing(catalog.load_table(handle.name.identifier), iceberg_schema, config)
+        return False
 
 
 def _verify_existing(table: Table, schema: Schema, config: LogStoreConfig) -> None:
@@ -245,61 +290,74 @@ def show_table(handle: LogStoreTable) -> dict[str, Any]:
     """Properties, topic and partitions, current snapshot and visibility state of a table."""
     table = handle.load()
     config = handle.config(table)
-    snapshot = table.current_snapshot()
-    result: dict[str, Any] = {
+    log_store: dict[str, Any] = {
+        "enabled": config.enabled,
+        "topic": config.topic,
+        "address": config.bootstrap_servers,
+        "consistency": config.consistency.value,
+        "changelog_mode": config.changelog_mode.value,
+        "control_topic": config.control_topic,
+    }
+    if config.enabled:
+        log_store.update(_show_log(handle, config))
+    return {
         "table": str(handle.name),
         "location": table.location(),
         "format_version": table.format_version,
         "schema": describe_schema(table.schema()),
         "primary_key": primary_key_of(table.schema()),
         "properties": dict(sorted(table.properties.items())),
-        "log_store": {
-            "enabled": config.enabled,
-            "topic": config.topic,
-            "address": config.bootstrap_servers,
-            "consistency": config.consistency.value,
-            "changelog_mode": config.changelog_mode.value,
-            "control_topic": config.control_topic,
-        },
+        "log_store": log_store,
         "snapshots": len(table.snapshots()),
-        "current_snapshot": None,
+        "current_snapshot": _show_snapshot(table.current_snapshot()),
     }
-    if snapshot is not None:
-        summary = snapshot.summary.additional_properties if snapshot.summary else {}
-        result["current_snapshot"] = {
-            "snapshot_id": snapshot.snapshot_id,
-            "operation": snapshot.summary.operation.value if snapshot.summary else None,
-            "logstore_operation": summary.get(S_OPERATION),
-            "summary": dict(summary),
-        }
-    if config.enabled:
-        kafka_config = handle.kafka_config(config)
-        info = kafka_client.describe_topic(kafka_config, config.topic or "")
-        result["log_store"]["partitions"] = info.partitions if info else None
-        result["log_store"]["topic_exists"] = info is not None
-        result["log_store"]["retention_ms"] = info.configs.get("retention.ms") if info else None
-        if info is not None:
-            cons = kafka_client.consumer(kafka_config)
-            try:
-                offsets = kafka_client.partition_offsets(cons, config.topic or "", info.partitions)
-            finally:
-                cons.close()
-            result["log_store"]["offsets"] = {
-                str(p): {"start": lo, "end": hi} for p, (lo, hi) in offsets.items()
-            }
-            result["log_store"]["records"] = sum(hi - lo for lo, hi in offsets.values())
-            state = handle.control(config).read()
-            result["log_store"]["watermark"] = {str(p): o for p, o in sorted(state.watermark.items())}
-            result["log_store"]["ledger_commits"] = len(state.commits)
-            result["log_store"]["writers"] = dict(sorted(state.epochs.items()))
-            result["log_store"]["reconciled_positions"] = {
-                str(p): o for p, o in sorted(state.reconcile_positions.items())
-            }
-            if state.gaps:
-                # retention deleted records before reconciliation scanned them (see reconciler.py)
-                result["log_store"]["retention_gaps"] = {str(p): gap for p, gap in sorted(state.gaps.items())}
-                result["log_store"]["needs_hybrid_reread"] = True
-    return result
+
+
+def _show_snapshot(snapshot: Any) -> dict[str, Any] | None:
+    if snapshot is None:
+        return None
+    summary = snapshot.summary.additional_properties if snapshot.summary else {}
+    return {
+        "snapshot_id": snapshot.snapshot_id,
+        "operation": snapshot.summary.operation.value if snapshot.summary else None,
+        "logstore_operation": summary.get(S_OPERATION),
+        "summary": dict(summary),
+    }
+
+
+def _show_log(handle: LogStoreTable, config: LogStoreConfig) -> dict[str, Any]:
+    """The log topic (partitions, retention, offsets) and the control state, as far as they exist."""
+    side = handle.log_side_of(config)
+    info = kafka_client.describe_topic(side.kafka_config, config.topic or "")
+    shown: dict[str, Any] = {
+        "partitions": info.partitions if info else None,
+        "topic_exists": info is not None,
+        "retention_ms": info.configs.get("retention.ms") if info else None,
+    }
+    if info is None:
+        return shown
+    cons = kafka_client.consumer(side.kafka_config)
+    try:
+        offsets = kafka_client.partition_offsets(cons, config.topic or "", info.partitions)
+    finally:
+        cons.close()
+    shown["offsets"] = {str(p): {"start": lo, "end": hi} for p, (lo, hi) in offsets.items()}
+    shown["records"] = sum(hi - lo for lo, hi in offsets.values())
+    return {**shown, **_show_control(side.control.read())}
+
+
+def _show_control(state: ControlState) -> dict[str, Any]:
+    shown: dict[str, Any] = {
+        "watermark": {str(p): o for p, o in sorted(state.watermark.items())},
+        "ledger_commits": len(state.commits),
+        "writers": dict(sorted(state.epochs.items())),
+        "reconciled_positions": {str(p): o for p, o in sorted(state.reconcile_positions.items())},
+    }
+    if state.gaps:
+        # retention deleted records before reconciliation scanned them (see reconciler.py)
+        shown["retention_gaps"] = {str(p): gap for p, gap in sorted(state.gaps.items())}
+        shown["needs_hybrid_reread"] = True
+    return shown
 
 
 def table_field_types(table: Table) -> dict[str, str]:

@@ -342,3 +342,19 @@ def test_operator_arguments_accept_rendered_templates() -> None:
         LogStoreCompactionOperator(task_id="bad", table="db.t", dry_run="perhaps").application_args()
     with pytest.raises(ValueError, match="target_file_size"):
         LogStoreCompactionOperator(task_id="bad2", table="db.t", target_file_size="big").application_args()
+
+
+def test_an_expiring_commit_is_recorded_when_the_ledger_holds_it_with_its_epoch_or_retired() -> None:
+    from airflow_logstore.compaction.policy import unrecorded_commits
+    from airflow_logstore.core.checkpoint import RetiredBatches
+    from airflow_logstore.core.control import ControlState
+
+    kept, other_epoch, retired, absent = (CommitInfo("w", b, epoch=4) for b in (1, 2, 3, 4))
+    state = ControlState(commits={kept.key: kept, other_epoch.key: CommitInfo("w", 2, epoch=9)})
+    state.retired["w"] = RetiredBatches().add(3, 4)
+    before = dict(state.commits)
+    assert unrecorded_commits(state, [kept, other_epoch, retired, absent]) == [
+        "w/2/4 (epoch 9)",
+        "w/4/4 (missing)",
+    ]
+    assert state.commits == before
