@@ -234,5 +234,5 @@ class TableName:
         return self.identifier
 
 
-def load_table(catalog: CatalogSpec, name: TableName) -> Table:
-    return catalog.load().load_table(name.identifier)
+def load_table(catalog: CatalogSpec, table_name: TableName) -> Table:
+    return catalog.load().load_table(table_name.identifier)

@@ -93,31 +93,31 @@ def assert_compaction_snapshot(snapshot: Any) -> None:
 
 
 def test_thirty_batches_compact_expire_and_read_the_same(env, spark, tmp_path: Path) -> None:
-    table = make_table(env)
-    first = open_writer(spark, str(table.name), writer_id="compactee")
+    handle = make_table(env)
+    first = open_writer(spark, str(handle.name), writer_id="compactee")
     results = write_batches(spark, first, range(1, 16))
     # A failover: a new attempt of the writer fences the first one, whose batch 16 reaches the log but
     # never the table (its records are what reconciliation reverses, after the compaction below).
-    writer = open_writer(spark, str(table.name), writer_id="compactee")
+    writer = open_writer(spark, str(handle.name), writer_id="compactee")
     with pytest.raises(FencedError):
         first.write_frame(spark.createDataFrame(batch_rows(16), FRAME_SCHEMA), 16)
-    dead = [r for r in read_log(table, consistency="eventual").records if r.meta.batch_id == 16]
+    dead = [r for r in read_log(handle, consistency="eventual").records if r.meta.batch_id == 16]
     assert dead and {r.meta.epoch for r in dead} == {first.epoch}
     results += write_batches(spark, writer, range(16, 31))
-    publish_visible_offsets(table)
+    publish_visible_offsets(handle)
 
-    before_rows = file_rows(table)
+    before_rows = file_rows(handle)
     assert before_rows == expected_rows(range(1, 31))
-    before_consistent = log_view(read_log(table, consistency="transactional"))
-    before_eventual = log_view(read_log(table, consistency="eventual"))
-    before_hybrid = read_hybrid(table, consistency="transactional")
-    before_ledger = ledger_view(table)
+    before_consistent = log_view(read_log(handle, consistency="transactional"))
+    before_eventual = log_view(read_log(handle, consistency="eventual"))
+    before_hybrid = read_hybrid(handle, consistency="transactional")
+    before_ledger = ledger_view(handle)
     assert sorted(b for _, b in before_ledger) == list(range(1, 31))
     last_batch_snapshot = results[-1].snapshot_id
-    start_sequence = table.load().current_snapshot().sequence_number
+    start_sequence = handle.load().current_snapshot().sequence_number
 
     # Orphans: one old enough to go, one young file that may belong to a commit in flight.
-    data_dir = Path(table.load().location().removeprefix("file:")) / "data"
+    data_dir = Path(handle.load().location().removeprefix("file:")) / "data"
     old_orphan, young_orphan = data_dir / "orphan-old.parquet", data_dir / "orphan-young.parquet"
     for orphan in (old_orphan, young_orphan):
         orphan.write_bytes(b"not referenced by any snapshot")
@@ -126,7 +126,7 @@ def test_thirty_batches_compact_expire_and_read_the_same(env, spark, tmp_path: P
 
     report = run_compaction(
         spark,
-        table,
+        handle,
         CompactionOptions(max_snapshot_age_ms=0, min_snapshots_to_keep=1, orphan_age_ms=HOUR_MS),
     )
 
@@ -139,31 +139,31 @@ def test_thirty_batches_compact_expire_and_read_the_same(env, spark, tmp_path: P
     assert report.rewrite["data_files_rewritten"] == report.before["data_files"]
     assert report.rewrite["bytes_rewritten"] > 0 and report.rewrite["bytes_per_second"] > 0
     # Every snapshot the run committed is marked, and none of them is a dual-write commit.
-    new_snapshots = marked_snapshots_since(table, start_sequence)
+    new_snapshots = marked_snapshots_since(handle, start_sequence)
     assert [s.snapshot_id for s in new_snapshots] == report.compaction_snapshots
     assert new_snapshots
     for snapshot in new_snapshots:
         assert_compaction_snapshot(snapshot)
     # Expiry: everything older went, but the last batch's snapshot stays (compaction snapshots carry no
     # log positions; hybrid reads of the current snapshot take them from there).
-    live = {s.snapshot_id for s in table.load().snapshots()}
+    live = {s.snapshot_id for s in handle.load().snapshots()}
     assert live == {*report.compaction_snapshots, last_batch_snapshot}
     assert report.snapshots["kept_for_hybrid_reads"][-1] == last_batch_snapshot
     # 29 batches and the empty base snapshot the table got before its first staged commit
     assert report.snapshots["expired"] == 30 == len(report.snapshots["expired_ids"])
     assert report.snapshots["commits_in_expired"] == 29
-    assert [c.batch_id for c in snapshot_commits(table.load())] == [30]
+    assert [c.batch_id for c in snapshot_commits(handle.load())] == [30]
     # Orphans: the old one is gone, the young one is left alone.
     assert report.orphans["removed"] == 1 and report.orphans["files"][0].endswith("orphan-old.parquet")
     assert not old_orphan.exists() and young_orphan.exists()
 
     # Reads: file, consistent (after publishing again), eventual and hybrid are unchanged.
-    assert file_rows(table) == before_rows
-    publish_visible_offsets(table)
-    assert log_view(read_log(table, consistency="transactional")) == before_consistent
-    assert log_view(read_log(table, consistency="eventual")) == before_eventual
-    hybrid = read_hybrid(table, consistency="transactional")
-    assert hybrid.snapshot_id == table.load().current_snapshot().snapshot_id != before_hybrid.snapshot_id
+    assert file_rows(handle) == before_rows
+    publish_visible_offsets(handle)
+    assert log_view(read_log(handle, consistency="transactional")) == before_consistent
+    assert log_view(read_log(handle, consistency="eventual")) == before_eventual
+    hybrid = read_hybrid(handle, consistency="transactional")
+    assert hybrid.snapshot_id == handle.load().current_snapshot().snapshot_id != before_hybrid.snapshot_id
     assert hybrid.positions == before_hybrid.positions
     assert sorted(hybrid.file_rows.to_pylist(), key=lambda r: r["id"]) == sorted(
         before_hybrid.file_rows.to_pylist(), key=lambda r: r["id"]
@@ -172,16 +172,16 @@ def test_thirty_batches_compact_expire_and_read_the_same(env, spark, tmp_path: P
 
     # Reconciliation inputs: the ledger still holds every batch, with its epoch, offsets and count,
     # although 29 of the 30 snapshots are gone (the reconciler runs at the end of this test).
-    assert ledger_view(table) == before_ledger
+    assert ledger_view(handle) == before_ledger
     # A retried, already-committed batch is still recognized (from the ledger) and writes nothing.
-    retry = open_writer(spark, str(table.name), writer_id="compactee")
+    retry = open_writer(spark, str(handle.name), writer_id="compactee")
     again = retry.write_frame(spark.createDataFrame(batch_rows(5), FRAME_SCHEMA), 5)
     assert again.skipped and again.epoch == first.epoch
 
     # A batch after the compaction: hybrid from the compaction snapshot has no gap and no overlap.
     compacted_snapshot = hybrid.snapshot_id
     write_batches(spark, retry, [31])
-    later = read_hybrid(table, compacted_snapshot, consistency="eventual")
+    later = read_hybrid(handle, compacted_snapshot, consistency="eventual")
     state = {row["id"]: row for row in later.file_rows.to_pylist()}
     for record in later.log.records:
         if record.kind.is_addition:
@@ -193,7 +193,7 @@ def test_thirty_batches_compact_expire_and_read_the_same(env, spark, tmp_path: P
 
     # Right after a compaction, the policy finds nothing to do, and says why in numbers.
     again_report = run_compaction(
-        spark, table, CompactionOptions(expire_snapshots=False, remove_orphans=False)
+        spark, handle, CompactionOptions(expire_snapshots=False, remove_orphans=False)
     )
     assert again_report.status == "nothing-to-do"
     assert "small data files" in again_report.decision["summary"]
@@ -201,33 +201,33 @@ def test_thirty_batches_compact_expire_and_read_the_same(env, spark, tmp_path: P
 
     # Reconciliation of batches written before the compaction, from the ledger (their snapshots are
     # gone): exactly the fenced attempt's records are reversed, and every view agrees with the table.
-    reconciled = reconcile(table)
+    reconciled = reconcile(handle)
     assert reconciled.status == "reconciled" and reconciled.reversed == len(dead), reconciled.to_dict()
-    assert reconcile(table).reversed == 0
+    assert reconcile(handle).reversed == 0
     final = {(row["id"],): row for row in expected_rows(range(1, 32))}
-    assert fold_log(read_log(table, consistency="eventual"), ["id"]) == final
-    publish_visible_offsets(table)
-    assert fold_log(read_log(table, consistency="transactional"), ["id"]) == final
+    assert fold_log(read_log(handle, consistency="eventual"), ["id"]) == final
+    publish_visible_offsets(handle)
+    assert fold_log(read_log(handle, consistency="transactional"), ["id"]) == final
 
 
 def test_dry_run_cli_and_the_spark_job(env, spark, capsys: pytest.CaptureFixture[str]) -> None:
     from airflow_logstore.cli import main as cli_main
 
-    table = make_table(env, properties={"self-optimizing.minor.trigger.file-count": "3"})
-    write_batches(spark, open_writer(spark, str(table.name), writer_id="small"), range(1, 5))
-    snapshots_before = {s.snapshot_id for s in table.load().snapshots()}
-    rows_before = file_rows(table)
+    handle = make_table(env, properties={"self-optimizing.minor.trigger.file-count": "3"})
+    write_batches(spark, open_writer(spark, str(handle.name), writer_id="small"), range(1, 5))
+    snapshots_before = {s.snapshot_id for s in handle.load().snapshots()}
+    rows_before = file_rows(handle)
 
-    assert cli_main(["compact", str(table.name), "--dry-run"]) == 0
+    assert cli_main(["compact", str(handle.name), "--dry-run"]) == 0
     dry = json.loads(capsys.readouterr().out)
     assert dry["status"] == "dry-run" and dry["decision"]["compact"]
     assert dry["rewrite"]["planned"] and dry["rewrite"]["options"]["min-input-files"] == "2"
     assert dry["snapshots"]["expired"] == 0  # nothing is 5 days old
     assert dry["orphans"]["removed"] == 0
-    assert {s.snapshot_id for s in table.load().snapshots()} == snapshots_before
+    assert {s.snapshot_id for s in handle.load().snapshots()} == snapshots_before
 
     # The PySpark entry point, as spark-submit runs it: its own driver, one result line.
-    done = env.run_job("compact.py", ["--table", str(table.name), "--no-orphans"])
+    done = env.run_job("compact.py", ["--table", str(handle.name), "--no-orphans"])
     assert done.returncode == 0, done.stderr[-3000:]
     result = parse_result(done.stdout)
     assert result is not None and result["status"] == "compacted"
@@ -235,10 +235,10 @@ def test_dry_run_cli_and_the_spark_job(env, spark, capsys: pytest.CaptureFixture
     assert result["after"]["delete_files"] == 0
     assert result["snapshots"]["expired"] == 0 and result["seconds"]["total"] > 0
     assert result["compaction_snapshots"]
-    for snapshot in table.load().snapshots():
+    for snapshot in handle.load().snapshots():
         if snapshot.snapshot_id in result["compaction_snapshots"]:
             assert_compaction_snapshot(snapshot)
-    assert file_rows(table) == rows_before == expected_rows(range(1, 5))
+    assert file_rows(handle) == rows_before == expected_rows(range(1, 5))
 
 
 def java_conflict(spark: Any) -> Exception:
@@ -258,10 +258,10 @@ def java_conflict(spark: Any) -> Exception:
 
 
 def test_a_rewrite_that_keeps_losing_its_race_aborts_cleanly(env, spark, monkeypatch) -> None:
-    table = make_table(env)
-    write_batches(spark, open_writer(spark, str(table.name), writer_id="loser"), range(1, 4))
-    snapshots_before = [s.snapshot_id for s in table.load().snapshots()]
-    rows_before = file_rows(table)
+    handle = make_table(env)
+    write_batches(spark, open_writer(spark, str(handle.name), writer_id="loser"), range(1, 4))
+    snapshots_before = [s.snapshot_id for s in handle.load().snapshots()]
+    rows_before = file_rows(handle)
     error = java_conflict(spark)
     calls: list[int] = []
     real = IcebergActions.rewrite_data_files
@@ -273,14 +273,14 @@ def test_a_rewrite_that_keeps_losing_its_race_aborts_cleanly(env, spark, monkeyp
     monkeypatch.setattr(IcebergActions, "rewrite_data_files", losing)
     report = run_compaction(
         spark,
-        table,
+        handle,
         CompactionOptions(force=True, max_attempts=2, expire_snapshots=False, remove_orphans=False),
     )
     assert report.status == "aborted" and len(calls) == 2
     assert report.rewrite["attempts"] == 2 and "ValidationException" in report.rewrite["conflicts"][0]
     assert "lost 2 commit races" in report.warnings[0]
-    assert [s.snapshot_id for s in table.load().snapshots()] == snapshots_before
-    assert file_rows(table) == rows_before
+    assert [s.snapshot_id for s in handle.load().snapshots()] == snapshots_before
+    assert file_rows(handle) == rows_before
 
     # One lost race, then a win: the rewrite is planned again and commits.
     calls.clear()
@@ -293,10 +293,10 @@ def test_a_rewrite_that_keeps_losing_its_race_aborts_cleanly(env, spark, monkeyp
 
     monkeypatch.setattr(IcebergActions, "rewrite_data_files", loses_once)
     report = run_compaction(
-        spark, table, CompactionOptions(force=True, expire_snapshots=False, remove_orphans=False)
+        spark, handle, CompactionOptions(force=True, expire_snapshots=False, remove_orphans=False)
     )
     assert report.status == "compacted" and report.rewrite["attempts"] == 2 and len(calls) == 2
-    assert report.after["data_files"] == 1 and file_rows(table) == rows_before
+    assert report.after["data_files"] == 1 and file_rows(handle) == rows_before
 
 
 def _gate(started: Path, release: Path) -> Any:
@@ -342,8 +342,8 @@ class Gate:
         self.started.mkdir()
         self.release = tmp_path / "gate-release"
 
-    def writer(self, spark: Any, table: LogStoreTable, writer_id: str, tasks: int = 1) -> GatedWriter:
-        writer = GatedWriter(spark, table, writer_id=writer_id)
+    def writer(self, spark: Any, handle: LogStoreTable, writer_id: str, tasks: int = 1) -> GatedWriter:
+        writer = GatedWriter(spark, handle, writer_id=writer_id)
         writer.gate, writer.tasks = _gate(self.started, self.release), tasks
         return writer
 
@@ -369,16 +369,16 @@ def in_thread(target: Any, *args: Any) -> tuple[threading.Thread, dict[str, Any]
 
 
 def test_writer_retries_its_commit_when_a_compaction_wins_the_race(env, spark, tmp_path, caplog) -> None:
-    table = make_table(env)
-    write_batches(spark, open_writer(spark, str(table.name), writer_id="racer"), range(1, 4))
+    handle = make_table(env)
+    write_batches(spark, open_writer(spark, str(handle.name), writer_id="racer"), range(1, 4))
     gate = Gate(tmp_path)
-    writer = gate.writer(spark, table, "racer")
+    writer = gate.writer(spark, handle, "racer")
     caplog.set_level(logging.WARNING, logger="airflow_logstore.spark.dual_write")
     thread, outcome = in_thread(write_batches, spark, writer, [4])
     try:
         gate.wait_started()
         # The MERGE has planned against the current snapshot; the compaction now rewrites its files.
-        report = run_compaction(spark, table, forced())
+        report = run_compaction(spark, handle, forced())
         assert report.status == "compacted" and report.rewrite["attempts"] == 1
     finally:
         gate.release.touch()
@@ -388,21 +388,21 @@ def test_writer_retries_its_commit_when_a_compaction_wins_the_race(env, spark, t
     assert result.snapshot_id is not None and not result.skipped
     # its compare-and-set on main lost to the compaction: it decided again and wrote on the new main
     assert any("batch 4: main moved" in r.getMessage() for r in caplog.records)
-    assert file_rows(table) == expected_rows(range(1, 5))
-    commits = {c.batch_id: c for c in snapshot_commits(table.load())}
+    assert file_rows(handle) == expected_rows(range(1, 5))
+    commits = {c.batch_id: c for c in snapshot_commits(handle.load())}
     assert sorted(commits) == [1, 2, 3, 4] and commits[4].snapshot_id == result.snapshot_id
-    compacted = [s for s in table.load().snapshots() if s.snapshot_id in report.compaction_snapshots]
+    compacted = [s for s in handle.load().snapshots() if s.snapshot_id in report.compaction_snapshots]
     assert (commits[4].sequence_number or 0) > max(s.sequence_number or 0 for s in compacted)
-    assert ("racer", 4) in table.control().read().commits
+    assert ("racer", 4) in handle.control().read().commits
 
 
 def test_compaction_while_a_dual_write_commits(env, spark, tmp_path, caplog) -> None:
     """The compaction plans, a batch commits deletes into the files it rewrites, the compaction's
     commit fails validation and is planned again; both finish and nothing is lost."""
-    table = make_table(env)
-    write_batches(spark, open_writer(spark, str(table.name), writer_id="busy"), range(1, 11))
+    handle = make_table(env)
+    write_batches(spark, open_writer(spark, str(handle.name), writer_id="busy"), range(1, 11))
     gate = Gate(tmp_path)
-    writer = gate.writer(spark, table, "busy", tasks=2)
+    writer = gate.writer(spark, handle, "busy", tasks=2)
     caplog.set_level(logging.WARNING, logger="airflow_logstore.spark.commit_retry")
     tracker = spark.sparkContext.statusTracker()
 
@@ -415,7 +415,7 @@ def test_compaction_while_a_dual_write_commits(env, spark, tmp_path, caplog) -> 
         options = forced(
             rewrite_options={"max-file-group-size-bytes": "1", "max-concurrent-file-group-rewrites": "1"}
         )
-        compact_thread, compacted = in_thread(run_compaction, spark, table, options)
+        compact_thread, compacted = in_thread(run_compaction, spark, handle, options)
         deadline = time.monotonic() + 60
         while not set(tracker.getActiveJobsIds()) - merge_jobs and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -435,11 +435,11 @@ def test_compaction_while_a_dual_write_commits(env, spark, tmp_path, caplog) -> 
     assert report.rewrite["attempts"] >= 2 or writer_conflicts, report.rewrite
     assert all("ValidationException" in c for c in report.rewrite["conflicts"])
     # Nothing lost: the table, the ledger and the consistent log all have all 11 batches.
-    assert file_rows(table) == expected_rows(range(1, 12))
-    assert sorted(b for _, b in table.control().read().commits) == list(range(1, 12))
-    publish_visible_offsets(table)
-    consistent = read_log(table, consistency="transactional")
+    assert file_rows(handle) == expected_rows(range(1, 12))
+    assert sorted(b for _, b in handle.control().read().commits) == list(range(1, 12))
+    publish_visible_offsets(handle)
+    consistent = read_log(handle, consistency="transactional")
     assert sorted({r.meta.batch_id for r in consistent.records}) == list(range(1, 12))
-    for snapshot in table.load().snapshots():
+    for snapshot in handle.load().snapshots():
         if snapshot.snapshot_id in report.compaction_snapshots:
             assert_compaction_snapshot(snapshot)

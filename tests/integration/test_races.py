@@ -75,8 +75,8 @@ def rows(ids: range, tag: str = "") -> list[dict[str, Any]]:
     return [{"id": i, "name": f"n{i}{tag}", "amount": i} for i in ids]
 
 
-def commits_of(table: LogStoreTable, writer: str, batch: int) -> list[Any]:
-    return [c for c in snapshot_commits(table.load()) if (c.writer_id, c.batch_id) == (writer, batch)]
+def commits_of(handle: LogStoreTable, writer: str, batch: int) -> list[Any]:
+    return [c for c in snapshot_commits(handle.load()) if (c.writer_id, c.batch_id) == (writer, batch)]
 
 
 def hybrid_state(read: HybridRead, key: str = "id") -> dict[Any, dict[str, Any]]:
@@ -95,47 +95,47 @@ def hybrid_state(read: HybridRead, key: str = "id") -> dict[Any, dict[str, Any]]
 def test_zombie_paused_after_its_decision_cannot_commit_the_batch_again(
     env, spark, tmp_path: Path, primary_key: tuple[str, ...]
 ) -> None:
-    table = make_table(env, primary_key=primary_key)
+    handle = make_table(env, primary_key=primary_key)
     batch = write_jsonl(tmp_path / "b1.jsonl", rows(range(1, 11)))
-    zombie = open_writer(spark, str(table.name), writer_id="w")
+    zombie = open_writer(spark, str(handle.name), writer_id="w")
     pause = Paused(is_actor)
     with on_pause("commit:decided", pause), in_thread(lambda: zombie.write_path(str(batch), 1)) as outcome:
         assert pause.reached.wait(WAIT_S)
-        newer = open_writer(spark, str(table.name), writer_id="w")  # a newer attempt claims and commits
+        newer = open_writer(spark, str(handle.name), writer_id="w")  # a newer attempt claims and commits
         assert newer.epoch > zombie.epoch
         newer_result = newer.write_path(str(batch), 1)
         pause.released.set()
 
     assert isinstance(outcome.get("error"), FencedError), outcome
     assert f"epoch {newer.epoch}" in str(outcome["error"])
-    [commit] = commits_of(table, "w", 1)
+    [commit] = commits_of(handle, "w", 1)
     assert commit.epoch == newer.epoch and commit.snapshot_id == newer_result.snapshot_id
-    rows_now = table.load().scan().to_arrow().to_pylist()
+    rows_now = handle.load().scan().to_arrow().to_pylist()
     assert sorted(r["id"] for r in rows_now) == list(range(1, 11))  # not twice (append-only)
-    publish_visible_offsets(table)
-    consistent = read_log(table, consistency="transactional")
+    publish_visible_offsets(handle)
+    consistent = read_log(handle, consistency="transactional")
     assert sorted(r.row["id"] for r in consistent.records) == list(range(1, 11))
     assert {r.meta.epoch for r in consistent.records} == {newer.epoch}
 
 
 def test_zombie_paused_before_its_publish_loses_the_compare_and_set(env, spark, tmp_path: Path) -> None:
     """Paused after writing its staging branch, the zombie finds ``main`` moved and decides again."""
-    table = make_table(env)
+    handle = make_table(env)
     batch = write_jsonl(tmp_path / "b1.jsonl", rows(range(1, 6)))
-    zombie = open_writer(spark, str(table.name), writer_id="w")
+    zombie = open_writer(spark, str(handle.name), writer_id="w")
     pause = Paused(is_actor)
     with (
         on_pause("commit:before-publish", pause),
         in_thread(lambda: zombie.write_path(str(batch), 1)) as outcome,
     ):
         assert pause.reached.wait(WAIT_S)
-        newer = open_writer(spark, str(table.name), writer_id="w")
+        newer = open_writer(spark, str(handle.name), writer_id="w")
         newer.write_path(str(batch), 1)
         pause.released.set()
 
     assert isinstance(outcome.get("error"), FencedError), outcome
-    assert [c.epoch for c in commits_of(table, "w", 1)] == [newer.epoch]
-    loaded = table.load()
+    assert [c.epoch for c in commits_of(handle, "w", 1)] == [newer.epoch]
+    loaded = handle.load()
     assert not [ref for ref in loaded.metadata.refs if ref.startswith("logstore_stage_")]
 
 
@@ -143,25 +143,25 @@ def test_zombie_paused_before_its_publish_loses_the_compare_and_set(env, spark, 
 
 
 def test_publish_paused_between_its_reads_loses_no_record_of_a_new_epoch(env, spark, tmp_path: Path) -> None:
-    table = make_table(env)
-    first = open_writer(spark, str(table.name), writer_id="a")
+    handle = make_table(env)
+    first = open_writer(spark, str(handle.name), writer_id="a")
     first.write_path(str(write_jsonl(tmp_path / "a1.jsonl", rows(range(1, 6)))), 1)
     seen: list[Any] = []
     stop = threading.Event()
     follower = threading.Thread(
         target=lambda: seen.extend(
-            follow(LogReader(table, consistency="transactional"), "earliest", stop=stop)
+            follow(LogReader(handle, consistency="transactional"), "earliest", stop=stop)
         )
     )
     follower.start()
     try:
         pause = Paused(is_actor)
-        with on_pause("publish:offsets-read", pause), in_thread(lambda: publish_visible_offsets(table)):
+        with on_pause("publish:offsets-read", pause), in_thread(lambda: publish_visible_offsets(handle)):
             assert pause.reached.wait(WAIT_S)
-            second = open_writer(spark, str(table.name), writer_id="b")  # claimed after the offsets read
+            second = open_writer(spark, str(handle.name), writer_id="b")  # claimed after the offsets read
             second.write_path(str(write_jsonl(tmp_path / "b1.jsonl", rows(range(101, 106)))), 1)
             pause.released.set()
-        publish_visible_offsets(table)
+        publish_visible_offsets(handle)
         assert wait_until(lambda: len(seen) >= 10, timeout=120), f"follower saw {len(seen)} of 10"
     finally:
         stop.set()
@@ -169,7 +169,7 @@ def test_publish_paused_between_its_reads_loses_no_record_of_a_new_epoch(env, sp
 
     expected = list(range(1, 6)) + list(range(101, 106))
     assert sorted(r.row["id"] for r in seen) == expected  # each committed record exactly once
-    consistent = read_log(table, consistency="transactional")
+    consistent = read_log(handle, consistency="transactional")
     assert sorted(r.row["id"] for r in consistent.records) == expected
 
 
@@ -179,24 +179,24 @@ def test_publish_paused_between_its_reads_loses_no_record_of_a_new_epoch(env, sp
 def test_two_writers_on_disjoint_keys_interleaved_hybrid_reads_equal_the_table(
     env, spark, tmp_path: Path
 ) -> None:
-    table = make_table(env, properties={"log-store.partitions": "1"})
-    slow = open_writer(spark, str(table.name), writer_id="slow")
-    fast = open_writer(spark, str(table.name), writer_id="fast")
+    handle = make_table(env, properties={"log-store.partitions": "1"})
+    slow = open_writer(spark, str(handle.name), writer_id="slow")
+    fast = open_writer(spark, str(handle.name), writer_id="fast")
     pause = Paused(is_actor)
     slow_batch = write_jsonl(tmp_path / "slow.jsonl", rows(range(1, 11)))
     with on_pause("commit:decided", pause), in_thread(lambda: slow.write_path(str(slow_batch), 1)) as outcome:
         assert pause.reached.wait(WAIT_S)  # the slow writer's records are in the log, uncommitted
         fast_result = fast.write_path(str(write_jsonl(tmp_path / "fast.jsonl", rows(range(101, 111)))), 1)
-        publish_visible_offsets(table)
+        publish_visible_offsets(handle)
         pause.released.set()
     assert "error" not in outcome, outcome
-    publish_visible_offsets(table)
+    publish_visible_offsets(handle)
 
-    table_now = table_state(table)
+    table_now = table_state(handle)
     assert len(table_now) == 20
     for consistency in ("transactional", "eventual"):
         for snapshot_id in (fast_result.snapshot_id, None):
-            read = read_hybrid(table, snapshot_id, consistency=consistency)
+            read = read_hybrid(handle, snapshot_id, consistency=consistency)
             assert hybrid_state(read) == table_now, (consistency, snapshot_id)
 
 
@@ -206,7 +206,7 @@ def test_two_writers_on_disjoint_keys_interleaved_hybrid_reads_equal_the_table(
 def test_task_retried_after_a_failure_inside_the_produce_step_duplicates_nothing(env, tmp_path: Path) -> None:
     """A separate ``logstore write`` with a Spark master that retries tasks, failing one task once after
     its records were flushed: the retry's records are committed, the failed attempt's are not."""
-    table = make_table(env)
+    handle = make_table(env)
     batch = write_jsonl(tmp_path / "b1.jsonl", rows(range(1, 41)))
     process_env = {
         **os.environ,
@@ -215,19 +215,19 @@ def test_task_retried_after_a_failure_inside_the_produce_step_duplicates_nothing
         "LOGSTORE_FAIL_ONCE_AT": "produce:flushed",
         "LOGSTORE_PAUSE_DIR": str(tmp_path),
     }
-    command = [sys.executable, "-m", "airflow_logstore.cli", "write", str(table.name), "--input", str(batch)]
+    command = [sys.executable, "-m", "airflow_logstore.cli", "write", str(handle.name), "--input", str(batch)]
     command += ["--batch-id", "1", "--writer-id", "retry"]
     done = subprocess.run(command, env=process_env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "produce_flushed.failed").exists(), "the injected failure did not happen"
 
-    eventual = read_log(table, consistency="eventual")
+    eventual = read_log(handle, consistency="eventual")
     assert len(eventual.records) > 40  # the failed attempt's records are in the log too
-    [commit] = commits_of(table, "retry", 1)
+    [commit] = commits_of(handle, "retry", 1)
     failed_tasks = {r.meta.task for r in eventual.records} - set(commit.tasks or ())
     assert failed_tasks, "every record's task counts as committed"
-    publish_visible_offsets(table)
-    consistent = read_log(table, consistency="transactional")
+    publish_visible_offsets(handle)
+    consistent = read_log(handle, consistency="transactional")
     assert Counter(r.row["id"] for r in consistent.records) == Counter(range(1, 41))
 
 
@@ -240,8 +240,8 @@ def test_a_concurrent_write_of_the_application_never_carries_the_batch_summary(
     """While a batch sits staged (its summary set for its own write only), a plain Spark write of the
     same application commits to ``main``: that snapshot has no ``logstore.*`` summary, and the batch
     then loses its compare-and-set, decides again and commits on top of it."""
-    table = make_table(env)
-    writer = open_writer(spark, str(table.name), writer_id="w")
+    handle = make_table(env)
+    writer = open_writer(spark, str(handle.name), writer_id="w")
     pause = Paused(is_actor)
     batch = write_jsonl(tmp_path / "b1.jsonl", rows(range(1, 6)))
     with (
@@ -250,18 +250,18 @@ def test_a_concurrent_write_of_the_application_never_carries_the_batch_summary(
     ):
         assert pause.reached.wait(WAIT_S)
         assert not [k for k in spark.conf.getAll if k.startswith("spark.sql.iceberg.snapshot-property.")]
-        spark.sql(f"INSERT INTO {table.spark_name()} VALUES (500, 'other', 5)")
-        inserted_id = table.load().current_snapshot().snapshot_id
+        spark.sql(f"INSERT INTO {handle.spark_name()} VALUES (500, 'other', 5)")
+        inserted_id = handle.load().current_snapshot().snapshot_id
         pause.released.set()
     assert "error" not in outcome, outcome
 
-    inserted = table.load().snapshot_by_id(inserted_id)
+    inserted = handle.load().snapshot_by_id(inserted_id)
     assert inserted is not None and inserted.summary is not None
     assert not [k for k in inserted.summary.additional_properties if k.startswith("logstore.")]
-    [commit] = commits_of(table, "w", 1)
+    [commit] = commits_of(handle, "w", 1)
     assert commit.snapshot_id == outcome["result"].snapshot_id
-    assert table.load().snapshot_by_id(commit.snapshot_id).parent_snapshot_id == inserted_id
-    assert sorted(table_state(table)) == [(i,) for i in [1, 2, 3, 4, 5, 500]]
+    assert handle.load().snapshot_by_id(commit.snapshot_id).parent_snapshot_id == inserted_id
+    assert sorted(table_state(handle)) == [(i,) for i in [1, 2, 3, 4, 5, 500]]
 
 
 # -- an attempt killed between its staged write and its publish ------------------------------------
@@ -272,7 +272,7 @@ def test_attempt_killed_before_its_publish_leaves_nothing_the_next_attempt_keeps
 ) -> None:
     """A ``logstore write`` process paused (by file) after writing its staging branch is SIGKILLed: the
     table is unchanged, and the next attempt commits the batch once and removes the dead branch."""
-    table = make_table(env)
+    handle = make_table(env)
     batch = write_jsonl(tmp_path / "b1.jsonl", rows(range(1, 8)))
     process_env = {
         **os.environ,
@@ -280,7 +280,7 @@ def test_attempt_killed_before_its_publish_leaves_nothing_the_next_attempt_keeps
         "LOGSTORE_PAUSE_AT": "commit:before-publish",
         "LOGSTORE_PAUSE_DIR": str(tmp_path),
     }
-    command = [sys.executable, "-m", "airflow_logstore.cli", "write", str(table.name), "--input", str(batch)]
+    command = [sys.executable, "-m", "airflow_logstore.cli", "write", str(handle.name), "--input", str(batch)]
     command += ["--batch-id", "1", "--writer-id", "w"]
     process = subprocess.Popen(command, env=process_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -290,11 +290,11 @@ def test_attempt_killed_before_its_publish_leaves_nothing_the_next_attempt_keeps
     finally:
         process.kill()
         process.wait(60)
-    staged = [ref for ref in table.load().metadata.refs if ref.startswith("logstore_stage_")]
+    staged = [ref for ref in handle.load().metadata.refs if ref.startswith("logstore_stage_")]
     assert len(staged) == 1
-    assert commits_of(table, "w", 1) == []
+    assert commits_of(handle, "w", 1) == []
 
-    result = open_writer(spark, str(table.name), writer_id="w").write_path(str(batch), 1)
-    assert [c.snapshot_id for c in commits_of(table, "w", 1)] == [result.snapshot_id]
-    assert staged[0] not in table.load().metadata.refs
-    assert sorted(table_state(table)) == [(i,) for i in range(1, 8)]
+    result = open_writer(spark, str(handle.name), writer_id="w").write_path(str(batch), 1)
+    assert [c.snapshot_id for c in commits_of(handle, "w", 1)] == [result.snapshot_id]
+    assert staged[0] not in handle.load().metadata.refs
+    assert sorted(table_state(handle)) == [(i,) for i in range(1, 8)]

@@ -41,8 +41,8 @@ def _plain(state: dict[Any, dict[str, Any]]) -> dict[int, tuple[Any, Any]]:
     return {row["id"]: (row["name"], row["amount"]) for row in state.values()}
 
 
-def _write_all(spark: Any, table: Any, tmp_path: Path, writer_id: str = "vis") -> list[Any]:
-    writer = open_writer(spark, str(table.name), writer_id=writer_id)
+def _write_all(spark: Any, handle: Any, tmp_path: Path, writer_id: str = "vis") -> list[Any]:
+    writer = open_writer(spark, str(handle.name), writer_id=writer_id)
     return [
         writer.write_path(str(write_jsonl(tmp_path / f"{writer_id}{n}.jsonl", rows)), n)
         for n, rows in enumerate(ROWS, start=1)
@@ -50,77 +50,77 @@ def _write_all(spark: Any, table: Any, tmp_path: Path, writer_id: str = "vis") -
 
 
 def test_consistent_reader_is_gated_by_commit_and_publish(env, table_with_crash) -> None:
-    table, dead_epoch, base, b2 = table_with_crash
+    handle, dead_epoch, base, b2 = table_with_crash
     # Before the retry: batch 2 exists only as the dead attempt's records.
-    eventual = eventual_log(table)
+    eventual = eventual_log(handle)
     assert any(r.meta.batch_id == 2 and r.meta.epoch == dead_epoch for r in eventual.records)
-    publish_visible_offsets(table)
-    consistent = read_log(table, consistency="transactional")
+    publish_visible_offsets(handle)
+    consistent = read_log(handle, consistency="transactional")
     assert [r for r in consistent.records if r.meta.batch_id == 2] == []
     assert consistent.report.by_decision.get("committed") == len(ROWS[0])
 
     retried = env.run_job("dual_write.py", [*base, "--input", str(b2), "--batch-id", "2"])
     epoch = parse_result(retried.stdout)["epoch"]
-    before_publish = read_log(table, consistency="transactional")
+    before_publish = read_log(handle, consistency="transactional")
     assert [r for r in before_publish.records if r.meta.batch_id == 2] == []  # committed, not yet published
     assert before_publish.report.not_yet_visible > 0
 
-    report = publish_visible_offsets(table)
+    report = publish_visible_offsets(handle)
     assert report.advanced and f"vis-crash/2/{epoch}" in report.newly_visible
-    after = read_log(table, consistency="transactional")
+    after = read_log(handle, consistency="transactional")
     batch_2 = [r for r in after.records if r.meta.batch_id == 2]
     assert {r.meta.epoch for r in batch_2} == {epoch} and len(batch_2) == 4  # exactly once
     assert after.report.by_decision.get("redundant") == 4  # the dead attempt's copy is filtered
-    assert _plain(fold_log(after, ["id"])) == _plain(table_state(table))
+    assert _plain(fold_log(after, ["id"])) == _plain(table_state(handle))
 
 
 @pytest.fixture
 def table_with_crash(env, tmp_path: Path):
-    table = make_table(env)
+    handle = make_table(env)
     b1 = write_jsonl(tmp_path / "b1.jsonl", ROWS[0])
     b2 = write_jsonl(tmp_path / "b2.jsonl", ROWS[1])
-    base = ["--table", str(table.name), "--writer-id", "vis-crash"]
+    base = ["--table", str(handle.name), "--writer-id", "vis-crash"]
     assert env.run_job("dual_write.py", [*base, "--input", str(b1), "--batch-id", "1"]).returncode == 0
     crashed = env.run_job(
         "dual_write.py", [*base, "--input", str(b2), "--batch-id", "2", "--crash-at", "after-log:2"]
     )
     assert crashed.returncode in (-9, 137)
-    return table, table.control().read().latest_epoch("vis-crash"), base, b2
+    return handle, handle.control().read().latest_epoch("vis-crash"), base, b2
 
 
 def test_eventual_reader_sees_records_before_the_commit(env, table_with_crash) -> None:
-    table, dead_epoch, _, _ = table_with_crash
-    records = eventual_log(table).records
+    handle, dead_epoch, _, _ = table_with_crash
+    records = eventual_log(handle).records
     uncommitted = [r for r in records if r.meta.batch_id == 2]
     assert len(uncommitted) == 4 and all(r.meta.epoch == dead_epoch for r in uncommitted)
-    assert table.control().read().committed("vis-crash", 2) is None
+    assert handle.control().read().committed("vis-crash", 2) is None
 
 
 def test_watermark_is_monotonic_and_idempotent(env, spark, tmp_path: Path) -> None:
-    table = make_table(env)
-    _write_all(spark, table, tmp_path)
-    first = publish_visible_offsets(table)
-    again = publish_visible_offsets(table)
+    handle = make_table(env)
+    _write_all(spark, handle, tmp_path)
+    first = publish_visible_offsets(handle)
+    again = publish_visible_offsets(handle)
     assert first.advanced and not again.advanced
     assert again.watermark_after == first.watermark_after
     # An older watermark published later (a late, stale publisher) never moves it backwards.
-    table.control().append(control.K_WATERMARK, {"offsets": {p: 0 for p in first.watermark_after}})
-    state = table.control().read()
+    handle.control().append(control.K_WATERMARK, {"offsets": {p: 0 for p in first.watermark_after}})
+    state = handle.control().read()
     assert {str(p): o for p, o in state.watermark.items()} == first.watermark_after
 
 
 def test_hybrid_equals_file_for_every_split_point(env, spark, tmp_path: Path) -> None:
-    table = make_table(env)
-    results = _write_all(spark, table, tmp_path)
-    publish_visible_offsets(table)
-    final = _plain(table_state(table))
+    handle = make_table(env)
+    results = _write_all(spark, handle, tmp_path)
+    publish_visible_offsets(handle)
+    final = _plain(table_state(handle))
     for result in [None, *results]:
         snapshot = result.snapshot_id if result else None
         if result is None:  # split before any data: the hybrid read is the whole log
-            hybrid_log = read_log(table, consistency="transactional")
+            hybrid_log = read_log(handle, consistency="transactional")
             assert _plain(fold_log(hybrid_log, ["id"])) == final
             continue
-        hybrid = read_hybrid(table, snapshot, consistency="transactional")
+        hybrid = read_hybrid(handle, snapshot, consistency="transactional")
         state = {(row["id"],): row for row in hybrid.file_rows.to_pylist()}
         for record in hybrid.log.records:
             key = (record.row["id"],)
@@ -132,25 +132,25 @@ def test_hybrid_equals_file_for_every_split_point(env, spark, tmp_path: Path) ->
 
 
 def test_start_positions_and_changelog_modes(env, spark, tmp_path: Path) -> None:
-    table = make_table(env)
-    _write_all(spark, table, tmp_path)
-    everything = eventual_log(table)
-    latest = read_log(table, "latest", consistency="eventual")
+    handle = make_table(env)
+    _write_all(spark, handle, tmp_path)
+    everything = eventual_log(handle)
+    latest = read_log(handle, "latest", consistency="eventual")
     assert latest.records == []
     middle = everything.records[len(everything.records) // 2]
-    by_time = read_log(table, f"timestamp:{middle.timestamp_ms}", consistency="eventual")
+    by_time = read_log(handle, f"timestamp:{middle.timestamp_ms}", consistency="eventual")
     assert by_time.records and all(r.timestamp_ms >= middle.timestamp_ms for r in by_time.records)
-    second = next(c for c in snapshot_commits(table.load()) if c.batch_id == 2)
-    from_second = read_log(table, f"snapshot:{second.snapshot_id}", consistency="eventual")
+    second = next(c for c in snapshot_commits(handle.load()) if c.batch_id == 2)
+    from_second = read_log(handle, f"snapshot:{second.snapshot_id}", consistency="eventual")
     assert {r.meta.batch_id for r in from_second.records} == {3, 4}
 
-    append_only = read_log(table, consistency="eventual", changelog_mode="append-only")
+    append_only = read_log(handle, consistency="eventual", changelog_mode="append-only")
     assert {r.kind for r in append_only.records} == {RowKind.INSERT}
     counted = sum(append_only.report.skipped_kinds.values())
     assert counted + len(append_only.records) == len(everything.records)
     assert append_only.report.skipped_kinds["-D"] == 3
     hinted = LogReader(
-        table,
+        handle,
         options={
             "log.consumer.changelog.modes": "append-only",
             "log-store.consistency-guarantee.enabled": "false",
@@ -159,9 +159,9 @@ def test_start_positions_and_changelog_modes(env, spark, tmp_path: Path) -> None
     assert len(hinted.records) == len(append_only.records)
 
 
-def _dead_letters(table: Any, topic: str) -> list[dict[str, Any]]:
+def _dead_letters(handle: Any, topic: str) -> list[dict[str, Any]]:
     """Every entry of a dead-letter topic."""
-    cons = kafka_client.consumer(table.kafka_config())
+    cons = kafka_client.consumer(handle.kafka_config())
     try:
         (low, high) = kafka_client.partition_offsets(cons, topic, 1)[0]
         return [
@@ -174,11 +174,11 @@ def _dead_letters(table: Any, topic: str) -> list[dict[str, Any]]:
 
 
 def test_undecodable_records_are_dead_lettered_and_counted(env, spark, tmp_path: Path) -> None:
-    table = make_table(env)
-    writer = open_writer(spark, str(table.name), writer_id="dlq")
+    handle = make_table(env)
+    writer = open_writer(spark, str(handle.name), writer_id="dlq")
     writer.write_path(str(write_jsonl(tmp_path / "a.jsonl", ROWS[0][:2])), 1)
-    topic = table.config().topic
-    producer = kafka_client.producer(table.kafka_config())
+    topic = handle.config().topic
+    producer = kafka_client.producer(handle.kafka_config())
     producer.produce(topic, key=b"x", value=b"not ours", partition=0)
     producer.produce(
         topic,
@@ -197,10 +197,10 @@ def test_undecodable_records_are_dead_lettered_and_counted(env, spark, tmp_path:
     assert producer.flush(30) == 0
     writer.write_path(str(write_jsonl(tmp_path / "b.jsonl", ROWS[0][2:4])), 2)
 
-    read = LogReader(table, consistency="eventual").read()
+    read = LogReader(handle, consistency="eventual").read()
     assert read.report.dead_lettered == 3 and len(read.records) == 4
     assert read.report.dead_letter_topic == dead_letter_topic_name(topic)
-    entries = _dead_letters(table, read.report.dead_letter_topic)
+    entries = _dead_letters(handle, read.report.dead_letter_topic)
     assert sorted(e["reason"][:30] for e in entries) == sorted(
         [
             "record has no LogStore headers"[:30],
@@ -211,25 +211,25 @@ def test_undecodable_records_are_dead_lettered_and_counted(env, spark, tmp_path:
     assert all("offset" in e and "partition" in e for e in entries)
     # the Spark read job sends the same records to the same topic (from its driver, wherever it runs)
     done = env.run_job(
-        "read_table.py", ["--table", str(table.name), "--mode", "log", "--consistency", "eventual"]
+        "read_table.py", ["--table", str(handle.name), "--mode", "log", "--consistency", "eventual"]
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert parse_result(done.stdout)["dead_lettered"] == 3
-    again = _dead_letters(table, read.report.dead_letter_topic)
+    again = _dead_letters(handle, read.report.dead_letter_topic)
     assert len(again) == 6
     assert {(e["partition"], e["offset"]) for e in again} == {(e["partition"], e["offset"]) for e in entries}
-    publish = publish_visible_offsets(table)
+    publish = publish_visible_offsets(handle)
     # Two have no readable headers; the third claims a writer that never claimed an epoch: foreign.
     assert publish.undecodable == 2 and publish.advanced and publish.blocked_by == {}
-    consistent = read_log(table, consistency="transactional")
+    consistent = read_log(handle, consistency="transactional")
     assert len(consistent.records) == 4
 
 
 def test_normalize_sees_each_change_once(env, table_with_crash, tmp_path: Path) -> None:
-    table, _, base, b2 = table_with_crash
+    handle, _, base, b2 = table_with_crash
     assert env.run_job("dual_write.py", [*base, "--input", str(b2), "--batch-id", "2"]).returncode == 0
-    plain = eventual_log(table)
-    normalized = eventual_log(table, normalize=True)
+    plain = eventual_log(handle)
+    normalized = eventual_log(handle, normalize=True)
     assert normalized.report.normalized_dropped >= 3  # the retried batch repeats the dead attempt's changes
     assert len(normalized.records) < len(plain.records)
     state: dict[int, dict[str, Any]] = {}
@@ -239,38 +239,38 @@ def test_normalize_sees_each_change_once(env, table_with_crash, tmp_path: Path) 
             state[record.row["id"]] = record.row
         elif record.kind is RowKind.DELETE:
             state.pop(record.row["id"])
-    assert {k: (v["name"], v["amount"]) for k, v in state.items()} == _plain(table_state(table))
+    assert {k: (v["name"], v["amount"]) for k, v in state.items()} == _plain(table_state(handle))
 
 
 def test_run_read_modes_write_jsonl(env, spark, tmp_path: Path) -> None:
-    table = make_table(env)
-    _write_all(spark, table, tmp_path)
-    publish_visible_offsets(table)
+    handle = make_table(env)
+    _write_all(spark, handle, tmp_path)
+    publish_visible_offsets(handle)
     out = tmp_path / "hybrid.jsonl"
     summary = run_read(
-        table,
+        handle,
         mode="hybrid",
         consistency="transactional",
         output_path=str(out),
-        snapshot_id=sorted(table.load().snapshots(), key=lambda s: s.sequence_number)[1].snapshot_id,
+        snapshot_id=sorted(handle.load().snapshots(), key=lambda s: s.sequence_number)[1].snapshot_id,
     )
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert summary["file_rows"] + summary["log_records"] == len(lines)
     assert {line["_source"] for line in lines} == {"file", "log"}
-    assert run_read(table, mode="file")["rows"] == read_file(table).num_rows
+    assert run_read(handle, mode="file")["rows"] == read_file(handle).num_rows
 
 
 def test_spark_read_job_matches_python_reader(env, spark, tmp_path: Path) -> None:
-    table = make_table(env)
-    _write_all(spark, table, tmp_path)
-    publish_visible_offsets(table)
+    handle = make_table(env)
+    _write_all(spark, handle, tmp_path)
+    publish_visible_offsets(handle)
     for mode in ("file", "log", "hybrid"):
         out = tmp_path / f"spark_{mode}"
         done = env.run_job(
             "read_table.py",
             [
                 "--table",
-                str(table.name),
+                str(handle.name),
                 "--mode",
                 mode,
                 "--consistency",
@@ -282,9 +282,9 @@ def test_spark_read_job_matches_python_reader(env, spark, tmp_path: Path) -> Non
         assert done.returncode == 0, done.stderr[-2000:]
         result = parse_result(done.stdout)
         if mode == "file":
-            assert result["file_rows"] == read_file(table).num_rows
+            assert result["file_rows"] == read_file(handle).num_rows
         if mode == "log":
-            python_read = read_log(table, consistency="transactional")
+            python_read = read_log(handle, consistency="transactional")
             assert result["log_records"] == len(python_read.records) and result["dead_lettered"] == 0
             rows = spark.read.parquet(str(out)).orderBy("_partition", "_offset").collect()
             assert [(r["_partition"], r["_offset"], r["_kind"], r["id"]) for r in rows] == [
@@ -292,7 +292,7 @@ def test_spark_read_job_matches_python_reader(env, spark, tmp_path: Path) -> Non
                 for r in sorted(python_read.records, key=lambda r: (r.partition, r.offset))
             ]
         if mode == "hybrid":
-            hybrid = read_hybrid(table, consistency="transactional")
+            hybrid = read_hybrid(handle, consistency="transactional")
             assert result["file_rows"] == hybrid.file_rows.num_rows
             assert result["log_records"] == len(hybrid.log.records)
 
@@ -300,15 +300,15 @@ def test_spark_read_job_matches_python_reader(env, spark, tmp_path: Path) -> Non
 def test_snapshot_commit_trigger_fires_on_the_batch_not_on_compaction(env, spark, tmp_path: Path) -> None:
     from airflow_logstore.triggers.snapshot_commit import SnapshotCommitTrigger
 
-    table = make_table(env)
-    writer = open_writer(spark, str(table.name), writer_id="sensed")
+    handle = make_table(env)
+    writer = open_writer(spark, str(handle.name), writer_id="sensed")
     first = writer.write_path(str(write_jsonl(tmp_path / "a.jsonl", ROWS[0])), 1)
     writer.write_path(str(write_jsonl(tmp_path / "b.jsonl", ROWS[1])), 2)
     spark.sql(
-        f"CALL logstore.system.rewrite_data_files(table => '{table.name}', "
+        f"CALL logstore.system.rewrite_data_files(table => '{handle.name}', "
         "options => map('min-input-files','1','rewrite-all','true'))"
     )
-    latest = table.load().current_snapshot()
+    latest = handle.load().current_snapshot()
     assert CommitInfo.from_summary(latest.summary.additional_properties) is None  # a compaction snapshot
 
     async def first_event(trigger: SnapshotCommitTrigger) -> dict[str, Any]:
@@ -319,7 +319,7 @@ def test_snapshot_commit_trigger_fires_on_the_batch_not_on_compaction(env, spark
     # Only the compaction snapshot is newer than the current one: the trigger must not fire. Its clock
     # is the test's: each wait moves it on, so it times out after exactly the polls its settings give.
     waiting = SnapshotCommitTrigger(
-        table=str(table.name), after_snapshot_id=latest.snapshot_id, poll_interval=0.5, timeout=1.0
+        table=str(handle.name), after_snapshot_id=latest.snapshot_id, poll_interval=0.5, timeout=1.0
     )
     classpath, kwargs = waiting.serialize()
     assert classpath == "airflow_logstore.triggers.snapshot_commit.SnapshotCommitTrigger"
@@ -337,7 +337,7 @@ def test_snapshot_commit_trigger_fires_on_the_batch_not_on_compaction(env, spark
     # trigger's first wait, after a poll that found nothing, holds until the batch is committed.
     async def wait_and_write() -> dict[str, Any]:
         trigger = SnapshotCommitTrigger(
-            table=str(table.name), writer_id="sensed", batch_id=3, poll_interval=0.2, timeout=300
+            table=str(handle.name), writer_id="sensed", batch_id=3, poll_interval=0.2, timeout=300
         )
         looked, committed = asyncio.Event(), asyncio.Event()
 
@@ -357,9 +357,11 @@ def test_snapshot_commit_trigger_fires_on_the_batch_not_on_compaction(env, spark
     assert fired["status"] == "success" and fired["polls"] == 2
     commit = fired["commit"]
     assert commit["batch_id"] == 3 and commit["writer_id"] == "sensed" and commit["epoch"] == writer.epoch
-    assert commit["snapshot_id"] == table.load().current_snapshot().snapshot_id
+    assert commit["snapshot_id"] == handle.load().current_snapshot().snapshot_id
     assert commit["offsets"] and first.snapshot_id != commit["snapshot_id"]
-    done = asyncio.run(first_event(SnapshotCommitTrigger(table=str(table.name), batch_id=1, poll_interval=5)))
+    done = asyncio.run(
+        first_event(SnapshotCommitTrigger(table=str(handle.name), batch_id=1, poll_interval=5))
+    )
     assert done["commit"]["snapshot_id"] == first.snapshot_id and done["polls"] == 1  # no wait at all
 
 
@@ -402,11 +404,11 @@ def test_followers_eventual_at_once_consistent_after_publish(
 
     from airflow_logstore.read.follow import follow
 
-    table = make_table(env)
-    writer = open_writer(spark, str(table.name), writer_id="follow")
+    handle = make_table(env)
+    writer = open_writer(spark, str(handle.name), writer_id="follow")
     seen: dict[str, list[Any]] = {"eventual": [], "consistent": []}
     got_all = {"eventual": threading.Event(), "consistent": threading.Event()}
-    gate = _ConsistentFollowerGate(table.config().topic or "", len(ROWS[0]))
+    gate = _ConsistentFollowerGate(handle.config().topic or "", len(ROWS[0]))
     make_consumer = kafka_client.consumer
 
     def consumer(*args: Any, **kwargs: Any) -> Any:
@@ -418,7 +420,7 @@ def test_followers_eventual_at_once_consistent_after_publish(
     def run(kind: str) -> None:
         consistency = "transactional" if kind == "consistent" else "eventual"
         stop = gate if kind == "consistent" else gate.stop
-        for record in follow(LogReader(table, consistency=consistency), "earliest", stop=stop):
+        for record in follow(LogReader(handle, consistency=consistency), "earliest", stop=stop):
             seen[kind].append(record)
             if len(seen[kind]) >= len(ROWS[0]):
                 got_all[kind].set()
@@ -434,7 +436,7 @@ def test_followers_eventual_at_once_consistent_after_publish(
         assert got_all["eventual"].wait(60)
         assert gate.held.wait(60), "the consistent follower never received the batch"
         assert seen["consistent"] == []  # it has every record of the committed batch, not yet published
-        publish_visible_offsets(table)
+        publish_visible_offsets(handle)
         gate.resume.set()
         assert got_all["consistent"].wait(60)
     finally:
