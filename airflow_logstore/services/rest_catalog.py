@@ -17,19 +17,16 @@ same ``RESTServerCatalogAdapter`` and ``RESTCatalogServlet``, gzip — on a ``Se
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
-import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from airflow_logstore import versions
-from airflow_logstore.exceptions import ServiceError
 from airflow_logstore.jars import fetch_jars
+from airflow_logstore.javac import compiled_classes
 from airflow_logstore.services import _process
 from airflow_logstore.services._process import PortService, port_open
 from airflow_logstore.settings import LocalSettings
@@ -201,38 +198,11 @@ class LocalRestCatalog(PortService):
 
 def compile_launcher(jars: Path, settings: LocalSettings) -> Path:
     """The launcher's class folder, compiled once per source and jar set with the JDK's ``javac``."""
-    digest = hashlib.sha256(f"{LAUNCHER_SOURCE}\n{jars.name}".encode()).hexdigest()[:16]
-    target = settings.jars_dir / f"rest-catalog-launcher-{digest}"
-    if (target / ".complete").exists():
-        return target
-    javac = _javac()
-    staging = target.with_name(target.name + ".part")
-    shutil.rmtree(staging, ignore_errors=True)
-    source = staging / "src" / (LAUNCHER_CLASS.replace(".", "/") + ".java")
-    source.parent.mkdir(parents=True)
-    source.write_text(LAUNCHER_SOURCE)
-    result = subprocess.run(
-        [javac, "-nowarn", "-cp", f"{jars}/*", "-d", str(staging), str(source)],
-        capture_output=True,
-        text=True,
-        check=False,
+    return compiled_classes(
+        "rest-catalog-launcher",
+        LAUNCHER_CLASS,
+        LAUNCHER_SOURCE,
+        f"{jars}/*",
+        settings,
+        purpose="the REST catalog's loopback launcher",
     )
-    if result.returncode != 0:
-        raise ServiceError(f"compiling the REST catalog launcher failed:\n{result.stdout}{result.stderr}")
-    shutil.rmtree(staging / "src")
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
-    (target / ".complete").write_text(LAUNCHER_CLASS)
-    return target
-
-
-def _javac() -> str:
-    java = Path(_process.java()).resolve()
-    candidate = java.parent / "javac"
-    found = str(candidate) if candidate.exists() else shutil.which("javac")
-    if not found:
-        raise ServiceError(
-            "the REST catalog's loopback launcher is compiled once with javac: install a JDK 17 "
-            "(e.g. apt-get install openjdk-17-jdk-headless), not only a JRE"
-        )
-    return found

@@ -1,0 +1,91 @@
+"""Small Java classes of the project, compiled once with the JDK's ``javac`` into the local cache.
+
+The REST catalog's loopback launcher (:mod:`airflow_logstore.services.rest_catalog`) and the dual
+write's log producer (:mod:`airflow_logstore.spark.producing`) are Java sources shipped with the
+package. Each is compiled once per source text and classpath into ``<jars_dir>/<name>-<digest>``
+(a class folder, and optionally a jar of it); later calls find it there. Parallel callers (test
+workers) compile one at a time per name.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+from airflow_logstore.exceptions import ServiceError
+from airflow_logstore.settings import LocalSettings
+
+
+def compiled_classes(
+    name: str, class_name: str, source: str, classpath: str, settings: LocalSettings, *, purpose: str
+) -> Path:
+    """The class folder of ``class_name`` (its full name) compiled from ``source`` against ``classpath``.
+
+    :param purpose: what the class is for, named in the error when there is no ``javac``.
+    """
+    digest = hashlib.sha256(f"{source}\n{classpath}".encode()).hexdigest()[:16]
+    target = settings.jars_dir / f"{name}-{digest}"
+    if (target / ".complete").exists():
+        return target
+    settings.jars_dir.mkdir(parents=True, exist_ok=True)
+    with open(settings.jars_dir / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / ".complete").exists():
+            return target
+        staging = target.with_name(target.name + ".part")
+        shutil.rmtree(staging, ignore_errors=True)
+        file = staging / "src" / (class_name.replace(".", "/") + ".java")
+        file.parent.mkdir(parents=True)
+        file.write_text(source)
+        result = subprocess.run(
+            [javac(purpose), "-nowarn", "-cp", classpath, "-d", str(staging), str(file)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise ServiceError(f"compiling {class_name} failed:\n{result.stdout}{result.stderr}")
+        shutil.rmtree(staging / "src")
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+        (target / ".complete").write_text(class_name)
+        return target
+
+
+def compiled_jar(
+    name: str, class_name: str, source: str, classpath: str, settings: LocalSettings, *, purpose: str
+) -> Path:
+    """Like :func:`compiled_classes`, packed into ``<folder>.jar`` (for Spark's ``addJar``)."""
+    folder = compiled_classes(name, class_name, source, classpath, settings, purpose=purpose)
+    jar = folder.with_name(folder.name + ".jar")
+    if jar.exists():
+        return jar
+    staging = jar.with_name(f"{jar.name}.{os.getpid()}.part")
+    with zipfile.ZipFile(staging, "w", zipfile.ZIP_DEFLATED) as packed:
+        packed.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\n\r\n")
+        for path in sorted(folder.rglob("*.class")):
+            packed.write(path, path.relative_to(folder).as_posix())
+    staging.replace(jar)  # atomic: a parallel caller finds a whole jar or none
+    return jar
+
+
+def javac(purpose: str) -> str:
+    """The ``javac`` next to the ``java`` of ``JAVA_HOME`` (else of PATH), else PATH's."""
+    java_home = os.environ.get("JAVA_HOME")
+    java = Path(java_home) / "bin" / "java" if java_home else None
+    if java is None or not java.exists():
+        found_java = shutil.which("java")
+        java = Path(found_java) if found_java else None
+    candidate = java.resolve().parent / "javac" if java is not None else None
+    found = str(candidate) if candidate is not None and candidate.exists() else shutil.which("javac")
+    if not found:
+        raise ServiceError(
+            f"{purpose} is compiled once with javac: install a JDK 17 "
+            "(e.g. apt-get install openjdk-17-jdk-headless), not only a JRE"
+        )
+    return found
