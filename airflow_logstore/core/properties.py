@@ -42,6 +42,9 @@ class PropertySpec:
 
 
 DEFAULT_PARTITIONS = 3
+#: Buckets of a key table's partition spec (``bucket(N, <first key column>)``): a batch's lookup of its
+#: keys' current rows and its MERGE read the buckets its keys fall in, and join without a shuffle.
+DEFAULT_KEY_BUCKETS = 16
 DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
 
@@ -129,6 +132,15 @@ PROPERTY_SPECS: tuple[PropertySpec, ...] = (
         minimum=1,
     ),
     PropertySpec(
+        "log-store.key-buckets",
+        "int",
+        DEFAULT_KEY_BUCKETS,
+        "Buckets of a key table's partition spec, bucket(N, first key column), set when the table is "
+        "created (0: unpartitioned, the layout of tables created before this setting).",
+        "logstore",
+        minimum=0,
+    ),
+    PropertySpec(
         "self-optimizing.enabled", "bool", True, "Let scheduled compaction rewrite this table.", "amoro"
     ),
     PropertySpec(
@@ -204,6 +216,7 @@ class LogStoreConfig:
     retention_ms: int = DEFAULT_RETENTION_MS
     control_topic: str | None = None
     reconcile_interval_ms: int = 10 * 60 * 1000
+    key_buckets: int = DEFAULT_KEY_BUCKETS
     compaction: CompactionPolicy = field(default_factory=CompactionPolicy)
 
     @property
@@ -376,6 +389,7 @@ def parse_table_properties(properties: Mapping[str, Any]) -> LogStoreConfig:
         retention_ms=typed.get("log-store.retention.ms", DEFAULT_RETENTION_MS),
         control_topic=control_topic,
         reconcile_interval_ms=typed.get("log-store.reconcile.interval.ms", 10 * 60 * 1000),
+        key_buckets=typed.get("log-store.key-buckets", DEFAULT_KEY_BUCKETS),
         compaction=compaction,
     )
 

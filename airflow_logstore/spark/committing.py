@@ -24,6 +24,7 @@ from airflow_logstore.pause import pause_point
 from airflow_logstore.spark import staged_commit
 from airflow_logstore.spark.commit_retry import backoff_seconds, is_commit_conflict
 from airflow_logstore.spark.inputs import OP_COLUMN
+from airflow_logstore.spark.planning import KeyFilter
 from airflow_logstore.table.tables import merged_state
 
 if TYPE_CHECKING:
@@ -52,10 +53,13 @@ class CommitTarget:
     read_control: Callable[[], ControlState]
 
 
-def commit_batch(target: CommitTarget, final: DataFrame, commit: CommitInfo) -> CommitInfo:
+def commit_batch(
+    target: CommitTarget, final: DataFrame, commit: CommitInfo, keys: KeyFilter | None = None
+) -> CommitInfo:
     """Commit the batch by compare-and-set on ``main``; return the commit of this batch that is in the
     table afterwards (an older attempt's, if that one won).
 
+    :param keys: where the batch's keys can be in the table: the MERGE reads only those rows.
     :raises FencedError: a newer epoch of the writer was claimed or has committed.
     :raises CommitConflictError: ``main`` moved during every attempt.
     """
@@ -69,7 +73,7 @@ def commit_batch(target: CommitTarget, final: DataFrame, commit: CommitInfo) -> 
         existing = settled_by(decision, target.writer_id, target.epoch, commit.batch_id)
         if existing is not None:
             return existing
-        landed = try_publish(target, final, base, with_positions(commit, state), attempt)
+        landed = try_publish(target, final, base, with_positions(commit, state), attempt, keys)
         if landed is not None:
             return landed
         wait_before_deciding_again(commit.batch_id, attempt)
@@ -109,13 +113,20 @@ def wait_before_deciding_again(batch_id: int, attempt: int) -> None:
 
 
 def try_publish(
-    target: CommitTarget, final: DataFrame, base: staged_commit.Base, commit: CommitInfo, attempt: int
+    target: CommitTarget,
+    final: DataFrame,
+    base: staged_commit.Base,
+    commit: CommitInfo,
+    attempt: int,
+    keys: KeyFilter | None = None,
 ) -> CommitInfo | None:
     """One staged commit attempt: the landed commit, or None when ``main`` moved meanwhile."""
     branch = staging_branch(target.writer_id, commit.batch_id, target.epoch, attempt)
     staged_commit.create_branch(base, branch)
     try:
-        write_branch(final, branch_table(target.handle.spark_name(), branch), target.primary_key, commit)
+        write_branch(
+            final, branch_table(target.handle.spark_name(), branch), target.primary_key, commit, keys
+        )
         table, head = staged_commit.branch_head(target.handle, branch)
         snapshot = table.snapshot_by_id(head)
         check_staged_head(
@@ -152,7 +163,13 @@ def check_staged_head(
         raise CommitConflictError(f"staging branch {branch} holds another write's summary: {written}")
 
 
-def write_branch(final: DataFrame, table: str, primary_key: Sequence[str], commit: CommitInfo) -> None:
+def write_branch(
+    final: DataFrame,
+    table: str,
+    primary_key: Sequence[str],
+    commit: CommitInfo,
+    keys: KeyFilter | None = None,
+) -> None:
     """Write the batch to ``table`` (a branch) with its ``logstore.*`` summary, in a session of its own.
 
     Summary properties are session settings in Iceberg's Spark writes: a session used by this one
@@ -166,7 +183,10 @@ def write_branch(final: DataFrame, table: str, primary_key: Sequence[str], commi
     final.createOrReplaceGlobalTempView(view)
     try:
         columns = [f.name for f in final.schema.fields if f.name != OP_COLUMN]
-        session.sql(write_sql(table, f"global_temp.{view}", columns, primary_key)).collect()
+        statement = write_sql(
+            table, f"global_temp.{view}", columns, primary_key, keys.sql("t") if keys else None
+        )
+        session.sql(statement).collect()
     finally:
         final.sparkSession.catalog.dropGlobalTempView(view)
 
@@ -176,12 +196,18 @@ def branch_table(table_name: str, branch: str) -> str:
     return f"{table_name}.`branch_{branch}`"
 
 
-def write_sql(target: str, view: str, columns: Sequence[str], primary_key: Sequence[str]) -> str:
-    """``INSERT`` (no key) or ``MERGE`` of ``view`` into ``target``: per key, the last change wins."""
+def write_sql(
+    target: str, view: str, columns: Sequence[str], primary_key: Sequence[str], scope: str | None = None
+) -> str:
+    """``INSERT`` (no key) or ``MERGE`` of ``view`` into ``target``: per key, the last change wins.
+
+    :param scope: a condition on the target (``t``) that every row of the batch's keys meets: it goes
+        into the MERGE's condition, where Iceberg and Spark push it into the target's scan.
+    """
     quoted = [f"`{c}`" for c in columns]
     if not primary_key:
         return f"INSERT INTO {target} SELECT {', '.join(quoted)} FROM {view}"
-    on = " AND ".join(f"t.`{c}` = s.`{c}`" for c in primary_key)
+    on = " AND ".join([*(f"t.`{c}` = s.`{c}`" for c in primary_key), *([scope] if scope else [])])
     updates = ", ".join(f"t.{c} = s.{c}" for c in quoted)
     values = ", ".join(f"s.{c}" for c in quoted)
     return (

@@ -31,7 +31,7 @@ from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.exceptions import OptionError
 from airflow_logstore.spark.committing import CommitTarget, commit_batch
 from airflow_logstore.spark.inputs import read_raw, validated_changes
-from airflow_logstore.spark.planning import BatchPlan, plan_row_kinds
+from airflow_logstore.spark.planning import BatchPlan, key_filter, plan_row_kinds
 from airflow_logstore.spark.producing import (
     NOTHING_PRODUCED,
     ProduceContext,
@@ -189,7 +189,8 @@ class DualWriter:
         target = self.spark.table(self.handle.spark_name())  # main as it is now (the catalog is uncached)
         changes = validated_changes(raw, target.schema, self.primary_key, self.change_column)  # 2
         try:
-            plan = plan_row_kinds(changes, target, self.primary_key).persisted()  # 3
+            keys = key_filter(changes, self.primary_key)
+            plan = plan_row_kinds(changes, target, self.primary_key, keys).persisted()  # 3
             try:
                 written = self._write_planned(plan, changes, result)  # 4 to 6
             finally:
@@ -209,7 +210,7 @@ class DualWriter:
         commit = self._commit_info(batch_id, produced)
         if EMIT_FILE not in self.emit_mode:
             return self._record(logged, commit)
-        landed = commit_batch(self._commit_target(), plan.final, commit)
+        landed = commit_batch(self._commit_target(), plan.final, commit, plan.keys)
         self._crash_point("after-commit", batch_id)
         return self._record(replace(logged, snapshot_id=landed.snapshot_id), landed)
 

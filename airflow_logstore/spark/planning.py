@@ -8,8 +8,9 @@ append (``+I``).
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.spark.inputs import OP_COLUMN, ROW_COLUMN
@@ -34,6 +35,57 @@ JSON_OPTIONS = {
 }
 
 
+#: A batch with more distinct keys than this reads the table without a key filter (the filter is a list
+#: of literals: in the scan's pushed filter and in the MERGE's statement).
+KEY_FILTER_LIMIT = 50_000
+
+
+@dataclass(frozen=True)
+class KeyFilter:
+    """The distinct values of the batch's first key column: the only rows of the table it can touch.
+
+    Pushed into the scan that looks up the batch's current rows and into the MERGE's target, it lets
+    Iceberg skip buckets (and files whose key range holds none of them) and Spark drop every other
+    row before any join, so neither joins nor shuffles the whole table.
+    """
+
+    column: str
+    values: tuple[Any, ...]
+
+    def condition(self) -> Column:
+        return quoted(self.column).isin(list(self.values))
+
+    def sql(self, alias: str) -> str:
+        """The filter in Spark SQL on the table ``alias`` (``false`` for an empty batch)."""
+        if not self.values:
+            return "false"
+        return f"{alias}.`{self.column}` IN ({', '.join(sql_literal(v) for v in self.values)})"
+
+
+def sql_literal(value: Any) -> str:
+    """A key value (int, long, string, date, boolean: the key types) as a Spark SQL literal."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, datetime.date):
+        return f"DATE '{value.isoformat()}'"
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    raise TypeError(f"a key value of type {type(value).__name__} has no SQL literal here")
+
+
+def key_filter(changes: DataFrame, primary_key: Sequence[str]) -> KeyFilter | None:
+    """The batch's :class:`KeyFilter` (None without a key, or with more than KEY_FILTER_LIMIT values)."""
+    if not primary_key:
+        return None
+    column = primary_key[0]
+    rows = changes.select(quoted(column)).distinct().limit(KEY_FILTER_LIMIT + 1).collect()
+    if len(rows) > KEY_FILTER_LIMIT:
+        return None
+    return KeyFilter(column, tuple(sorted(row[0] for row in rows)))
+
+
 @dataclass(frozen=True)
 class BatchPlan:
     """A planned batch as Spark frames (lazy until an action runs).
@@ -41,39 +93,70 @@ class BatchPlan:
     :param records: the log records: key, value, input row, place in the row's change.
     :param final: the last change of each key (the table's columns and the change kind): the MERGE's source.
     :param noop_deletes: deletes of keys the table does not hold (None for tables without a key).
+    :param lookup: the table's current rows of the batch's keys (None for tables without a key): read
+        once, then both the before-images and the no-op deletes come from it.
+    :param keys: where the batch's keys can be in the table (None: anywhere).
     """
 
     records: DataFrame
     final: DataFrame
     noop_deletes: DataFrame | None
+    lookup: DataFrame | None = None
+    keys: KeyFilter | None = None
 
     def persisted(self) -> BatchPlan:
-        """The same plan with its records cached: they are counted, then produced."""
-        return BatchPlan(self.records.persist(), self.final, self.noop_deletes)
+        """The same plan with its lookup and records cached: the table is read once per batch, the
+        records are counted, then produced."""
+        lookup = self.lookup.persist() if self.lookup is not None else None
+        return replace(self, records=self.records.persist(), lookup=lookup)
 
     def unpersist(self) -> None:
         self.records.unpersist()
+        if self.lookup is not None:
+            self.lookup.unpersist()
 
     def count_noop_deletes(self) -> int:
         return 0 if self.noop_deletes is None else self.noop_deletes.count()
 
 
-def plan_row_kinds(changes: DataFrame, target: DataFrame, primary_key: Sequence[str]) -> BatchPlan:
+def plan_row_kinds(
+    changes: DataFrame, target: DataFrame, primary_key: Sequence[str], keys: KeyFilter | None = None
+) -> BatchPlan:
     """Plan the log records, final per-key state and no-op deletes of validated ``changes``.
 
     :param target: the table as it is now (``main``): where before-images come from.
+    :param keys: the batch's :func:`key_filter`, pushed into the lookup of the table.
     """
     columns = [f.name for f in target.schema.fields]
     if not primary_key:
         return BatchPlan(append_records(changes, columns), table_columns(changes, columns), None)
+    lookup = current_rows(changes, target, primary_key, keys)
     with_before = before_and_after(
-        with_table_rows(changes, target, columns, primary_key), columns, primary_key
+        with_table_rows(changes, lookup, columns, primary_key), columns, primary_key
     )
     return BatchPlan(
         row_kind_records(with_before),
         last_change_per_key(changes, columns, primary_key),
         noop_deletes(with_before),
+        lookup,
+        keys,
     )
+
+
+def current_rows(
+    changes: DataFrame, target: DataFrame, primary_key: Sequence[str], keys: KeyFilter | None
+) -> DataFrame:
+    """The table's rows whose key is in the batch.
+
+    With a key filter the scan reads only what can hold the batch's keys, and the batch's keys are
+    broadcast: the table is streamed once, never shuffled.
+    """
+    from pyspark.sql import functions as F
+
+    batch_keys = changes.select(*[quoted(c) for c in primary_key]).distinct()
+    if keys is None:  # a very large batch: let Spark choose the join
+        return target.join(batch_keys, list(primary_key), "left_semi")
+    return target.where(keys.condition()).join(F.broadcast(batch_keys), list(primary_key), "left_semi")
 
 
 def append_records(changes: DataFrame, columns: Sequence[str]) -> DataFrame:
@@ -95,7 +178,10 @@ def table_columns(frame: DataFrame, columns: Sequence[str]) -> DataFrame:
 def with_table_rows(
     changes: DataFrame, target: DataFrame, columns: Sequence[str], primary_key: Sequence[str]
 ) -> DataFrame:
-    """Each change with its key's current row in the table (``_table_row``; null when there is none)."""
+    """Each change with its key's current row (``_table_row``; null when there is none).
+
+    :param target: the table's rows, or only those of the batch's keys (:func:`current_rows`).
+    """
     from pyspark.sql import functions as F
 
     current = target.select(*[quoted(c).alias(CURRENT_PREFIX + c) for c in columns])

@@ -14,6 +14,7 @@ from airflow_logstore.core.summary import S_EPOCH, S_OPERATION, S_WRITER, Commit
 from airflow_logstore.exceptions import SchemaMismatchError, TablePropertyError
 from airflow_logstore.log import kafka_client
 from airflow_logstore.table.catalog import CatalogSpec, TableName, default_catalog
+from airflow_logstore.table.layout import key_bucket_spec, layout_note
 from airflow_logstore.table.schema import (
     describe_schema,
     field_types,
@@ -255,7 +256,10 @@ def _ensure_iceberg_table(
 
     try:
         catalog.create_table(
-            handle.name.identifier, iceberg_schema, properties={**ICEBERG_DEFAULTS, **properties}
+            handle.name.identifier,
+            iceberg_schema,
+            partition_spec=key_bucket_spec(iceberg_schema, config.key_buckets),
+            properties={**ICEBERG_DEFAULTS, **properties},
         )
         return True
     except TableAlreadyExistsError:  # a concurrent create won; it must be the same table
@@ -310,6 +314,7 @@ def show_table(handle: LogStoreTable) -> dict[str, Any]:
         "log_store": log_store,
         "snapshots": len(table.snapshots()),
         "current_snapshot": _show_snapshot(table.current_snapshot()),
+        "layout_note": layout_note(table, str(handle.name), config.key_buckets),
     }
 
 

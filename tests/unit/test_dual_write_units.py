@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import threading
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from airflow_logstore.exceptions import CommitConflictError, FencedError, Option
 from airflow_logstore.pause import InjectedFailure, fail_once, on_pause, pause_point
 from airflow_logstore.spark.committing import branch_table, check_staged_head, settled_by, write_sql
 from airflow_logstore.spark.dual_write import BatchResult, CrashPoint, task_identity
+from airflow_logstore.spark.planning import KeyFilter, sql_literal
 from airflow_logstore.spark.producing import NOTHING_PRODUCED, Produced, merge_task_reports, produce_tasks
 
 
@@ -197,3 +199,34 @@ def test_a_crash_point_names_a_stage_and_a_batch(text: str) -> None:
 def test_crash_points_parse() -> None:
     assert CrashPoint.parse("after-commit:3") == CrashPoint("after-commit", 3)
     assert CrashPoint.parse(None) is None and CrashPoint.parse("") is None
+
+
+# -- the batch's keys, pushed into the lookup and the MERGE (issue 18) -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "literal"),
+    [
+        (42, "42"),
+        (-7, "-7"),
+        (True, "true"),
+        (False, "false"),
+        (datetime.date(2024, 2, 29), "DATE '2024-02-29'"),
+        ("plain", "'plain'"),
+        ("o'brien", "'o\\'brien'"),
+        ("back\\slash", "'back\\\\slash'"),
+    ],
+)
+def test_key_values_become_spark_sql_literals(value: Any, literal: str) -> None:
+    assert sql_literal(value) == literal
+
+
+def test_a_key_filter_names_the_first_key_column_of_the_target() -> None:
+    assert KeyFilter("id", (1, 5, 9)).sql("t") == "t.`id` IN (1, 5, 9)"
+    assert KeyFilter("id", ()).sql("t") == "false"  # an empty batch touches no row
+
+
+def test_the_merge_reads_only_the_rows_of_the_batch_s_keys() -> None:
+    sql = write_sql("cat.db.t.`branch_b`", "global_temp.v", ["id", "name"], ["id"], "t.`id` IN (1, 2)")
+    assert "USING global_temp.v s ON t.`id` = s.`id` AND t.`id` IN (1, 2) WHEN MATCHED" in sql
+    assert write_sql("x", "v", ["a"], [], "t.`a` IN (1)") == "INSERT INTO x SELECT `a` FROM v"

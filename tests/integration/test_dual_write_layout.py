@@ -1,0 +1,118 @@
+"""Key tables bucketed by their key (issue 18): new tables, tables created before, and the way between."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_logstore.core.changes import apply_final, plan_batch
+from airflow_logstore.spark.dual_write import open_writer
+from airflow_logstore.table.layout import is_key_bucketed
+from airflow_logstore.table.tables import show_table
+from airflow_logstore.testing.tables import eventual_log, fold_log, make_table, table_state, write_jsonl
+
+BATCHES: list[list[dict[str, Any]]] = [
+    [{"id": i, "name": f"n{i}", "amount": i * 10} for i in range(1, 41)],
+    [
+        {"id": 1, "name": "n1-b", "amount": 11, "op": "update"},
+        {"id": 2, "op": "delete"},
+        {"id": 41, "name": "n41", "amount": 410, "op": "insert"},
+        {"id": 41, "name": "n41-b", "amount": 411, "op": "update"},
+        {"id": 99, "op": "delete"},
+        {"id": 17, "name": "n17-b", "amount": 171, "op": "upsert"},
+    ],
+    [
+        {"id": 1, "op": "delete"},
+        {"id": 2, "name": "n2-again", "amount": 22, "op": "insert"},
+        {"id": 30, "name": "n30-c", "amount": 33, "op": "upsert"},
+    ],
+]
+
+
+def _expected(batches: list[list[dict[str, Any]]], key: list[str]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    state: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for rows in batches:
+        full = [{"name": None, "amount": None, **row} for row in rows]
+        state = apply_final(state, plan_batch(full, key, state).final)
+    return state
+
+
+def _write(
+    spark: Any, handle: Any, tmp_path: Path, batches: list[list[dict[str, Any]]], writer: str
+) -> list[Any]:
+    dual = open_writer(spark, str(handle.name), writer_id=writer)
+    return [
+        dual.write_path(str(write_jsonl(tmp_path / f"{writer}-{n}.jsonl", rows)), n)
+        for n, rows in enumerate(batches, start=1)
+    ]
+
+
+def _rows(state: dict[tuple[Any, ...], dict[str, Any]]) -> dict[tuple[Any, ...], tuple[Any, Any]]:
+    return {key: (row["name"], row["amount"]) for key, row in state.items()}
+
+
+def test_a_new_key_table_is_bucketed_by_its_key_and_batches_apply_exactly(env, spark, tmp_path: Path) -> None:
+    handle = make_table(env)
+    table = handle.load()
+    (field,) = table.spec().fields
+    assert str(field.transform) == "bucket[16]" and field.name == "id_bucket"
+    assert is_key_bucketed(table) and show_table(handle)["layout_note"] is None
+
+    results = _write(spark, handle, tmp_path, BATCHES, "bucketed")
+
+    assert [r.noop_deletes for r in results] == [0, 1, 0]
+    assert _rows(table_state(handle)) == _rows(_expected(BATCHES, ["id"]))
+    assert _rows(fold_log(eventual_log(handle), ["id"])) == _rows(table_state(handle))
+    assert len({f["partition"]["id_bucket"] for f in handle.load().inspect.files().to_pylist()}) > 1
+
+
+def test_a_table_created_before_the_layout_still_works_and_show_says_how_to_adopt_it(
+    env, spark, tmp_path: Path
+) -> None:
+    handle = make_table(env, properties={"log-store.key-buckets": "0"})
+    with handle.load().transaction() as tx:  # now as a table created before the setting existed
+        tx.remove_properties("log-store.key-buckets")
+    assert handle.load().spec().is_unpartitioned()
+    note = show_table(handle)["layout_note"]
+    assert note is not None
+    assert f"ALTER TABLE {handle.name} ADD PARTITION FIELD bucket(16, `id`)" in note
+    assert "rewrite-all=true" in note
+
+    _write(spark, handle, tmp_path, BATCHES[:2], "old-layout")
+    assert _rows(table_state(handle)) == _rows(_expected(BATCHES[:2], ["id"]))
+
+    # Adopting the layout as the note says: later batches land in buckets, older rows stay where they are.
+    spark.sql(f"ALTER TABLE {handle.spark_name()} ADD PARTITION FIELD bucket(16, `id`)")
+    assert show_table(handle)["layout_note"] is None
+    dual = open_writer(spark, str(handle.name), writer_id="old-layout")
+    result = dual.write_path(str(write_jsonl(tmp_path / "after-evolution.jsonl", BATCHES[2])), 3)
+    assert not result.skipped and result.noop_deletes == 0
+    assert _rows(table_state(handle)) == _rows(_expected(BATCHES, ["id"]))
+    assert _rows(fold_log(eventual_log(handle), ["id"])) == _rows(table_state(handle))
+
+
+@pytest.mark.parametrize("buckets", ["0", "4"])
+def test_string_keys_with_quotes_and_backslashes_reach_their_rows(
+    env, spark, tmp_path: Path, buckets: str
+) -> None:
+    """The batch's keys go into the lookup's filter and the MERGE's statement as literals."""
+    handle = make_table(
+        env,
+        schema="region string, id long, name string, amount long",
+        primary_key=("region", "id"),
+        properties={"log-store.key-buckets": buckets},
+    )
+    awkward = ["o'brien", "back\\slash", 'dq"x', "plain", "ünï"]
+    first = [{"region": r, "id": i, "name": f"{r}-{i}", "amount": i} for r in awkward for i in (1, 2)]
+    second = [
+        {"region": "o'brien", "id": 1, "name": "moved", "amount": 5, "op": "update"},
+        {"region": "back\\slash", "id": 2, "op": "delete"},
+        {"region": 'dq"x', "id": 3, "name": "new", "amount": 7, "op": "insert"},
+        {"region": "nowhere", "id": 1, "op": "delete"},
+    ]
+    results = _write(spark, handle, tmp_path, [first, second], f"strings-{buckets}")
+    assert results[1].noop_deletes == 1
+    expected = _expected([first, second], ["region", "id"])
+    assert _rows(table_state(handle)) == _rows(expected)
