@@ -42,9 +42,11 @@ class PropertySpec:
 
 
 DEFAULT_PARTITIONS = 3
-#: Buckets of a key table's partition spec (``bucket(N, <first key column>)``): a batch's lookup of its
-#: keys' current rows and its MERGE read the buckets its keys fall in, and join without a shuffle.
-DEFAULT_KEY_BUCKETS = 16
+#: Buckets of a key table's partition spec (``bucket(N, <first key column>)``), 0 for none. A batch's keys
+#: are pushed into its lookup and its MERGE whatever the layout; buckets let a batch with fewer keys
+#: than buckets skip the others (a batch of thousands of keys touches every bucket). Opt-in: pyiceberg
+#: appends to a bucketed table need the optional pyiceberg-core package.
+DEFAULT_KEY_BUCKETS = 0
 DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
 
@@ -136,7 +138,7 @@ PROPERTY_SPECS: tuple[PropertySpec, ...] = (
         "int",
         DEFAULT_KEY_BUCKETS,
         "Buckets of a key table's partition spec, bucket(N, first key column), set when the table is "
-        "created (0: unpartitioned, the layout of tables created before this setting).",
+        "created (0: unpartitioned). Recorded on every table created since it exists.",
         "logstore",
         minimum=0,
     ),

@@ -1,14 +1,17 @@
-"""The data layout of key tables: bucketed by the primary key, so a batch reads only its keys' buckets.
+"""The data layout of key tables, and what a table created before ``log-store.key-buckets`` is told.
 
-A key table is created with ``bucket(N, <first key column>)`` in its partition spec (N is the table
-property ``log-store.key-buckets``, 16 unless set; 0 keeps the table unpartitioned). The dual write's
-lookup of its keys' current rows and its MERGE push the batch's keys into the scan: Iceberg keeps only
-the buckets (and files) that can hold them. Tables created before this layout keep working; ``logstore
-table show`` says how to adopt it (:func:`layout_note`).
+A batch's lookup of its keys' current rows and its MERGE read only the rows of the batch's keys whatever
+the layout (the keys are pushed into both scans; :mod:`airflow_logstore.spark.planning`): a table
+created before keeps working and gets that at once. A key table may also be created bucketed by its key,
+``bucket(N, <first key column>)`` with ``log-store.key-buckets=N`` (0, unpartitioned, by default): a
+batch with fewer distinct keys than buckets then skips the other buckets' files; a batch of thousands of
+keys touches every bucket. Every table created since the setting exists records it
+(:func:`creation_properties`); ``logstore table show`` gives a table without it a note (:func:`layout_note`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from airflow_logstore.table.schema import primary_key_of
@@ -18,6 +21,7 @@ if TYPE_CHECKING:
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
 
+KEY_BUCKETS_PROPERTY = "log-store.key-buckets"
 #: Key types Iceberg's bucket transform takes (of the key types, all but boolean).
 BUCKETABLE_TYPES = ("int", "long", "string", "date")
 
@@ -60,17 +64,27 @@ def is_key_bucketed(table: Table) -> bool:
     )
 
 
-def layout_note(table: Table, name: str, buckets: int) -> str | None:
-    """How a key table created before the bucketed layout adopts it (None when nothing to do)."""
+def creation_properties(properties: Mapping[str, str], buckets: int) -> dict[str, str]:
+    """The properties a new table is created with: ``properties`` plus its ``log-store.key-buckets``."""
+    return {KEY_BUCKETS_PROPERTY: str(buckets), **properties}
+
+
+def layout_note(table: Table, name: str, buckets: int = 16) -> str | None:
+    """What a key table created before ``log-store.key-buckets`` can do (None for any other table).
+
+    :param buckets: the bucket count the note suggests.
+    """
     column = bucket_column(table.schema())
-    if column is None or buckets <= 0 or is_key_bucketed(table):
+    if column is None or KEY_BUCKETS_PROPERTY in table.properties or is_key_bucketed(table):
         return None
     return (
-        f"This key table is not bucketed by its key (it was created before log-store.key-buckets): each "
-        f"batch's lookup of its keys and its MERGE read every file of the table, so a batch costs more as "
-        f"the table grows. It keeps working as it is. To adopt the new layout, add the partition field "
-        f"(Spark SQL with the Iceberg extensions): ALTER TABLE {name} ADD PARTITION FIELD "
-        f"bucket({buckets}, `{column}`). New batches are then written in buckets at once; a compaction that "
-        f"rewrites every file (logstore compact {name} --force --rewrite-option rewrite-all=true) moves "
-        f"the existing rows into them."
+        f"This key table was created before log-store.key-buckets. It keeps working, and a batch already "
+        f"reads only the rows of its own keys (they are pushed into the lookup and the MERGE). To adopt "
+        f"the layout of new tables, record it (Spark SQL with the Iceberg extensions): ALTER TABLE {name} "
+        f"SET TBLPROPERTIES ('{KEY_BUCKETS_PROPERTY}'='0'). To bucket the table by its key instead (worth it "
+        f"for batches with fewer distinct keys than buckets; pyiceberg appends then need pyiceberg-core): "
+        f"ALTER TABLE {name} ADD PARTITION FIELD bucket({buckets}, `{column}`) and SET TBLPROPERTIES "
+        f"('{KEY_BUCKETS_PROPERTY}'='{buckets}'); new batches are written in buckets at once, and a "
+        f"compaction that rewrites every file (logstore compact {name} --force --rewrite-option "
+        f"rewrite-all=true) moves the existing rows into them."
     )

@@ -14,7 +14,7 @@ from airflow_logstore.core.summary import S_EPOCH, S_OPERATION, S_WRITER, Commit
 from airflow_logstore.exceptions import SchemaMismatchError, TablePropertyError
 from airflow_logstore.log import kafka_client
 from airflow_logstore.table.catalog import CatalogSpec, TableName, default_catalog
-from airflow_logstore.table.layout import key_bucket_spec, layout_note
+from airflow_logstore.table.layout import creation_properties, key_bucket_spec, layout_note
 from airflow_logstore.table.schema import (
     describe_schema,
     field_types,
@@ -259,7 +259,7 @@ def _ensure_iceberg_table(
             handle.name.identifier,
             iceberg_schema,
             partition_spec=key_bucket_spec(iceberg_schema, config.key_buckets),
-            properties={**ICEBERG_DEFAULTS, **properties},
+            properties={**ICEBERG_DEFAULTS, **creation_properties(properties, config.key_buckets)},
         )
         return True
     except TableAlreadyExistsError:  # a concurrent create won; it must be the same table
@@ -314,7 +314,7 @@ def show_table(handle: LogStoreTable) -> dict[str, Any]:
         "log_store": log_store,
         "snapshots": len(table.snapshots()),
         "current_snapshot": _show_snapshot(table.current_snapshot()),
-        "layout_note": layout_note(table, str(handle.name), config.key_buckets),
+        "layout_note": layout_note(table, str(handle.name)),
     }
 
 
