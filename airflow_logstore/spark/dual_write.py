@@ -31,7 +31,7 @@ from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.exceptions import OptionError
 from airflow_logstore.spark.committing import CommitTarget, commit_batch
 from airflow_logstore.spark.inputs import read_raw, validated_changes
-from airflow_logstore.spark.planning import BatchPlan, key_filter, plan_row_kinds
+from airflow_logstore.spark.planning import BatchPlan, KeyFilter, key_filter, plan_row_kinds
 from airflow_logstore.spark.producing import (
     NOTHING_PRODUCED,
     ProduceContext,
@@ -189,8 +189,7 @@ class DualWriter:
         target = self.spark.table(self.handle.spark_name())  # main as it is now (the catalog is uncached)
         changes = validated_changes(raw, target.schema, self.primary_key, self.change_column)  # 2
         try:
-            keys = key_filter(changes, self.primary_key)
-            plan = plan_row_kinds(changes, target, self.primary_key, keys).persisted()  # 3
+            plan = self._plan(changes, target, key_filter(changes, self.primary_key)).persisted()  # 3
             try:
                 written = self._write_planned(plan, changes, result)  # 4 to 6
             finally:
@@ -198,6 +197,10 @@ class DualWriter:
         finally:
             changes.unpersist()
         return replace(written, seconds=round(time.monotonic() - started, 3))
+
+    def _plan(self, changes: DataFrame, target: DataFrame, keys: KeyFilter | None) -> BatchPlan:
+        """Plan the row kinds (a method so that a test can hold the MERGE by wrapping its source)."""
+        return plan_row_kinds(changes, target, self.primary_key, keys)
 
     def _write_planned(self, plan: BatchPlan, changes: DataFrame, result: BatchResult) -> BatchResult:
         """Produce the planned records, commit the batch to the table, record the commit."""

@@ -7,6 +7,7 @@ import logging
 import os
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -329,11 +330,13 @@ class GatedWriter(DualWriter):
     gate: Any = None
     tasks = 1
 
-    def _plan(self, changes: Any, target: Any) -> Any:
+    def _plan(self, changes: Any, target: Any, keys: Any) -> Any:
         from pyspark.sql import functions as F
 
-        records, final = super()._plan(changes, target)
-        return records, final.repartition(self.tasks).withColumn("id", self.gate(F.col("id")))
+        plan = super()._plan(changes, target, keys)
+        return replace(
+            plan, final=plan.final.repartition(self.tasks).withColumn("id", self.gate(F.col("id")))
+        )
 
 
 class Gate:
