@@ -25,7 +25,7 @@ from airflow_logstore.core.control import ControlState
 from airflow_logstore.log import kafka_client
 
 if TYPE_CHECKING:
-    from airflow_logstore.log.kafka_client import ControlTopic
+    from airflow_logstore.log.control_topic import ControlTopic
 
 log = logging.getLogger(__name__)
 

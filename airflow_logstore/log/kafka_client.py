@@ -7,7 +7,6 @@ transactional; keys are partitioned with murmur2 like the Java client.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import threading
@@ -18,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_logstore.core import control, ranges
+from airflow_logstore.core import ranges
 from airflow_logstore.core.codec import PRODUCER_PARTITIONER
 from airflow_logstore.exceptions import KafkaUnavailableError, TopicError
 
@@ -590,161 +589,13 @@ def flush(prod: Producer, tracker: DeliveryTracker, expected: int, what: str, ti
         )
 
 
-# -- control topic -----------------------------------------------------------------------------------
-
-CONTROL_TOPIC_CONFIGS = {
-    "cleanup.policy": "compact",
-    "min.compaction.lag.ms": str(24 * 3600 * 1000),
-    "retention.ms": "-1",
-    # the protocol's only source of truth: an out-of-sync replica must never become its leader
-    "unclean.leader.election.enable": "false",
-    # the broker stamps every record: leases are judged by these timestamps, not by hosts' clocks
-    "message.timestamp.type": "LogAppendTime",
-}
-#: Settings an existing control topic is brought to (the others are only set on creation).
-CONTROL_TOPIC_ENFORCED = ("unclean.leader.election.enable", "message.timestamp.type")
-#: Records that move the control topic's end past an epoch floor (tombstones of one key: compacted away).
-EPOCH_FILL_KEY = "epoch-fill"
-#: The most filler records one claim writes; a larger gap is an error that asks for a look first.
-MAX_EPOCH_FILL = 5_000_000
-
-
-class ControlTopic:
-    """Reads and appends to a table's control topic (single partition, compacted).
-
-    :param epoch_floor: per writer the highest epoch the table already recorded (its snapshot
-        summaries); :meth:`claim_epoch` never hands out an epoch at or below it.
-    """
-
-    def __init__(
-        self, config: Mapping[str, Any], topic: str, epoch_floor: Callable[[str], int] | None = None
-    ) -> None:
-        self.config = dict(config)
-        self.topic = topic
-        self.epoch_floor = epoch_floor
-
-    def ensure(self, replication_factor: int | None = None) -> bool:
-        _, created = ensure_topic(
-            self.config,
-            self.topic,
-            partitions=1,
-            replication_factor=replication_factor,
-            topic_configs=CONTROL_TOPIC_CONFIGS,
-        )
-        if not created:
-            self._enforce_configs()
-        return created
-
-    def _enforce_configs(self) -> None:
-        """Bring an existing control topic (created before them) to :data:`CONTROL_TOPIC_ENFORCED`."""
-        from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
-
-        info = describe_topic(self.config, self.topic)
-        wanted = {key: CONTROL_TOPIC_CONFIGS[key] for key in CONTROL_TOPIC_ENFORCED}
-        changes = {k: v for k, v in wanted.items() if info is None or info.configs.get(k) != v}
-        if not changes:
-            return
-        entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in changes.items()]
-        resource = ConfigResource(ConfigResource.Type.TOPIC, self.topic, incremental_configs=entries)
-        admin = admin_client(self.config)  # kept until the result: a dropped client cancels it
-        admin.incremental_alter_configs([resource])[resource].result(timeout=30.0)
-        log.warning("control topic '%s': set %s (it was created without them)", self.topic, changes)
-
-    def read(self) -> control.ControlState:
-        """The control state up to the topic's end at call time: the latest checkpoint (see
-        :mod:`airflow_logstore.log.checkpoints`) with every record after it folded on."""
-        from airflow_logstore.log.checkpoints import read_state
-
-        return read_state(self)
-
-    def append(self, key: str, value: Mapping[str, Any] | None) -> int:
-        """Write one record durably and return its offset."""
-        tracker = DeliveryTracker()
-        with shared_producer(self.config, **{"linger.ms": 0}) as prod:
-            prod.produce(
-                self.topic, key=key.encode(), value=control.encode(value), partition=0, on_delivery=tracker
-            )
-            flush(prod, tracker, 1, f"control topic '{self.topic}'", timeout=60.0)
-        return tracker.offsets[0][0]
-
-    def claim_epoch(self, writer_id: str, owner: str = "", floor: int | None = None) -> int:
-        """A new epoch for ``writer_id``: above every earlier claim and above ``floor``.
-
-        The epoch is the claim's offset + 1 (see core.control), so claims only regress when the
-        control topic was lost and recreated: its offsets start again at 0 while the table's snapshot
-        summaries still carry the epochs that committed. An epoch at or below those would make a new
-        attempt look older than a zombie. So the topic's end is first moved past the floor with filler
-        records, then the claim is appended; offsets only grow, so its epoch is above the floor by
-        construction (checked all the same). Filling, not failing: a writer recovers by itself, once.
-
-        :param floor: the highest epoch already recorded for the writer; by default asked of
-            ``epoch_floor`` (0 without one).
-        :raises TopicError: the gap is larger than :data:`MAX_EPOCH_FILL` records, or the claim still
-            landed at or below the floor (the topic was recreated once more meanwhile).
-        """
-        if floor is None:
-            floor = self.epoch_floor(writer_id) if self.epoch_floor is not None else 0
-        self._fill_to(floor, writer_id)
-        offset = self.append(
-            control.epoch_key(writer_id), {"writer": writer_id, "owner": owner, "claimed_at_ms": _now_ms()}
-        )
-        if offset + 1 <= floor:
-            raise TopicError(
-                f"control topic '{self.topic}': epoch claim {offset + 1} of writer '{writer_id}' is "
-                f"not above epoch {floor} the table already recorded; the topic was recreated meanwhile"
-            )
-        return offset + 1
-
-    def end_offset(self) -> int:
-        cons = consumer(self.config)
-        try:
-            return partition_offsets(cons, self.topic, 1)[0][1]
-        finally:
-            cons.close()
-
-    def _fill_to(self, floor: int, writer_id: str) -> None:
-        """Append filler records until the next offset is at least ``floor`` (the next epoch above it)."""
-        end = self.end_offset() if floor > 0 else 0
-        missing = floor - end
-        if missing <= 0:
-            return
-        if missing > MAX_EPOCH_FILL:
-            raise TopicError(
-                f"control topic '{self.topic}' ends at offset {end}, but the table recorded epoch "
-                f"{floor} of writer '{writer_id}': the control topic was lost or recreated, and {missing} "
-                f"filler records (more than {MAX_EPOCH_FILL}) would be needed to keep epochs growing; "
-                "restore the topic"
-            )
-        log.warning(
-            "control topic '%s' ends at offset %s below epoch %s that the table recorded for writer '%s' "
-            "(was it recreated?): appending %s filler records so that epochs keep growing",
-            self.topic,
-            end,
-            floor,
-            writer_id,
-            missing,
-        )
-        self.append_fill(missing)
-
-    def append_fill(self, count: int) -> None:
-        """Append ``count`` filler tombstones (ignored by readers, removed by compaction)."""
-        tracker = DeliveryTracker()
-        fill: Outgoing = (EPOCH_FILL_KEY.encode(), None, 0, None)
-        with shared_producer(self.config, **{"linger.ms": 5}) as prod:
-            produce_each(prod, self.topic, itertools.repeat(fill, count), tracker)
-            flush(prod, tracker, count, f"control topic '{self.topic}' (epoch fill)", timeout=600.0)
-
-    def record_commit(self, commit_json: Mapping[str, Any], writer_id: str, batch_id: int) -> int:
-        return self.append(control.commit_key(writer_id, batch_id), commit_json)
-
-
 def message_timestamp_ms(message: Message) -> int | None:
     """The record's Kafka timestamp (``LogAppendTime`` or ``CreateTime``), None when it has none."""
     kind, value = message.timestamp()
     return None if kind == 0 or value < 0 else int(value)  # 0: TIMESTAMP_NOT_AVAILABLE
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
     return int(time.time() * 1000)
 
 

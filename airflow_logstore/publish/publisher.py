@@ -33,7 +33,7 @@ from airflow_logstore.core.visibility import (
     scan_watermark,
     watermark_scan_range,
 )
-from airflow_logstore.log import kafka_client
+from airflow_logstore.log import control_topic, kafka_client
 from airflow_logstore.log.checkpoints import maybe_checkpoint
 from airflow_logstore.pause import pause_point
 from airflow_logstore.table.tables import LogStoreTable, snapshot_commits
@@ -101,7 +101,7 @@ def publish_visible_offsets(handle: LogStoreTable) -> PublishReport:
     return report
 
 
-def record_commits(ctl: kafka_client.ControlTopic, commits: Iterable[CommitInfo]) -> list[str]:
+def record_commits(ctl: control_topic.ControlTopic, commits: Iterable[CommitInfo]) -> list[str]:
     """Append ``commits`` to the control topic's ledger, in order; return their "writer/batch/epoch"."""
     added = []
     for commit in commits:
@@ -111,7 +111,7 @@ def record_commits(ctl: kafka_client.ControlTopic, commits: Iterable[CommitInfo]
 
 
 def sync_ledger(
-    handle: LogStoreTable, ctl: kafka_client.ControlTopic, state: control.ControlState, table: Any = None
+    handle: LogStoreTable, ctl: control_topic.ControlTopic, state: control.ControlState, table: Any = None
 ) -> list[str]:
     """Add the commits of live snapshots that the ledger lacks; return their "writer/batch/epoch".
 

@@ -50,7 +50,7 @@ from typing import Any, Protocol
 from airflow_logstore.core import control
 from airflow_logstore.core import reconcile as core
 from airflow_logstore.exceptions import FencedError, OptionError
-from airflow_logstore.log import kafka_client
+from airflow_logstore.log import control_topic, kafka_client
 from airflow_logstore.log.deadletter import dead_letter_topic_name
 from airflow_logstore.publish.publisher import sync_ledger
 from airflow_logstore.reconcile import scan as reconcile_scan
@@ -148,7 +148,7 @@ class ReconcilerLease:
 
     def __init__(
         self,
-        ctl: kafka_client.ControlTopic,
+        ctl: control_topic.ControlTopic,
         owner: str,
         ttl_s: float,
         name: str = LEASE_NAME,
@@ -365,7 +365,7 @@ class TableLog:
     table: Any  # the pyiceberg table as loaded at the start
     config: Any  # its LogStoreConfig
     topic: str
-    ctl: kafka_client.ControlTopic
+    ctl: control_topic.ControlTopic
     kafka_config: dict[str, Any]
 
     @classmethod
@@ -476,7 +476,7 @@ def _run(
 # --- the steps of a run -------------------------------------------------------------------------------
 
 
-def take_lease(ctl: kafka_client.ControlTopic, owner: str, ttl_s: float) -> ReconcilerLease | control.Lease:
+def take_lease(ctl: control_topic.ControlTopic, owner: str, ttl_s: float) -> ReconcilerLease | control.Lease:
     """Step 1: our lease, held and renewed from now on; or, when another reconciler holds it, the
     live holder (our claim is released at once)."""
     lease = ReconcilerLease(ctl, owner, ttl_s)
@@ -600,7 +600,7 @@ def produce(
 
 
 def record_gaps(
-    ctl: kafka_client.ControlTopic, gaps: Iterable[core.Gap], run: int, lease: ReconcilerLease
+    ctl: control_topic.ControlTopic, gaps: Iterable[core.Gap], run: int, lease: ReconcilerLease
 ) -> None:
     """A ``log-gap/<partition>`` control record per retention gap: the log needs a hybrid re-read."""
     for gap in gaps:
@@ -611,7 +611,7 @@ def record_gaps(
 
 
 def record_progress(
-    ctl: kafka_client.ControlTopic,
+    ctl: control_topic.ControlTopic,
     lease: ReconcilerLease,
     window: Window,
     positions: Mapping[int, int],

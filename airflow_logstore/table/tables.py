@@ -13,6 +13,7 @@ from airflow_logstore.core.properties import LogStoreConfig, parse_table_propert
 from airflow_logstore.core.summary import S_EPOCH, S_OPERATION, S_WRITER, CommitInfo
 from airflow_logstore.exceptions import SchemaMismatchError, TablePropertyError
 from airflow_logstore.log import kafka_client
+from airflow_logstore.log.control_topic import ControlTopic
 from airflow_logstore.table.catalog import CatalogSpec, TableName, default_catalog
 from airflow_logstore.table.layout import creation_properties, key_bucket_spec, layout_note
 from airflow_logstore.table.schema import (
@@ -73,10 +74,10 @@ class LogStoreTable:
         _, bootstrap, _ = config.require_log()
         return kafka_client.client_config(bootstrap, self.kafka_extra)
 
-    def control(self, config: LogStoreConfig | None = None) -> kafka_client.ControlTopic:
+    def control(self, config: LogStoreConfig | None = None) -> ControlTopic:
         config = config or self.config()
         _, _, control_topic = config.require_log()
-        return kafka_client.ControlTopic(self.kafka_config(config), control_topic, self.epoch_floor)
+        return ControlTopic(self.kafka_config(config), control_topic, self.epoch_floor)
 
     def log_side(self, table: Table | None = None) -> LogSide:
         """The LogStore settings, Kafka client settings and control topic, from one read of the
@@ -104,7 +105,7 @@ class LogSide:
 
     config: LogStoreConfig
     kafka_config: dict[str, Any]
-    control: kafka_client.ControlTopic
+    control: ControlTopic
 
     @property
     def topic(self) -> str:
@@ -139,7 +140,7 @@ def recorded_epochs(table: Table) -> dict[str, int]:
     """Per writer the highest ``logstore.epoch`` in any snapshot summary the table still has (any ref).
 
     Epoch claims must stay above these even when the control topic is lost (see
-    :meth:`~airflow_logstore.log.kafka_client.ControlTopic.claim_epoch`).
+    :meth:`~airflow_logstore.log.control_topic.ControlTopic.claim_epoch`).
     """
     highest: dict[str, int] = {}
     for snapshot in table.snapshots():
@@ -239,7 +240,7 @@ def _ensure_topics(handle: LogStoreTable, config: LogStoreConfig) -> tuple[bool,
             "unclean.leader.election.enable": "false",
         },
     )
-    kafka_client.ControlTopic(kafka_config, control_topic).ensure(config.replication_factor)
+    ControlTopic(kafka_config, control_topic).ensure(config.replication_factor)
     return topic_created, info.partitions
 
 

@@ -107,7 +107,7 @@ def test_an_existing_control_topic_is_brought_to_broker_timestamps(env: Any) -> 
         replication_factor=1,
         topic_configs={"cleanup.policy": "compact"},
     )
-    assert kafka_client.ControlTopic(kafka_config, control_topic).ensure() is False
+    assert control_topic.ControlTopic(kafka_config, control_topic).ensure() is False
     info = kafka_client.describe_topic(kafka_config, control_topic)
     assert info is not None
     assert info.configs["message.timestamp.type"] == "LogAppendTime"

@@ -10,13 +10,9 @@ import pytest
 
 from airflow_logstore.core.properties import parse_table_properties
 from airflow_logstore.exceptions import TopicError
-from airflow_logstore.log import kafka_client
-from airflow_logstore.log.kafka_client import (
-    CONTROL_TOPIC_CONFIGS,
-    ControlTopic,
-    TopicInfo,
-    durability_configs,
-)
+from airflow_logstore.log import control_topic, kafka_client
+from airflow_logstore.log.control_topic import CONTROL_TOPIC_CONFIGS, ControlTopic
+from airflow_logstore.log.kafka_client import TopicInfo, durability_configs
 from airflow_logstore.table.tables import recorded_epochs
 
 # --- replication and topic settings -------------------------------------------------------------------
@@ -126,7 +122,7 @@ class InMemoryControlTopic(ControlTopic):
         return len(self.records)
 
     def append_fill(self, count: int) -> None:
-        self.records.extend([(kafka_client.EPOCH_FILL_KEY, None)] * count)
+        self.records.extend([(control_topic.EPOCH_FILL_KEY, None)] * count)
 
 
 def test_a_claim_above_the_floor_writes_only_the_claim() -> None:
@@ -141,7 +137,7 @@ def test_a_recreated_topic_never_hands_out_an_epoch_at_or_below_the_recorded_one
     epoch = topic.claim_epoch("w")
     assert floors == ["w"] and epoch == 43
     assert topic.records[-1][0] == "epoch/w"
-    assert {key for key, _ in topic.records[:-1]} == {kafka_client.EPOCH_FILL_KEY}
+    assert {key for key, _ in topic.records[:-1]} == {control_topic.EPOCH_FILL_KEY}
     assert topic.claim_epoch("w") == 44  # the next one needs no filler
 
 
@@ -153,7 +149,7 @@ def test_an_explicit_floor_wins_and_no_floor_means_zero() -> None:
 def test_a_gap_too_large_to_fill_is_an_error_naming_topic_writer_and_epoch(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(kafka_client, "MAX_EPOCH_FILL", 100)
+    monkeypatch.setattr(control_topic, "MAX_EPOCH_FILL", 100)
     topic = InMemoryControlTopic(lambda writer: 500, start=5)
     with pytest.raises(TopicError) as caught:
         topic.claim_epoch("w")

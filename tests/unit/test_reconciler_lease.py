@@ -13,7 +13,7 @@ import pytest
 
 from airflow_logstore.core import control
 from airflow_logstore.exceptions import FencedError, OptionError
-from airflow_logstore.log.kafka_client import ControlTopic
+from airflow_logstore.log.control_topic import ControlTopic
 from airflow_logstore.reconcile import reconciler
 from airflow_logstore.reconcile.reconciler import LEASE_SKEW_MARGIN_MS, ReconcilerLease
 
