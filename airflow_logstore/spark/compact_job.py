@@ -437,7 +437,7 @@ def options_from_args(args: argparse.Namespace) -> CompactionOptions:
 
 
 def parser() -> argparse.ArgumentParser:
-    from airflow_logstore.spark.jobs import add_report_id
+    from airflow_logstore.spark.results import add_report_id
 
     result = argparse.ArgumentParser(prog="compact", description="Compact a LogStore table")
     result.add_argument("--table", required=True)
@@ -462,7 +462,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``spark_jobs/compact.py``: prints one ``LOGSTORE_RESULT {json}`` line (and writes
     the report next to the table when ``--report-id`` is given)."""
     from airflow_logstore.spark.jobconf import job_settings, spark_conf_dict
-    from airflow_logstore.spark.jobs import emit_result
+    from airflow_logstore.spark.results import emit_result
     from airflow_logstore.spark.session import build_spark_session
     from airflow_logstore.table.tables import LogStoreTable
 

@@ -1,68 +1,25 @@
-"""Entry points of the PySpark jobs (``spark_jobs/*.py`` call these).
+"""Entry points of the dual-write and read PySpark jobs (``spark_jobs/*.py`` call these).
 
-Each prints one JSON result line (for a person at the console) and, when its submitter passed
-``--report-id``, writes the same result next to the table (:func:`emit_result`): an operator reads it
-there, because the driver's output is lost in cluster deploy mode.
+Each reports through :mod:`airflow_logstore.spark.results` (a result line, and the result next to the
+table for its submitter).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from airflow_logstore.exceptions import LogStoreError
+from airflow_logstore.spark.results import add_report_id, emit_result, job_session
 
 if TYPE_CHECKING:
     from airflow_logstore.spark.dual_write import DualWriter
     from airflow_logstore.table.catalog import CatalogSpec
-    from airflow_logstore.table.tables import LogStoreTable
 
-RESULT_PREFIX = "LOGSTORE_RESULT "
 log = logging.getLogger(__name__)
-
-
-def emit_result(result: Any, handle: LogStoreTable | None = None, report_id: str | None = None) -> None:
-    """Print the result line; with a ``report_id``, also write the result next to ``handle``'s table.
-
-    A result that cannot be written fails the job: its submitter would not find it.
-    """
-    print(RESULT_PREFIX + json.dumps(result, default=str), flush=True)
-    if not report_id:
-        return
-    if handle is None:
-        raise ValueError("a job result with a report id needs the table to write it next to")
-    from airflow_logstore.table.reports import write_result
-
-    log.info("result written to %s", write_result(handle.load(), report_id, result))
-
-
-def add_report_id(parser: argparse.ArgumentParser) -> None:
-    """``--report-id``: the submitter's tag of this attempt (its result and failure report)."""
-    parser.add_argument(
-        "--report-id",
-        default=None,
-        help="tag of this attempt's result and failure report next to the table (set by the operator)",
-    )
-
-
-def parse_result(output: str) -> dict[str, Any] | None:
-    """The last result line a job printed, or None."""
-    found = None
-    for line in output.splitlines():
-        index = line.find(RESULT_PREFIX)
-        if index >= 0:
-            found = json.loads(line[index + len(RESULT_PREFIX) :])
-    return found
-
-
-def _session(app: str) -> Any:
-    from airflow_logstore.spark.session import build_spark_session
-
-    return build_spark_session(app)
 
 
 def dual_write_parser() -> argparse.ArgumentParser:
@@ -107,7 +64,7 @@ def dual_write_main(argv: Sequence[str] | None = None) -> int:
     catalog: CatalogSpec | None = None
     try:
         crash_at = CrashPoint.parse(args.crash_at)
-        spark = _session(f"logstore-dual-write-{args.table}")
+        spark = job_session(f"logstore-dual-write-{args.table}")
         catalog, kafka_extra = job_settings(spark_conf_dict(spark))
         writer = open_writer(
             spark,
@@ -178,7 +135,7 @@ def read_table_main(argv: Sequence[str] | None = None) -> int:
     args = read_job.parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        spark = _session(f"logstore-read-{args.table}")
+        spark = job_session(f"logstore-read-{args.table}")
         catalog, kafka_extra = job_settings(spark_conf_dict(spark))
         result = read_job.run(spark, args, catalog, kafka_extra)
         emit_result(result, LogStoreTable.open(args.table, catalog, kafka_extra), args.report_id)

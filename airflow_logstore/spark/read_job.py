@@ -207,7 +207,7 @@ def send_dead_letters(reader: LogReader, dead: DataFrame) -> tuple[int, str]:
 
 
 def parser() -> argparse.ArgumentParser:
-    from airflow_logstore.spark.jobs import add_report_id
+    from airflow_logstore.spark.results import add_report_id
 
     p = argparse.ArgumentParser(prog="read_table", description="Read a LogStore table with Spark")
     p.add_argument("--table", required=True)

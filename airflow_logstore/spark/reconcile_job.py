@@ -412,7 +412,7 @@ class SparkEngine:
 
 
 def parser() -> argparse.ArgumentParser:
-    from airflow_logstore.spark.jobs import add_report_id
+    from airflow_logstore.spark.results import add_report_id
 
     p = argparse.ArgumentParser(prog="reconcile", description="Reconcile a LogStore table's log with Spark")
     p.add_argument("--table", required=True)
@@ -426,13 +426,13 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     from airflow_logstore.reconcile.reconciler import DEFAULT_LEASE_TTL_S, kill_at, reconcile
     from airflow_logstore.spark.jobconf import job_settings, spark_conf_dict
-    from airflow_logstore.spark.jobs import _session, emit_result
+    from airflow_logstore.spark.results import emit_result, job_session
     from airflow_logstore.table.tables import LogStoreTable
 
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        spark = _session(f"logstore-reconcile-{args.table}")
+        spark = job_session(f"logstore-reconcile-{args.table}")
         catalog, kafka_extra = job_settings(spark_conf_dict(spark))
         handle = LogStoreTable.open(args.table, catalog, kafka_extra)
         report = reconcile(

@@ -21,7 +21,7 @@ from airflow_logstore.read.reader import read_file, read_hybrid, read_log
 from airflow_logstore.reconcile.reconciler import reconcile
 from airflow_logstore.spark.compact_job import IcebergActions, run_compaction
 from airflow_logstore.spark.dual_write import DualWriter, open_writer
-from airflow_logstore.spark.jobs import parse_result
+from airflow_logstore.spark.results import parse_result
 from airflow_logstore.table.tables import LogStoreTable, snapshot_commits
 from airflow_logstore.testing.tables import fold_log, make_table
 

@@ -16,7 +16,7 @@ from airflow_logstore.exceptions import BadInputError, OptionError, SchemaMismat
 from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.reader import read_log
 from airflow_logstore.spark.dual_write import open_writer
-from airflow_logstore.spark.jobs import parse_result
+from airflow_logstore.spark.results import parse_result
 from airflow_logstore.table.tables import snapshot_commits
 from airflow_logstore.testing.tables import eventual_log, fold_log, make_table, table_state, write_jsonl
 

@@ -17,7 +17,7 @@ from airflow_logstore.core.changes import apply_final, plan_batch
 from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.reader import read_log
 from airflow_logstore.services.local import BrokerOptions, LocalBroker
-from airflow_logstore.spark.jobs import parse_result
+from airflow_logstore.spark.results import parse_result
 from airflow_logstore.table.tables import LogStoreTable, create_table, snapshot_commits
 from airflow_logstore.testing.environment import free_port_pair
 from airflow_logstore.testing.tables import fold_log, table_state, write_jsonl

@@ -38,7 +38,7 @@ from airflow_logstore.read.reader import LogRead, read_log
 from airflow_logstore.reconcile import scan as reconcile_scan
 from airflow_logstore.reconcile.reconciler import LEASE_NAME, PythonEngine, ReconcileReport, reconcile
 from airflow_logstore.spark.dual_write import open_writer
-from airflow_logstore.spark.jobs import parse_result
+from airflow_logstore.spark.results import parse_result
 from airflow_logstore.table.tables import LogStoreTable, create_table, merged_state, show_table
 from airflow_logstore.testing.environment import REPO_ROOT
 from airflow_logstore.testing.tables import fold_log, table_state, write_jsonl

@@ -32,7 +32,7 @@ from airflow_logstore.operators.compaction import LogStoreCompactionOperator
 from airflow_logstore.operators.dual_write import LogStoreDualWriteOperator
 from airflow_logstore.operators.reconcile import LogStoreReconcileOperator
 from airflow_logstore.settings import local_settings
-from airflow_logstore.spark.jobs import emit_result
+from airflow_logstore.spark.results import emit_result
 from airflow_logstore.table.reports import read_result, write_result
 from airflow_logstore.table.tables import LogStoreTable
 

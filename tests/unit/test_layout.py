@@ -1,0 +1,199 @@
+"""The package's layers, checked from its imports: lower layers never import higher ones, no cycles.
+
+The layers, lowest first (README, "Where things are"): a module may import from its own package and
+from packages of lower layers, never from a higher layer and never sideways into another package of
+its own layer. Imports inside functions count too (a lazy import is still a dependency); imports under
+``if TYPE_CHECKING:`` do not (they are for the type checker only).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "airflow_logstore"
+
+#: Lowest first. ``__init__`` is the package's own module (its version and provider info).
+LAYERS: list[set[str]] = [
+    {"__init__", "exceptions", "versions", "pause"},
+    {"settings"},
+    {"jars", "javac"},
+    {"core"},
+    {"log"},
+    {"table"},
+    {"publish", "read"},
+    {"reconcile", "compaction"},
+    {"spark"},
+    {"services"},
+    {"hooks"},
+    {"triggers"},
+    {"sensors", "operators"},
+    {"cli", "testing"},
+]
+LAYER_OF = {name: level for level, names in enumerate(LAYERS) for name in names}
+
+Graph = Mapping[str, set[str]]
+
+
+def module_name(path: Path, root: Path = PACKAGE) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+
+
+def imports_of(source: str, modules: set[str]) -> set[str]:
+    """The package's modules that ``source`` imports (anywhere but under ``if TYPE_CHECKING:``)."""
+    found: set[str] = set()
+    pending: list[ast.AST] = [ast.parse(source)]
+    while pending:
+        node = pending.pop()
+        for child in ast.iter_child_nodes(node):
+            if _is_type_checking(child):
+                continue
+            if (
+                isinstance(child, ast.ImportFrom)
+                and child.module
+                and child.module.split(".")[0] == "airflow_logstore"
+            ):
+                for alias in child.names:
+                    candidate = f"{child.module}.{alias.name}"
+                    found.add(candidate if candidate in modules else child.module)
+            elif isinstance(child, ast.Import):
+                found.update(a.name for a in child.names if a.name.split(".")[0] == "airflow_logstore")
+            pending.append(child)
+    return found
+
+
+def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    paths = {module_name(path, root): path for path in root.rglob("*.py")}
+    modules = set(paths)
+    return {name: imports_of(path.read_text(), modules) - {name} for name, path in paths.items()}
+
+
+def area(module: str) -> str:
+    """The top-level package (or module) of ``airflow_logstore`` that ``module`` belongs to."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def layer_violations(graph: Graph, layer_of: Mapping[str, int] = LAYER_OF) -> list[str]:
+    problems = []
+    for module, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            source_area, target_area = area(module), area(target)
+            if source_area == target_area:
+                continue
+            if layer_of[target_area] > layer_of[source_area]:
+                problems.append(f"{module} imports {target}: a higher layer")
+            elif layer_of[target_area] == layer_of[source_area]:
+                problems.append(f"{module} imports {target}: a sibling package of the same layer")
+    return problems
+
+
+def cycles(graph: Graph) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work: list[tuple[str, Iterable[str]]] = [(start, iter(sorted(graph.get(start, ()))))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(iter(children), None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_every_area_has_a_layer() -> None:
+    areas = {area(module) for module in import_graph()}
+    assert areas <= set(LAYER_OF), f"give these a layer: {sorted(areas - set(LAYER_OF))}"
+
+
+def test_lower_layers_never_import_higher_ones() -> None:
+    assert layer_violations(import_graph()) == []
+
+
+def test_no_import_cycles() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_core_does_no_io_and_knows_no_airflow() -> None:
+    """``core`` imports only the standard library, the package's lowest layer and itself."""
+    forbidden = ("airflow", "pyspark", "pyiceberg", "confluent_kafka", "socket", "subprocess", "requests")
+    for path in (PACKAGE / "core").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert not {name for name in names if name.split(".")[0] in forbidden}, path.name
+
+
+# -- the checkers catch what they are for (planted faults) ----------------------------------------------
+
+
+def test_planted_upward_and_sideways_imports_are_found() -> None:
+    graph = {
+        "airflow_logstore.core.codec": {"airflow_logstore.log.kafka_client"},  # up
+        "airflow_logstore.read.reader": {"airflow_logstore.publish.publisher"},  # sideways
+        "airflow_logstore.log.kafka_client": {"airflow_logstore.core.codec", "airflow_logstore.log.scan"},
+    }
+    assert layer_violations(graph) == [
+        "airflow_logstore.core.codec imports airflow_logstore.log.kafka_client: a higher layer",
+        "airflow_logstore.read.reader imports airflow_logstore.publish.publisher: "
+        "a sibling package of the same layer",
+    ]
+
+
+def test_planted_cycle_is_found() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_lazy_imports_count_and_type_checking_ones_do_not() -> None:
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from airflow_logstore.cli import app\n"
+        "def f():\n    from airflow_logstore.log import kafka_client\n"
+    )
+    modules = {"airflow_logstore.cli.app", "airflow_logstore.log.kafka_client"}
+    assert imports_of(source, modules) == {"airflow_logstore.log.kafka_client"}
+
+
+@pytest.mark.parametrize("area_name", sorted(LAYER_OF))
+def test_each_layer_name_exists(area_name: str) -> None:
+    """A layer that names a package that is gone is a stale map."""
+    assert (PACKAGE / area_name).is_dir() or (PACKAGE / f"{area_name}.py").exists()
