@@ -29,7 +29,6 @@ from airflow_logstore.core.summary import S_POSITIONS, CommitInfo, positions_fro
 from airflow_logstore.core.visibility import Decision, ReadFilter
 from airflow_logstore.exceptions import OptionError, RecordDecodeError
 from airflow_logstore.log import kafka_client
-from airflow_logstore.log.batch_consume import scan_chunks
 from airflow_logstore.log.deadletter import DeadLetterTopic
 from airflow_logstore.read.batches import CHUNK_RECORDS, META_COLUMNS, DecodedChunk, decode_chunk
 from airflow_logstore.table.schema import field_types, primary_key_of
@@ -399,7 +398,7 @@ class LogReader:
                 last = visible_end
             report.start = {str(p): o for p, o in sorted(first.items())}
             report.end = {str(p): o for p, o in sorted(last.items())}
-            for messages in scan_chunks(cons, self.topic, first, last, chunk=CHUNK_RECORDS):
+            for messages in kafka_client.scan(cons, self.topic, first, last, batch_size=CHUNK_RECORDS):
                 report.scanned += len(messages)
                 chunk = decode_chunk(messages, read_filter, self.field_types)
                 for decision, count in chunk.by_decision.items():
