@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from airflow_logstore.core import ranges
 from airflow_logstore.core.codec import RecordMeta, encode_headers
 from airflow_logstore.pause import fail_once, pause_point
 from airflow_logstore.spark.inputs import ROW_COLUMN
@@ -122,14 +123,7 @@ def produce_records(records: DataFrame, ctx: ProduceContext, tasks: int, keyed: 
 
 def merge_task_reports(reports: Iterable[Mapping[str, Any]]) -> Produced:
     """The batch's offsets (per partition, the span over every task's), task attempts and count."""
-    offsets: dict[int, tuple[int, int]] = {}
-    tasks = set()
-    count = 0
-    for report in reports:
-        tasks.add(report["task"])
-        count += report["count"]
-        for partition, (first, last) in json.loads(report["offsets"]).items():
-            p = int(partition)
-            span = offsets.get(p)
-            offsets[p] = (first, last) if span is None else (min(span[0], first), max(span[1], last))
-    return Produced(offsets, frozenset(tasks), count)
+    reports = list(reports)
+    offsets = ranges.merge_spans(json.loads(report["offsets"]) for report in reports)
+    tasks = frozenset(report["task"] for report in reports)
+    return Produced(offsets, tasks, sum(report["count"] for report in reports))
