@@ -110,21 +110,6 @@ def record_commits(ctl: control_topic.ControlTopic, commits: Iterable[CommitInfo
     return added
 
 
-def sync_ledger(
-    handle: LogStoreTable, ctl: control_topic.ControlTopic, state: control.ControlState, table: Any = None
-) -> list[str]:
-    """Add the commits of live snapshots that the ledger lacks; return their "writer/batch/epoch".
-
-    Kept for the reconciler, which reads the added commits back from ``state``: this adds them to it.
-    New code records :func:`~airflow_logstore.core.ledger.missing_commits` with :func:`record_commits`
-    and takes the state :func:`~airflow_logstore.core.ledger.with_commits` returns.
-    """
-    added = missing_commits(state, snapshot_commits(table if table is not None else handle.load()))
-    names = record_commits(ctl, added)
-    state.commits.update((commit.key, commit) for commit in added)
-    return names
-
-
 def current_snapshot_id(table: Table) -> int | None:
     snapshot = table.current_snapshot()
     return snapshot.snapshot_id if snapshot else None
@@ -192,6 +177,5 @@ __all__ = [
     "is_visible",
     "publish_visible_offsets",
     "record_commits",
-    "sync_ledger",
     "watermark_value",
 ]

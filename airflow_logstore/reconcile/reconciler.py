@@ -9,7 +9,8 @@ One run (:func:`reconcile`, what the operator, ``logstore reconcile`` and the Py
    lasts; it is released at the end;
 2. captures the log's end offsets: the **safe point**. Records after it are left for the next run;
 3. reads the control state *after* the safe point (so every scanned record's epoch claim is known)
-   and adds the commits of live snapshots to the ledger (``publish.sync_ledger``);
+   and adds the commits of live snapshots to the ledger (``core.ledger.missing_commits``, recorded
+   with ``publish.record_commits``);
 4. per partition, scans from the last reconciled position (or the log start) to the safe point:
    headers decide, values are decoded only for records to reverse or reassert
    (:mod:`airflow_logstore.core.reconcile`). A position below the log start is a **retention gap**:
@@ -49,12 +50,13 @@ from typing import Any, Protocol
 
 from airflow_logstore.core import control
 from airflow_logstore.core import reconcile as core
+from airflow_logstore.core.ledger import missing_commits, with_commits
 from airflow_logstore.exceptions import FencedError, OptionError
 from airflow_logstore.log import control_topic, kafka_client
 from airflow_logstore.log.deadletter import dead_letter_topic_name
-from airflow_logstore.publish.publisher import sync_ledger
+from airflow_logstore.publish.publisher import record_commits
 from airflow_logstore.reconcile import scan as reconcile_scan
-from airflow_logstore.table.tables import LogStoreTable, merged_state
+from airflow_logstore.table.tables import LogStoreTable, merged_state, snapshot_commits
 
 log = logging.getLogger(__name__)
 
@@ -519,8 +521,8 @@ def control_state(log_side: TableLog, *, record_ledger: bool) -> tuple[control.C
     state = log_side.ctl.read()
     if not record_ledger:
         return merged_state(log_side.table, state), []
-    added = sync_ledger(log_side.handle, log_side.ctl, state, log_side.table)  # adds them to ``state``
-    return state, added
+    added = missing_commits(state, snapshot_commits(log_side.table))
+    return with_commits(state, added), record_commits(log_side.ctl, added)
 
 
 def plan_window(state: control.ControlState, bounds: Mapping[int, tuple[int, int]]) -> Window:
