@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_logstore.log import kafka_client
+from airflow_logstore.log.control_topic import ControlTopic
 from airflow_logstore.spark.dual_write import open_writer
 from airflow_logstore.table.tables import LogStoreTable, create_table, recorded_epochs
 from airflow_logstore.testing.tables import write_jsonl
@@ -107,7 +108,7 @@ def test_an_existing_control_topic_is_brought_to_broker_timestamps(env: Any) -> 
         replication_factor=1,
         topic_configs={"cleanup.policy": "compact"},
     )
-    assert control_topic.ControlTopic(kafka_config, control_topic).ensure() is False
+    assert ControlTopic(kafka_config, control_topic).ensure() is False
     info = kafka_client.describe_topic(kafka_config, control_topic)
     assert info is not None
     assert info.configs["message.timestamp.type"] == "LogAppendTime"
