@@ -11,57 +11,7 @@ from confluent_kafka import KafkaError
 
 from airflow_logstore.exceptions import KafkaUnavailableError
 from airflow_logstore.log import kafka_client
-
-
-class _Error:
-    def __init__(self, code: int) -> None:
-        self._code = code
-
-    def code(self) -> int:
-        return self._code
-
-    def str(self) -> str:
-        return f"error {self._code}"
-
-
-class _Message:
-    def __init__(self, partition: int, offset: int, error: _Error | None = None) -> None:
-        self._partition, self._offset, self._error = partition, offset, error
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def error(self) -> _Error | None:
-        return self._error
-
-
-class _Position:
-    def __init__(self, partition: int, offset: int) -> None:
-        self.partition, self.offset = partition, offset
-
-
-class _Consumer:
-    """Scripted ``consume`` results in order, then nothing."""
-
-    def __init__(self, polls: Sequence[Sequence[Any]], positions: dict[int, int] | None = None) -> None:
-        self.polls = [list(p) for p in polls]
-        self.positions = positions or {}
-        self.assigned: list[tuple[int, int]] = []
-
-    def assign(self, partitions: Sequence[Any]) -> None:
-        self.assigned = [(tp.partition, tp.offset) for tp in partitions]
-
-    def unassign(self) -> None:
-        pass
-
-    def consume(self, num_messages: int, timeout: float) -> list[Any]:
-        return self.polls.pop(0) if self.polls else []
-
-    def position(self, partitions: Sequence[Any]) -> list[_Position]:
-        return [_Position(tp.partition, self.positions.get(tp.partition, -1)) for tp in partitions]
+from tests.unit.test_topic_scan import _Consumer, _Error, _Message
 
 
 def _view(batches: Sequence[Sequence[_Message]]) -> list[list[tuple[int, int]]]:
