@@ -24,8 +24,13 @@ from pathlib import Path
 
 import airflow_logstore
 
-#: Distributions the executors import besides pyspark (which the Spark image has): no Airflow.
-EXECUTOR_REQUIREMENTS: tuple[str, ...] = ("pyiceberg[pyarrow]", "confluent-kafka")
+#: What Spark itself gives its executors (the Spark image's, or the worker's, pyspark), not in the list below.
+SPARK_PROVIDED: tuple[str, ...] = ("pyspark",)
+
+#: Distributions the executors import besides :data:`SPARK_PROVIDED`: no Airflow. numpy is named itself:
+#: the executors' code imports it and pyarrow does not require it. A unit test checks that every
+#: third-party import of :data:`EXECUTOR_MODULES`, and of the modules they import, is covered here.
+EXECUTOR_REQUIREMENTS: tuple[str, ...] = ("pyiceberg[pyarrow]", "confluent-kafka", "numpy")
 
 #: Modules whose functions run on executors; a test imports them with Airflow made unimportable.
 EXECUTOR_MODULES: tuple[str, ...] = (

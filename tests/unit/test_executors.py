@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
 import json
 import subprocess
 import sys
@@ -10,9 +12,15 @@ import zipfile
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 import airflow_logstore
-from airflow_logstore.spark.executors import EXECUTOR_MODULES, EXECUTOR_REQUIREMENTS, package_zip
+from airflow_logstore.spark.executors import (
+    EXECUTOR_MODULES,
+    EXECUTOR_REQUIREMENTS,
+    SPARK_PROVIDED,
+    package_zip,
+)
 from airflow_logstore.testing.environment import REPO_ROOT
 
 # Runs in a fresh interpreter: the zip first on sys.path (as --py-files puts it), Airflow unimportable.
@@ -88,3 +96,127 @@ def test_the_spark_image_installs_that_list_with_the_constraints() -> None:
         dockerfile
     )
     assert "COPY constraints.txt" in dockerfile
+
+
+# -- every third-party import of the executors' code is in the list ---------------------------------------
+
+PACKAGE_ROOT = Path(airflow_logstore.__file__).resolve().parents[1]
+
+
+def _module_file(name: str, root: Path) -> Path | None:
+    path = root.joinpath(*name.split("."))
+    for candidate in (path / "__init__.py", path.with_suffix(".py")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imports(name: str, root: Path) -> list[str]:
+    """Every module ``name`` imports, at the top or inside a function (lazily), but not under
+    ``if TYPE_CHECKING:``; ``from m import x`` counts ``m`` and, when it is a module, ``m.x``."""
+    path = _module_file(name, root)
+    assert path is not None, name
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: list[str] = []
+
+    class Visitor(ast.NodeVisitor):
+        def visit_If(self, node: ast.If) -> None:
+            test = node.test
+            if getattr(test, "id", getattr(test, "attr", None)) == "TYPE_CHECKING":
+                for statement in node.orelse:
+                    self.visit(statement)
+            else:
+                self.generic_visit(node)
+
+        def visit_Import(self, node: ast.Import) -> None:
+            found.extend(alias.name for alias in node.names)
+
+        def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join([*parts, *([node.module] if node.module else [])])
+            else:
+                module = node.module or ""
+            found.append(module)
+            found.extend(f"{module}.{a.name}" for a in node.names if _module_file(f"{module}.{a.name}", root))
+
+    Visitor().visit(ast.parse(path.read_text()))
+    return found
+
+
+def third_party_imports(modules: tuple[str, ...], root: Path) -> dict[str, set[str]]:
+    """Top-level third-party modules imported by ``modules`` and, transitively, by every module of their
+    own package (``modules[0]``'s top-level name) that they import: name -> the modules importing it."""
+    own = modules[0].split(".")[0]
+    seen: set[str] = set()
+    pending = list(modules)
+    third: dict[str, set[str]] = {}
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        parts = name.split(".")
+        pending.extend(".".join(parts[:i]) for i in range(1, len(parts)))  # parent packages run first
+        for imported in _imports(name, root):
+            top = imported.split(".")[0]
+            if top == own:
+                pending.append(imported if _module_file(imported, root) else imported.rpartition(".")[0])
+            elif top not in sys.stdlib_module_names and top != "__future__":
+                third.setdefault(top, set()).add(name)
+    return third
+
+
+def _distributions(line: str) -> set[str]:
+    """The distribution of a requirement and those its extras add (not its plain dependencies: code that
+    imports one of those must name it)."""
+    requirement = Requirement(line)
+    names = {canonicalize_name(requirement.name)}
+    for dependency in map(Requirement, importlib.metadata.requires(requirement.name) or []):
+        marker = dependency.marker
+        if not marker or marker.evaluate({"extra": ""}):
+            continue  # a plain dependency
+        if any(marker.evaluate({"extra": extra}) for extra in requirement.extras):
+            names.add(canonicalize_name(dependency.name))
+    return names
+
+
+def provided_modules(requirements: tuple[str, ...]) -> set[str]:
+    """The top-level import names the installed distributions of ``requirements`` provide."""
+    distributions = set().union(*map(_distributions, requirements))
+    return {
+        module
+        for module, owners in importlib.metadata.packages_distributions().items()
+        if distributions & {canonicalize_name(owner) for owner in owners}
+    }
+
+
+def test_the_import_scan_follows_lazy_imports_through_the_package(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("import json\n")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "sub" / "entry.py").write_text(
+        "from typing import TYPE_CHECKING\nimport top_level\nfrom . import helper\n"
+        "if TYPE_CHECKING:\n    import only_for_types\n"
+        "def run():\n    from lazy.part import thing\n"
+    )
+    (package / "sub" / "helper.py").write_text("def later():\n    import deep_lazy.x\n")
+    (package / "unused.py").write_text("import never_loaded\n")
+    found = third_party_imports(("pkg.sub.entry",), tmp_path)
+    assert found == {
+        "top_level": {"pkg.sub.entry"},
+        "lazy": {"pkg.sub.entry"},
+        "deep_lazy": {"pkg.sub.helper"},
+    }
+
+
+def test_every_third_party_import_of_the_executors_is_in_the_list() -> None:
+    """What executors load (EXECUTOR_MODULES and the package modules they import, lazy imports too) may
+    import only what EXECUTOR_REQUIREMENTS and Spark itself provide: a package that is there only because
+    .venv has it (Airflow, a dependency of a dependency) would be missing on the workers."""
+    imported = third_party_imports(EXECUTOR_MODULES, PACKAGE_ROOT)
+    provided = provided_modules(EXECUTOR_REQUIREMENTS + SPARK_PROVIDED)
+    missing = {module: sorted(users) for module, users in imported.items() if module not in provided}
+    assert not missing, f"executors import what no distribution of EXECUTOR_REQUIREMENTS provides: {missing}"
+    assert {"pyarrow", "pyiceberg", "confluent_kafka", "numpy", "pyspark"} <= set(imported)  # the scan works
