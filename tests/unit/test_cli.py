@@ -6,6 +6,7 @@ be opened, or a closed port), the broker a closed port on 127.0.0.1 with a one-s
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_logstore.cli import main
+from airflow_logstore.cli import build_parser, main
 from airflow_logstore.cli.commands._errors import Context, explain
 from airflow_logstore.exceptions import BadInputError, KafkaUnavailableError
 
@@ -137,12 +138,60 @@ def test_broker_down(state: State, capfd: pytest.CaptureFixture[str], argv: list
     assert "did not answer" in err and "'logstore services status'" in err
 
 
-@pytest.mark.parametrize("argv", [["services", "up"], ["airflow", "up"], ["demo"]], ids=" ".join)
+PORT_TAKEN = [["services", "up"], ["airflow", "up"], ["demo"]]
+
+
+@pytest.mark.parametrize("argv", PORT_TAKEN, ids=" ".join)
 def test_broker_port_taken(
     state: State, taken_port: int, capfd: pytest.CaptureFixture[str], argv: list[str]
 ) -> None:
     code, out, err = run(capfd, argv)
     assert_message(code, out, err, f"port {taken_port} on 127.0.0.1 is taken by another process", 1)
+
+
+SERVICE_COMMANDS = [
+    *(["services", action] for action in ("up", "down", "status")),
+    *(["services", action, "--profile", "cluster"] for action in ("up", "down", "status")),
+    *(["airflow", action] for action in ("up", "down", "status")),
+]
+
+
+@pytest.mark.parametrize("argv", SERVICE_COMMANDS, ids=" ".join)
+def test_state_folder_unusable(
+    state: State,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    argv: list[str],
+) -> None:
+    """LOGSTORE_HOME lies under a regular file: the services' PID and state files cannot be written."""
+    (tmp_path / "a_file").write_text("")
+    home = tmp_path / "a_file" / "home"
+    monkeypatch.setenv("LOGSTORE_HOME", str(home))
+    code, out, err = run(capfd, argv)
+    assert_message(code, out, err, f"cannot use '{home}/", 1)
+    assert "Not a directory" in err and f"state folder {home} (from LOGSTORE_HOME)" in err
+
+
+MISSING_MAVEN = [["services", "up"], ["services", "up", "--profile", "cluster"]]
+
+
+@pytest.mark.parametrize("argv", MISSING_MAVEN, ids=" ".join)
+def test_missing_maven_before_anything_starts(
+    state: State,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    argv: list[str],
+) -> None:
+    """An empty jar cache and no ``mvn`` on PATH: the command stops before it starts a process."""
+    (tmp_path / "empty_bin").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty_bin"))
+    code, out, err = run(capfd, argv)
+    assert_message(code, out, err, "Maven ('mvn') is needed once to download the Kafka and Iceberg jars", 1)
+    assert "install it" in err
+    assert not list((state.home / "kafka").glob("*.pid"))
+    assert not (state.home / "cluster" / "postgres").exists()
 
 
 def test_broker_stopped_is_a_status_not_an_error(state: State, capfd: pytest.CaptureFixture[str]) -> None:
@@ -215,6 +264,8 @@ BAD_OPTIONS = [
     (["compact", "t.plain", "--target-size", "0"], "option 'target-size': must be at least 1 byte"),
     (["reconcile", "t.logged", "--crash-at", "bogus"], "argument --crash-at: invalid choice"),
     (["services", "restart"], "argument action: invalid choice: 'restart'"),
+    (["services", "status", "--profile", "docker"], "argument --profile: invalid choice: 'docker'"),
+    (["services", "down", "--profile"], "argument --profile: expected one argument"),
     (["airflow", "up", "--port", "http"], "argument --port: invalid int value"),
     (["demo", "--dags-folder", "/no/such/dags"], "option '--dags-folder': '/no/such/dags' is not a folder"),
     (["frobnicate"], "argument command: invalid choice: 'frobnicate'"),
@@ -252,6 +303,56 @@ def test_the_installed_entry_point_prints_no_traceback(state: State) -> None:
     assert done.returncode == 1
     assert done.stdout == "" and "Traceback" not in done.stderr
     assert done.stderr.startswith(f"logstore: error: table '{MISSING}' does not exist")
+
+
+# -- every subcommand has failure cases ------------------------------------------------------------------
+
+#: Every command line above that must fail with a message.
+FAILURE_CASES = [
+    *MISSING_TABLE,
+    *BROKER_DOWN,
+    *PORT_TAKEN,
+    *SERVICE_COMMANDS,
+    *MISSING_MAVEN,
+    *CATALOG_COMMANDS,
+    *NO_LOG,
+    *(argv for argv, _ in BAD_OPTIONS),
+]
+
+
+def subcommands(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """The command words of every leaf of ``parser``: nested subparsers (``table create``) and the
+    choices of a positional argument (``services up``) included."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from subcommands(child, (*words, name))
+            return
+    choices = [a.choices for a in parser._actions if not a.option_strings and a.choices is not None]
+    if choices:
+        yield from ((*words, str(choice)) for choice in choices[0])
+    else:
+        yield words
+
+
+def uncovered(cases: list[list[str]]) -> list[str]:
+    return [
+        " ".join(words)
+        for words in subcommands(build_parser())
+        if not any(argv[: len(words)] == list(words) for argv in cases)
+    ]
+
+
+def test_every_subcommand_has_failure_cases() -> None:
+    """A new subcommand (or action) fails this test until the tables above make it fail as well."""
+    commands = {" ".join(words) for words in subcommands(build_parser())}
+    assert {"table create", "table show", "services up", "services status", "airflow down"} <= commands
+    assert uncovered(FAILURE_CASES) == []
+
+
+def test_a_subcommand_without_failure_cases_is_named() -> None:
+    without_show = [argv for argv in FAILURE_CASES if argv[:2] != ["table", "show"]]
+    assert uncovered(without_show) == ["table show"]
 
 
 # -- which state folder, catalog and broker a command uses ----------------------------------------------
