@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import tomllib
 
 from packaging.requirements import Requirement
@@ -36,4 +37,14 @@ def test_every_dependency_is_pinned_inside_its_range() -> None:
 def test_pyspark_pins_match_the_spark_jars() -> None:
     """pyspark-client installs over pyspark's files; both are the Spark of versions.py's jars."""
     pins = _pins()
-    assert pins["pyspark"] == pins["pyspark-client"] == versions.SPARK_VERSION
+    assert pins["pyspark"] == pins["pyspark-client"], "constraints.txt must pin pyspark, pyspark-client equal"
+    assert pins["pyspark"] == versions.SPARK_VERSION
+
+
+def test_this_environments_pyspark_and_pyspark_client_are_one_release() -> None:
+    """The ranges alone let the two drift by a patch release (pyspark 4.1.4 with pyspark-client 4.1.3 was
+    seen): the files of one then overwrite the other's. Every environment of ./dev test has both equal."""
+    installed = {name: importlib.metadata.version(name) for name in ("pyspark", "pyspark-client")}
+    assert len(set(installed.values())) == 1, (
+        f"pyspark and pyspark-client differ here: {installed}; install both at one version"
+    )

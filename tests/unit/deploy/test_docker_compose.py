@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from airflow_logstore import __version__
 from airflow_logstore.services import topology
 from airflow_logstore.services.topology import CLUSTER, COMPOSE_HOSTS, LOOPBACK, Secrets
 from tests.composecheck import load
@@ -251,6 +252,15 @@ def test_build_contexts_exist(services: dict[str, Any]) -> None:
         build = service.get("build")
         if build:
             assert (REPO_ROOT / build["context"] / build["dockerfile"]).exists(), name
+
+
+def test_the_images_built_here_are_tagged_with_the_package_version(services: dict[str, Any]) -> None:
+    """``airflow-logstore/<image>:<tag>``: the tag is the version of the package the image holds."""
+    built = {service["image"] for service in services.values() if service.get("build")}
+    assert {image.split(":")[0] for image in built} == {"airflow-logstore/airflow", "airflow-logstore/spark"}
+    ours = {name: s["image"] for name, s in services.items() if s["image"].startswith("airflow-logstore/")}
+    wrong = {name: image for name, image in ours.items() if image.rpartition(":")[2] != __version__}
+    assert not wrong, f"images not tagged with airflow_logstore.__version__ {__version__}: {wrong}"
 
 
 # -- the loader can say no ----------------------------------------------------------------------
