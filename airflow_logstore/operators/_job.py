@@ -8,7 +8,7 @@ only when a job is submitted.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -16,8 +16,6 @@ from airflow.sdk import BaseOperator
 from airflow_logstore.hooks.logstore import LogStoreHook
 
 if TYPE_CHECKING:
-    from airflow.sdk.exceptions import AirflowException
-
     from airflow_logstore.table.tables import LogStoreTable
 
 
@@ -73,6 +71,8 @@ class SparkJobOperator(LogStoreOperator):
         self.python = python
         self.spark_conf = dict(spark_conf or {})
         self._submit_hook: Any = None
+        #: the ``--report-id`` of the last job submitted (its result and failure report)
+        self._report_id: str | None = None
 
     def run_job(
         self,
@@ -82,19 +82,22 @@ class SparkJobOperator(LogStoreOperator):
         name: str,
         application_args: Sequence[str],
         what: str,
-        submit_failed: Callable[[AirflowException, str], BaseException] | None = None,
+        writer_id: str | None = None,
+        batch_id: int | None = None,
     ) -> dict[str, Any]:
         """Submit ``script`` with ``application_args`` and a new ``--report-id``; return the result the
         job left next to the table (``what`` names the job in errors).
 
-        :param submit_failed: the error to raise instead when spark-submit fails, from its error and the
-            report id (the job's own failure report says more than the spark-submit command line)
+        When spark-submit fails, the job's own failure report (of ``writer_id``'s batch ``batch_id``
+        for a dual write, else under the report id) gives the task's exception: its cause, not the
+        spark-submit command line (:func:`~airflow_logstore.operators._failures.job_failure`).
         """
         from airflow.sdk.exceptions import AirflowException
 
+        from airflow_logstore.operators._failures import job_failure
         from airflow_logstore.operators._spark import job_path, job_result, spark_submit_hook
 
-        report_id = uuid.uuid4().hex
+        report_id = self._report_id = uuid.uuid4().hex
         with spark_submit_hook(
             catalog=handle.catalog,
             kafka_extra=handle.kafka_extra,
@@ -109,9 +112,14 @@ class SparkJobOperator(LogStoreOperator):
             try:
                 hook.submit(job_path(script))
             except AirflowException as exc:
-                if submit_failed is None:
-                    raise
-                raise submit_failed(exc, report_id) from None
+                raise job_failure(
+                    handle,
+                    what=what,
+                    report_id=report_id,
+                    submit_error=exc,
+                    writer_id=writer_id,
+                    batch_id=batch_id,
+                ) from None
         return job_result(handle, report_id, what)
 
     def on_kill(self) -> None:

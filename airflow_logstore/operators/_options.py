@@ -35,4 +35,4 @@ def as_int(value: Any, name: str) -> int | None:
     try:
         return int(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+        raise OptionError(name, f"must be an integer, got {value!r}") from None

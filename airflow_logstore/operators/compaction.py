@@ -100,19 +100,10 @@ class LogStoreCompactionOperator(SparkJobOperator):
         return args
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from airflow_logstore.compaction.policy import CompactionOptions
-        from airflow_logstore.spark.compact_job import options_from_args, parser
+        from airflow_logstore.operators._failures import fail_fast
 
-        application_args = self.application_args()
-        options: CompactionOptions = options_from_args(parser().parse_args(application_args))
-        options.validate()  # fail fast, before Spark starts
-        report = self.run_job(
-            self.logstore_table(self.table),
-            "compact.py",
-            name=f"logstore-compact-{self.table}",
-            application_args=application_args,
-            what=f"compaction of {self.table}",
-        )
+        with fail_fast():  # bad options, a missing table or bad table properties fail without retries
+            report = self._compact()
         before, after = report.get("before") or {}, report.get("after") or {}
         self.log.info(
             "compaction of %s: %s (%s); data files %s -> %s, delete files %s -> %s, bytes %s -> %s, "
@@ -133,3 +124,20 @@ class LogStoreCompactionOperator(SparkJobOperator):
         for warning in report.get("warnings") or []:
             self.log.warning(warning)
         return report
+
+    def _compact(self) -> dict[str, Any]:
+        from airflow_logstore.compaction.policy import CompactionOptions
+        from airflow_logstore.spark.compact_job import options_from_args, parser
+
+        application_args = self.application_args()
+        options: CompactionOptions = options_from_args(parser().parse_args(application_args))
+        options.validate()  # before Spark starts
+        handle = self.logstore_table(self.table)
+        handle.load()  # a missing table fails before Spark starts (the job could not report it)
+        return self.run_job(
+            handle,
+            "compact.py",
+            name=f"logstore-compact-{self.table}",
+            application_args=application_args,
+            what=f"compaction of {self.table}",
+        )

@@ -42,12 +42,16 @@ class LogStoreCreateTableOperator(LogStoreOperator):
         self.properties = properties
 
     def execute(self, context: Any) -> dict[str, Any]:
+        from airflow_logstore.operators._failures import fail_fast
         from airflow_logstore.table.tables import create_table
 
         key = [self.primary_key] if isinstance(self.primary_key, str) else list(self.primary_key)
         key = [c.strip() for part in key for c in str(part).split(",") if c.strip()]
-        handle = self.logstore_table(self.table)
-        result = create_table(handle, self.schema, primary_key=key, properties=dict(self.properties or {}))
+        with fail_fast():  # a bad property, schema or key fails without retries
+            handle = self.logstore_table(self.table)
+            result = create_table(
+                handle, self.schema, primary_key=key, properties=dict(self.properties or {})
+            )
         self.log.info(
             "table %s %s; topic %s %s with %s partitions; control topic %s",
             result.table,

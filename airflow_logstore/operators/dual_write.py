@@ -56,10 +56,12 @@ class LogStoreDualWriteOperator(SparkJobOperator):
         self.change_column = change_column
 
     def _batch(self) -> int:
+        from airflow_logstore.exceptions import OptionError
+
         try:
             return int(self.batch_id)
         except (TypeError, ValueError):
-            raise ValueError(f"batch_id must be an integer, got {self.batch_id!r}") from None
+            raise OptionError("batch_id", f"must be an integer, got {self.batch_id!r}") from None
 
     def application_args(self, writer_id: str) -> list[str]:
         args = [
@@ -81,24 +83,52 @@ class LogStoreDualWriteOperator(SparkJobOperator):
         return args
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from airflow_logstore.core.properties import parse_emit_mode
-        from airflow_logstore.operators._failures import fail_fast, job_failure
-        from airflow_logstore.table.snapshots import commit_xcom, find_commit
+        """Write the batch. Errors a retry cannot fix raise ``AirflowFailException``; when the task
+        fails for good (such an error, or any error on its last try), the batch's final failure report
+        ends the wait of a sensor for it (see :mod:`airflow_logstore.operators._failures`)."""
+        from airflow.sdk.exceptions import AirflowTaskTimeout
+
+        from airflow_logstore.operators._failures import fail_fast, fails_for_good
 
         writer_id = self.writer_id or f"{self.dag_id}.{self.task_id}"
-        with fail_fast():  # a missing table or bad properties fail before Spark starts, without retries
+        self._report_id = None
+        try:
+            with fail_fast():
+                return self._write(context, writer_id)
+        except (Exception, AirflowTaskTimeout) as exc:
+            if fails_for_good(exc, context, self.retries):
+                self._report_final_failure(writer_id, exc)
+            raise
+
+    def _report_final_failure(self, writer_id: str, error: BaseException) -> None:
+        """Best effort (the task's error matters more): the batch's final failure report."""
+        from airflow_logstore.operators._failures import report_final_failure
+
+        try:
             batch_id = self._batch()
             handle = self.logstore_table(self.table)
-            parse_emit_mode(self.emit_mode, handle.config())
+        except Exception as exc:  # no batch id or no table: nothing to report on
+            self.log.warning("no final failure report of %s: %s", self.table, exc)
+            return
+        report_final_failure(
+            handle, writer_id=writer_id, batch_id=batch_id, report_id=self._report_id, error=error
+        )
+
+    def _write(self, context: Any, writer_id: str) -> dict[str, Any]:
+        from airflow_logstore.core.properties import parse_emit_mode
+        from airflow_logstore.table.snapshots import commit_xcom, find_commit
+
+        batch_id = self._batch()
+        handle = self.logstore_table(self.table)
+        parse_emit_mode(self.emit_mode, handle.config())  # a missing table or bad properties: no Spark
         result = self.run_job(
             handle,
             "dual_write.py",
             name=f"logstore-dual-write-{self.table}-{batch_id}",
             application_args=self.application_args(writer_id),
-            what=f"dual write of batch {batch_id} of {self.table}",
-            submit_failed=lambda error, report_id: job_failure(
-                handle, writer_id=writer_id, batch_id=batch_id, report_id=report_id, submit_error=error
-            ),
+            what=f"dual write of batch {batch_id} of {self.table} by writer '{writer_id}'",
+            writer_id=writer_id,
+            batch_id=batch_id,
         )
         commit = find_commit(handle, writer_id=writer_id, batch_id=batch_id)
         value: dict[str, Any] = {

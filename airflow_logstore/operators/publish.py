@@ -33,9 +33,11 @@ class LogStorePublishVisibleOffsetsOperator(LogStoreOperator):
         self.table = table
 
     def execute(self, context: Any) -> dict[str, Any]:
+        from airflow_logstore.operators._failures import fail_fast
         from airflow_logstore.publish.publisher import publish_visible_offsets
 
-        report = publish_visible_offsets(self.logstore_table(self.table))
+        with fail_fast():  # a missing table or topic fails without retries; a broker that is down retries
+            report = publish_visible_offsets(self.logstore_table(self.table))
         self.log.info(
             "watermark of %s: %s -> %s (%s records scanned, %s commits newly visible, "
             "%s added to the ledger)%s",

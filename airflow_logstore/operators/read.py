@@ -58,13 +58,25 @@ class LogStoreReadOperator(BaseOperator):
         self.kafka_config_id = kafka_config_id
 
     def execute(self, context: Any) -> dict[str, Any]:
+        from airflow_logstore.operators._failures import fail_fast
+
+        with fail_fast():  # a bad option or a missing table fails without retries
+            summary = self._read()
+        self.log.info("read %s (%s): %s", self.table, self.mode, summary)
+        return summary
+
+    def _read(self) -> dict[str, Any]:
+        from airflow_logstore.exceptions import OptionError
         from airflow_logstore.read.reader import run_read
 
         if self.mode not in READ_MODES:
-            raise ValueError(f"mode must be one of {', '.join(READ_MODES)}, got {self.mode!r}")
-        snapshot = int(self.snapshot_id) if self.snapshot_id not in (None, "", "None") else None
+            raise OptionError("mode", f"must be one of {', '.join(READ_MODES)}, got {self.mode!r}")
+        try:
+            snapshot = int(self.snapshot_id) if self.snapshot_id not in (None, "", "None") else None
+        except (TypeError, ValueError):
+            raise OptionError("snapshot_id", f"must be an integer, got {self.snapshot_id!r}") from None
         handle = LogStoreHook(self.logstore_conn_id, self.kafka_config_id).table(self.table)
-        summary = run_read(
+        return run_read(
             handle,
             mode=self.mode,
             consistency=self.consistency or None,
@@ -75,5 +87,3 @@ class LogStoreReadOperator(BaseOperator):
             normalize=self.normalize,
             output_path=self.output_path,
         )
-        self.log.info("read %s (%s): %s", self.table, self.mode, summary)
-        return summary

@@ -54,6 +54,14 @@ class LogStoreReconcileOperator(SparkJobOperator):
         self.lease_ttl_s = lease_ttl_s
 
     def execute(self, context: Any) -> dict[str, Any]:
+        from airflow_logstore.operators._failures import fail_fast
+
+        with fail_fast():  # a bad option, a missing table or a fenced run fails without retries
+            report = self._reconcile()
+        self._log(report)
+        return report
+
+    def _reconcile(self) -> dict[str, Any]:
         from airflow_logstore.exceptions import OptionError
 
         dry_run = as_bool(self.dry_run_flag, "dry_run")
@@ -61,15 +69,13 @@ class LogStoreReconcileOperator(SparkJobOperator):
             raise OptionError("engine", f"'{self.engine}' is not one of {', '.join(ENGINES)}")
         handle = self.logstore_table(self.table)
         if self.engine == "spark":
-            report = self._submit(handle, dry_run)
-        else:
-            from airflow_logstore.reconcile.reconciler import reconcile
+            return self._submit(handle, dry_run)
+        from airflow_logstore.reconcile.reconciler import reconcile
 
-            report = reconcile(handle, dry_run=dry_run, lease_ttl_s=self.lease_ttl_s).to_dict()
-        self._log(report)
-        return report
+        return reconcile(handle, dry_run=dry_run, lease_ttl_s=self.lease_ttl_s).to_dict()
 
     def _submit(self, handle: LogStoreTable, dry_run: bool) -> dict[str, Any]:
+        handle.load()  # a missing table fails before Spark starts (the job could not report it)
         args = ["--table", self.table, "--lease-ttl", str(self.lease_ttl_s)]
         if dry_run:
             args.append("--dry-run")

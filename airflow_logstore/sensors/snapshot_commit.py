@@ -129,8 +129,12 @@ class SnapshotCommitSensor(BaseSensorOperator):
         )
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
-        if event.get("status") == "failed":
-            raise AirflowFailException(event.get("message", event))
+        if event.get("status") in ("failed", "error"):  # the trigger's errors are those a retry cannot fix
+            raise AirflowFailException(
+                f"waiting for a snapshot of {self.table} failed: {event.get('message', event)}"
+                if event.get("status") == "error"
+                else event.get("message", event)
+            )
         if event.get("status") != "success":
             raise RuntimeError(
                 f"waiting for a snapshot of {self.table} failed: {event.get('message', event)}"

@@ -460,14 +460,17 @@ def run(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``spark_jobs/compact.py``: prints one ``LOGSTORE_RESULT {json}`` line (and writes
-    the report next to the table when ``--report-id`` is given)."""
+    the report next to the table when ``--report-id`` is given); a failure leaves its failure report
+    there instead (:func:`~airflow_logstore.spark.results.emit_failure`)."""
     from airflow_logstore.spark.jobconf import job_settings, spark_conf_dict
-    from airflow_logstore.spark.results import emit_result
+    from airflow_logstore.spark.results import emit_failure, emit_result
     from airflow_logstore.spark.session import build_spark_session
     from airflow_logstore.table.tables import LogStoreTable
 
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    catalog: CatalogSpec | None = None
+    handle: LogStoreTable | None = None
     try:
         options = options_from_args(args)
         options.validate()
@@ -475,7 +478,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         catalog, kafka_extra = job_settings(spark_conf_dict(spark))
         handle = LogStoreTable.open(args.table, catalog, kafka_extra)
         emit_result(run_compaction(spark, handle, options).to_dict(), handle, args.report_id)
-    except LogStoreError as exc:
+    except Exception as exc:
+        emit_failure(
+            exc,
+            job="compaction",
+            table_name=args.table,
+            catalog=catalog,
+            report_id=args.report_id,
+            handle=handle,
+        )
+        if not isinstance(exc, LogStoreError):
+            raise
         print(f"compact: error: {exc}", file=sys.stderr)
         return 1
     return 0

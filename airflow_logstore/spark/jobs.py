@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from airflow_logstore.exceptions import LogStoreError
-from airflow_logstore.spark.results import add_report_id, emit_result, job_session
+from airflow_logstore.spark.results import add_report_id, emit_failure, emit_result, job_session
 
 if TYPE_CHECKING:
     from airflow_logstore.spark.dual_write import DualWriter
@@ -107,24 +107,19 @@ def _report_dual_write_failure(
     args: argparse.Namespace, catalog: CatalogSpec | None, writer: DualWriter | None, exc: BaseException
 ) -> None:
     """Leave a failure report next to the table (batch mode with a known batch id only)."""
-    from airflow_logstore.table.reports import failure_of, report_failure
-    from airflow_logstore.table.tables import LogStoreTable
-
     if not args.input or args.batch_id is None:
         return
-    table = None
-    try:
-        table = writer.handle.load() if writer else LogStoreTable.open(args.table, catalog).load()
-    except Exception as load_error:  # the table itself is missing or unreachable: nothing to write next to
-        log.warning("table %s cannot be loaded for the failure report: %s", args.table, load_error)
-    failure = failure_of(
+    emit_failure(
         exc,
+        job="dual_write",
+        table_name=args.table,
+        catalog=catalog,
+        report_id=args.report_id,
+        handle=writer.handle if writer else None,
         writer_id=writer.writer_id if writer else (args.writer_id or "logstore-cli"),
         batch_id=args.batch_id,
         epoch=writer.epoch if writer else None,
-        report_id=args.report_id,
     )
-    report_failure(table, failure)
 
 
 def read_table_main(argv: Sequence[str] | None = None) -> int:

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from airflow_logstore.reconcile.reconciler import Offsets, PlanResult, ScanJob
+    from airflow_logstore.table.catalog import CatalogSpec
+    from airflow_logstore.table.tables import LogStoreTable
 
 log = logging.getLogger(__name__)
 
@@ -426,11 +428,13 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     from airflow_logstore.reconcile.reconciler import DEFAULT_LEASE_TTL_S, kill_at, reconcile
     from airflow_logstore.spark.jobconf import job_settings, spark_conf_dict
-    from airflow_logstore.spark.results import emit_result, job_session
+    from airflow_logstore.spark.results import emit_failure, emit_result, job_session
     from airflow_logstore.table.tables import LogStoreTable
 
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    catalog: CatalogSpec | None = None
+    handle: LogStoreTable | None = None
     try:
         spark = job_session(f"logstore-reconcile-{args.table}")
         catalog, kafka_extra = job_settings(spark_conf_dict(spark))
@@ -443,7 +447,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             stage_hook=kill_at(args.crash_at) if args.crash_at else None,
         )
         emit_result(report.to_dict(), handle, args.report_id)
-    except LogStoreError as exc:
+    except Exception as exc:
+        emit_failure(
+            exc,
+            job="reconcile",
+            table_name=args.table,
+            catalog=catalog,
+            report_id=args.report_id,
+            handle=handle,
+        )
+        if not isinstance(exc, LogStoreError):
+            raise
         print(f"reconcile: error: {exc}", file=sys.stderr)
         log.error("reconcile failed: %s", exc)
         return 1

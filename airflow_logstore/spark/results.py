@@ -2,7 +2,8 @@
 
 Each job prints one JSON result line (for a person at the console) and, when its submitter passed
 ``--report-id``, writes the same result next to the table (:func:`emit_result`): an operator reads it
-there, because the driver's output is lost in cluster deploy mode.
+there, because the driver's output is lost in cluster deploy mode. A failed job leaves a failure
+report there the same way (:func:`emit_failure`), from which its operator raises the cause.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from airflow_logstore.table.catalog import CatalogSpec
     from airflow_logstore.table.tables import LogStoreTable
 
 log = logging.getLogger(__name__)
@@ -33,6 +35,40 @@ def emit_result(result: Any, handle: LogStoreTable | None = None, report_id: str
     from airflow_logstore.table.reports import write_result
 
     log.info("result written to %s", write_result(handle.load(), report_id, result))
+
+
+def emit_failure(
+    exc: BaseException,
+    *,
+    job: str,
+    table_name: str,
+    catalog: CatalogSpec | None,
+    report_id: str | None,
+    handle: LogStoreTable | None = None,
+    writer_id: str | None = None,
+    batch_id: int | None = None,
+    epoch: int | None = None,
+) -> None:
+    """Best effort: leave the failure report of ``job`` next to the table ``table_name`` (``handle``'s
+    when the job had opened it), under its writer and batch when it wrote one, else under the
+    ``report_id`` its submitter chose (none without either: nobody would look for it).
+
+    A table that cannot be loaded (missing, unreachable) gets no report; that is only logged.
+    """
+    from airflow_logstore.table.reports import failure_of, report_failure
+    from airflow_logstore.table.tables import LogStoreTable
+
+    if (writer_id is None or batch_id is None) and not report_id:
+        return
+    table = None
+    try:
+        table = (handle or LogStoreTable.open(table_name, catalog)).load()
+    except Exception as load_error:  # the table itself is missing or unreachable: nothing to write next to
+        log.warning("table %s cannot be loaded for the failure report: %s", table_name, load_error)
+    failure = failure_of(
+        exc, writer_id=writer_id, batch_id=batch_id, epoch=epoch, report_id=report_id, job=job
+    )
+    report_failure(table, failure)
 
 
 def add_report_id(parser: argparse.ArgumentParser) -> None:

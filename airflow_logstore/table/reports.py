@@ -8,8 +8,8 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from airflow_logstore.core.failures import JobFailure, failure_path, result_path
-from airflow_logstore.exceptions import classify, first_line
+from airflow_logstore.core.failures import JobFailure, failure_path, job_failure_path, result_path
+from airflow_logstore.exceptions import JobFailedError, classify, first_line
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -33,14 +33,26 @@ def _read_json(table: Table, path: str) -> Any | None:
 
 def write_failure(table: Table, failure: JobFailure) -> str:
     """Write (or overwrite) the report of ``failure``; return its path."""
-    path = failure_path(table.location(), failure.writer_id, failure.batch_id)
-    return _write_json(table, path, failure.to_json())
+    return _write_json(table, failure.path(table.location()), failure.to_json())
 
 
 def read_failure(table: Table, writer_id: str, batch_id: int) -> JobFailure | None:
     """The latest report of (writer, batch), or None when no attempt reported a failure."""
     data = _read_json(table, failure_path(table.location(), writer_id, batch_id))
     return None if data is None else JobFailure.from_json(data)
+
+
+def read_attempt_failure(
+    table: Table, report_id: str, *, writer_id: str | None = None, batch_id: int | None = None
+) -> JobFailure | None:
+    """The report of the attempt submitted with ``report_id`` (of a batch when writer and batch are
+    given), or None when that attempt left none (a batch's report may be another attempt's)."""
+    if writer_id is not None and batch_id is not None:
+        failure = read_failure(table, writer_id, batch_id)
+    else:
+        data = _read_json(table, job_failure_path(table.location(), report_id))
+        failure = None if data is None else JobFailure.from_json(data)
+    return failure if failure is not None and failure.report_id == report_id else None
 
 
 def write_result(table: Table, report_id: str, result: Any) -> str:
@@ -65,19 +77,22 @@ def delete_result(table: Table, report_id: str) -> None:
 def failure_of(
     exc: BaseException,
     *,
-    writer_id: str,
-    batch_id: int,
+    writer_id: str | None,
+    batch_id: int | None,
     epoch: int | None,
     report_id: str | None,
     job: str = "dual_write",
 ) -> JobFailure:
-    """The report of an attempt that raised ``exc``."""
+    """The report of an attempt that raised ``exc`` (a job's reported failure keeps its own cause)."""
     error_class, retryable = classify(exc)
+    message = first_line(exc)
+    if isinstance(exc, JobFailedError):
+        error_class, message = exc.error_class, first_line(Exception(exc.message))
     return JobFailure(
         writer_id=writer_id,
         batch_id=batch_id,
         error_class=error_class,
-        message=first_line(exc),
+        message=message,
         retryable=retryable,
         epoch=epoch,
         report_id=report_id,

@@ -6,17 +6,26 @@ leaves the report a real job would leave, then fails as SparkSubmitHook does.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_logstore.exceptions import BadInputError, JobFailedError, KafkaUnavailableError
+from airflow_logstore.exceptions import (
+    BadInputError,
+    FencedError,
+    JobFailedError,
+    KafkaUnavailableError,
+    SchemaMismatchError,
+)
 from airflow_logstore.operators.dual_write import LogStoreDualWriteOperator
-from airflow_logstore.table.reports import failure_of, report_failure
+from airflow_logstore.table.reports import failure_of, read_failure, report_failure
 from airflow_logstore.table.tables import LogStoreTable
+from airflow_logstore.triggers.snapshot_commit import SnapshotCommitTrigger
 
 WRITER = "logstore_pipeline"
 BAD_ROW = BadInputError("value does not fit type bigint (file a3_bad.jsonl)", row=1, column="amount")
@@ -55,7 +64,19 @@ def _operator(table: str = "db.orders") -> LogStoreDualWriteOperator:
         batch_id=3,
         writer_id=WRITER,
         jars="",
+        retries=2,
     )
+
+
+def _try(number: int) -> dict[str, Any]:
+    """The context of the task's try ``number`` of 3 (``retries=2``), as the task runner gives it."""
+    return {"ti": SimpleNamespace(try_number=number, max_tries=2)}
+
+
+def _wait_for_batch_3(since_ms: int) -> tuple[str, dict[str, Any]]:
+    """One look of the sensor's trigger, which waits for batch 3 since ``since_ms``."""
+    trigger = SnapshotCommitTrigger(table="db.orders", writer_id=WRITER, batch_id=3, not_before_ms=since_ms)
+    return trigger.poll_once()
 
 
 def _raised(run: Callable[[], Any]) -> BaseException:
@@ -64,15 +85,22 @@ def _raised(run: Callable[[], Any]) -> BaseException:
     return caught.value
 
 
+@pytest.mark.parametrize(
+    "cause",
+    [
+        BAD_ROW,
+        FencedError("writer 'logstore_pipeline' was fenced by epoch 13"),
+        SchemaMismatchError("column 'amount' is long in the table, string in the input"),
+    ],
+    ids=type,
+)
 def test_bad_input_fails_without_retry_and_names_the_row(
-    handle: LogStoreTable, monkeypatch: pytest.MonkeyPatch
+    handle: LogStoreTable, monkeypatch: pytest.MonkeyPatch, cause: Exception
 ) -> None:
-    calls = _fake_submit(monkeypatch, handle, BAD_ROW)
+    calls = _fake_submit(monkeypatch, handle, cause)
     error = _raised(lambda: _operator().execute({}))
     assert type(error) is AirflowFailException
-    assert str(error).startswith(
-        "BadInputError: row 1, column 'amount': value does not fit type bigint (file a3_bad.jsonl)"
-    )
+    assert str(error).startswith(f"{type(cause).__name__}: {cause}")
     assert "spark-submit" not in str(error) and error.__cause__ is None and error.__suppress_context__
     assert "batch 3 of db.orders by writer 'logstore_pipeline'" in str(error) and "epoch 12" in str(error)
     assert len(calls) == 1 and "--report-id" in calls[0]
@@ -116,3 +144,70 @@ def test_bad_table_properties_fail_before_spark_starts(
     error = _raised(lambda: _operator().execute({}))
     assert type(error) is AirflowFailException
     assert str(error).startswith("TablePropertyError: table property 'log-store.enabled'") and calls == []
+
+
+# --- a write that fails for good ends its sensor's wait -----------------------------------------------
+
+
+def test_a_transient_failure_on_the_last_try_ends_the_wait(
+    handle: LogStoreTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started = int(time.time() * 1000)
+    _fake_submit(monkeypatch, handle, KafkaUnavailableError("no broker answered at 127.0.0.1:19092"))
+    error = _raised(lambda: _operator().execute(_try(3)))
+    assert isinstance(error, JobFailedError) and error.retryable  # the task's own error is unchanged
+    status, payload = _wait_for_batch_3(started)
+    assert status == "failed", payload
+    assert payload["message"] == (
+        "the dual write of batch 3 of db.orders by writer 'logstore_pipeline' failed for good (epoch 12): "
+        "KafkaUnavailableError: no broker answered at 127.0.0.1:19092 "
+        "(the task's last try: not retried again)"
+    )
+
+
+def test_a_transient_failure_that_will_be_retried_does_not_end_the_wait(
+    handle: LogStoreTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fake_submit(monkeypatch, handle, KafkaUnavailableError("no broker answered at 127.0.0.1:19092"))
+    for try_number in (1, 2):
+        _raised(lambda: _operator().execute(_try(try_number)))  # noqa: B023 (called at once)
+        assert _wait_for_batch_3(0) == ("waiting", {})
+    assert read_failure(handle.load(), WRITER, 3).retryable  # type: ignore[union-attr]
+
+
+def test_a_job_killed_without_a_report_on_the_last_try_ends_the_wait(
+    handle: LogStoreTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fake_submit(monkeypatch, handle, None)
+    error = _raised(lambda: _operator().execute(_try(3)))
+    assert "the Spark job failed without a failure report" in str(error)
+    status, payload = _wait_for_batch_3(0)
+    assert status == "failed" and "failed without a failure report" in payload["message"]
+    assert payload["failure"]["retryable"] is False
+
+
+def test_a_failure_before_spark_starts_ends_the_wait(
+    handle: LogStoreTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _fake_submit(monkeypatch, handle, None)
+    with handle.load().transaction() as tx:
+        tx.set_properties({"log-store.enabled": "maybe"})
+    error = _raised(lambda: _operator().execute(_try(1)))  # not retried: the first try is the last
+    assert type(error) is AirflowFailException and calls == []
+    status, payload = _wait_for_batch_3(0)
+    assert status == "failed" and payload["failure"]["error_class"] == "TablePropertyError"
+    assert (
+        "failed for good (epoch None): TablePropertyError: table property 'log-store.enabled'"
+        in (payload["message"])
+    )
+
+
+def test_a_fenced_attempt_never_ends_the_wait_even_on_the_last_try(
+    handle: LogStoreTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the newer attempt that fenced this one may still commit the batch
+    _fake_submit(monkeypatch, handle, FencedError("writer 'logstore_pipeline' was fenced by epoch 13"))
+    error = _raised(lambda: _operator().execute(_try(3)))
+    assert type(error) is AirflowFailException and str(error).startswith("FencedError: ")
+    assert _wait_for_batch_3(0) == ("waiting", {})
+    assert read_failure(handle.load(), WRITER, 3).error_class == "FencedError"  # type: ignore[union-attr]

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from airflow_logstore.core.summary import CommitInfo
+from airflow_logstore.exceptions import OptionError
 from airflow_logstore.hooks.logstore import LogStoreHook
 from airflow_logstore.operators._spark import job_path, spark_submit_hook
 from airflow_logstore.operators.create_table import LogStoreCreateTableOperator
@@ -170,7 +171,7 @@ def test_dual_write_operator_arguments_and_templates() -> None:
         "file,log",
     ]
     bad = LogStoreDualWriteOperator(task_id="b", table="db.t", input_path="x", batch_id="twelve")
-    with pytest.raises(ValueError, match="batch_id must be an integer, got 'twelve'"):
+    with pytest.raises(OptionError, match="option 'batch_id': must be an integer, got 'twelve'"):
         bad.application_args("w")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_logstore.exceptions import OptionError
 from airflow_logstore.operators._options import FALSE_WORDS, TRUE_WORDS, as_bool, as_int
@@ -33,7 +34,7 @@ def test_any_other_value_names_the_parameter_and_the_value(value: str) -> None:
 def test_numbers_blank_means_not_given() -> None:
     assert as_int("42", "orphan_age_ms") == 42 and as_int(7, "orphan_age_ms") == 7
     assert as_int(None, "orphan_age_ms") is None and as_int("  ", "orphan_age_ms") is None
-    with pytest.raises(ValueError, match="orphan_age_ms must be an integer, got 'soon'"):
+    with pytest.raises(OptionError, match="option 'orphan_age_ms': must be an integer, got 'soon'"):
         as_int("soon", "orphan_age_ms")
 
 
@@ -42,5 +43,7 @@ def test_both_operators_refuse_a_bad_flag_the_same_way() -> None:
     with pytest.raises(OptionError, match="option 'force': expected true or false, got 'perhaps'"):
         compaction.application_args()
     reconcile = LogStoreReconcileOperator(task_id="r", table="db.t", dry_run="perhaps")
-    with pytest.raises(OptionError, match="option 'dry_run': expected true or false, got 'perhaps'"):
-        reconcile.execute({})
+    with pytest.raises(
+        AirflowFailException, match=r"^OptionError: option 'dry_run': expected true or false, got 'perhaps'"
+    ):
+        reconcile.execute({})  # a bad option fails the task without retries

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_logstore.cli import build_parser
-from airflow_logstore.exceptions import OptionError
 from airflow_logstore.operators.reconcile import LogStoreReconcileOperator
 from airflow_logstore.reconcile.reconciler import ReconcileReport
 
@@ -35,7 +35,7 @@ def test_operator_runs_the_library_and_returns_the_report(monkeypatch: pytest.Mo
 
 def test_operator_refuses_an_unknown_engine() -> None:
     operator = LogStoreReconcileOperator(task_id="r", table="db.t", engine="flink")
-    with pytest.raises(OptionError, match="engine"):
+    with pytest.raises(AirflowFailException, match=r"^OptionError: option 'engine': 'flink' is not one of"):
         operator.execute(context={})
 
 

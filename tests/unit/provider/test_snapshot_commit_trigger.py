@@ -145,6 +145,10 @@ def test_a_missing_table_ends_the_wait_at_once(catalog: Catalog) -> None:
     event = _first_event(_trigger(clock, timeout=60))
     assert event["status"] == "error" and event["message"].startswith("TableNotFoundError: ")
     assert clock.sleeps == []
+    sensor = SnapshotCommitSensor(task_id="wait", table="db.nowhere", writer_id=WRITER, batch_id="3")
+    with pytest.raises(AirflowFailException) as failed:  # a retry of the sensor cannot help either
+        sensor.execute_complete({}, event)
+    assert str(failed.value).startswith("waiting for a snapshot of db.nowhere failed: TableNotFoundError: ")
 
 
 def test_a_permanent_failure_of_the_write_ends_the_wait_naming_it(catalog: Catalog) -> None:
