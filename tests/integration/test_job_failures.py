@@ -1,5 +1,6 @@
 """Failures on the real broker, Spark and SQLite catalog: a bad input file fails its task at once with its
-cause and ends the wait for its snapshot; a catalog that goes away for a while only delays the wait."""
+cause and ends the wait for its snapshot; a compaction job's failure reaches its task as its cause; a
+catalog that goes away for a while only delays the wait."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_logstore.core.failures import JOB_FAILURES_DIR
+from airflow_logstore.operators.compaction import LogStoreCompactionOperator
 from airflow_logstore.operators.dual_write import LogStoreDualWriteOperator
 from airflow_logstore.read.reader import read_log
 from airflow_logstore.table.reports import read_failure
@@ -92,6 +95,26 @@ def test_bad_input_fails_at_once_with_its_cause_and_ends_the_wait(
     assert event["status"] == "failed" and sleeps == []
     assert f"by writer '{WRITER}' failed for good" in event["message"]
     assert "BadInputError: row 1, column 'amount'" in event["message"]
+
+
+def test_a_compaction_job_that_fails_in_spark_fails_its_task_with_the_cause(
+    env, spark_connection: None
+) -> None:
+    # the table is found before Spark starts; its bad property only fails the job, inside Spark
+    handle = make_table(env, schema=SCHEMA, prefix="badprop")
+    with handle.load().transaction() as tx:
+        tx.set_properties({"self-optimizing.target-size": "huge"})
+    compact = LogStoreCompactionOperator(task_id="compact", table=_name(handle), remove_orphans=False)
+    with pytest.raises(AirflowFailException) as failed:
+        compact.execute({})
+    message = str(failed.value)
+    assert message.startswith(
+        "TablePropertyError: table property 'self-optimizing.target-size': expected an integer, got 'huge'"
+    ), message
+    assert f"compaction of {_name(handle)}: not retried" in message
+    assert "spark-submit" not in message and "Cannot execute" not in message
+    reports = Path(handle.load().location().removeprefix("file://")) / JOB_FAILURES_DIR
+    assert [p.name for p in reports.iterdir()] == [f"{compact._report_id}.json"]
 
 
 def test_the_wait_outlasts_a_catalog_that_is_away_for_a_while(
