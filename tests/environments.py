@@ -7,6 +7,11 @@
 ``airflow``
     A different Airflow 3.x release than constraints.txt pins, installed alone, as a user's deployment
     has it; ``tests/install`` puts the built wheel into it.
+``executors``
+    What a Spark worker has, and nothing else: pyspark (``SPARK_PROVIDED``) and the executors' list
+    (``EXECUTOR_REQUIREMENTS``, both in ``airflow_logstore/spark/executors.py``) pinned by constraints.txt;
+    no Airflow, no LogStore (jobs bring it as ``--py-files``). The cluster tests' Spark workers run its
+    Python, so the list and the zip are proven enough.
 
 Each environment lives in ``.cache/envs/<name>-<hash of its inputs>``: a warm machine reuses it, a change
 of an input (pyproject.toml, this file, the Python version) builds a new one, and a fresh clone builds it
@@ -132,7 +137,39 @@ def airflow_env() -> Path:
     return cached_env("airflow", _key(OTHER_AIRFLOW.encode()), populate, seed=True)
 
 
-BUILDERS: dict[str, Callable[[], Path]] = {"lowest": lowest_env, "airflow": airflow_env}
+def executors_env() -> Path:
+    from airflow_logstore.spark.executors import EXECUTOR_REQUIREMENTS, SPARK_PROVIDED
+
+    constraints = REPO_ROOT / "constraints.txt"
+    requirements = [*SPARK_PROVIDED, *EXECUTOR_REQUIREMENTS]
+
+    def populate(folder: Path) -> None:
+        python = str(folder / "bin" / "python")
+        _run(
+            uv(),
+            "pip",
+            "install",
+            "--quiet",
+            "--python",
+            python,
+            "--constraint",
+            str(constraints),
+            *requirements,
+        )
+
+    return cached_env("executors", _key(constraints.read_bytes(), "\n".join(requirements).encode()), populate)
+
+
+def executor_python() -> Path:
+    """The ``executors`` environment's interpreter (built when needed)."""
+    return executors_env() / "bin" / "python"
+
+
+BUILDERS: dict[str, Callable[[], Path]] = {
+    "lowest": lowest_env,
+    "airflow": airflow_env,
+    "executors": executors_env,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

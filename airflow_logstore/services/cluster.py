@@ -10,6 +10,11 @@ under ``<LOGSTORE_HOME>/cluster/<service>`` and is stopped by PID.
 
 The DAGs are the embedded default's; only connections and variables differ
 (:meth:`LocalCluster.airflow_env`).
+
+The Spark workers' Python (their executors') is :envvar:`LOGSTORE_EXECUTOR_PYTHON` when set: an
+interpreter with only what a Spark image has (pyspark and ``airflow_logstore.spark.executors``'s list), as
+on a real worker; Airflow's tasks then name it as their jobs' ``PYSPARK_PYTHON``. Unset, workers run this
+interpreter (which has everything).
 """
 
 from __future__ import annotations
@@ -23,10 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from airflow_logstore.exceptions import ServiceError
 from airflow_logstore.jars import cluster_spark_jars
 from airflow_logstore.services.topology import CLUSTER, ClusterTopology
 from airflow_logstore.settings import EXAMPLE_DAGS, LocalSettings, local_settings
 from airflow_logstore.table.catalog import CatalogSpec
+
+#: The Spark workers' Python, for ``logstore services up --profile cluster`` (see the module's docstring).
+EXECUTOR_PYTHON_ENV = "LOGSTORE_EXECUTOR_PYTHON"
 
 
 class _Service(Protocol):
@@ -84,12 +93,19 @@ class LocalCluster:
     state_dir: Path | None = None
     dags_folder: Path | None = None
     cluster_secrets: ClusterSecrets | None = None
+    #: the Spark workers' (executors') Python; default :data:`EXECUTOR_PYTHON_ENV`, else this interpreter
     python: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.state_dir = self.state_dir or self.settings.home / "cluster"
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.python = self.python or os.environ.get(EXECUTOR_PYTHON_ENV) or None
+        if self.python and not os.access(self.python, os.X_OK):
+            raise ServiceError(
+                f"the Spark workers' Python {self.python!r} ({EXECUTOR_PYTHON_ENV} or python=) "
+                "is not an executable file"
+            )
         self.cluster_secrets = self.cluster_secrets or ClusterSecrets.load_or_create(
             self.state_dir / "secrets.json"
         )
@@ -232,8 +248,6 @@ class LocalCluster:
             except Exception as exc:  # keep stopping the rest, then report
                 errors.append(f"{name}: {exc}")
         if errors:
-            from airflow_logstore.exceptions import ServiceError
-
             raise ServiceError("some cluster services did not stop: " + "; ".join(errors))
 
     def status(self) -> dict[str, Any]:
@@ -311,8 +325,13 @@ class LocalCluster:
 
     def driver_env(self) -> dict[str, str]:
         """Where a Spark driver (in an Airflow task) finds its jars and which address it offers the
-        executors: settings of the machine that runs the tasks, as the compose file's Airflow image."""
-        return {"LOGSTORE_SPARK_JARS": str(self.jars_dir()), "SPARK_LOCAL_IP": "127.0.0.1"}
+        executors, and the executors' Python when the workers have their own (:attr:`python`; the
+        compose file's Airflow image names the Spark image's ``python3``): settings of the machine that
+        runs the tasks."""
+        env = {"LOGSTORE_SPARK_JARS": str(self.jars_dir()), "SPARK_LOCAL_IP": "127.0.0.1"}
+        if self.python:
+            env["PYSPARK_PYTHON"] = self.python
+        return env
 
     def airflow_env(self) -> dict[str, str]:
         """Connections and variables of the cluster: the only difference from the embedded default."""

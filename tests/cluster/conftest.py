@@ -1,5 +1,7 @@
 """One cluster profile for the whole session: PostgreSQL, S3 (moto), Iceberg's REST catalog, three Kafka
 brokers, Spark standalone with two workers, Airflow on PostgreSQL; every port free-chosen on 127.0.0.1.
+The Spark workers run the ``executors`` environment of ``tests/environments.py`` (pyspark and the executors'
+list only: no Airflow, no LogStore), so every job proves that list and the ``--py-files`` zip enough.
 
 Every secret of the cluster is a canary (:data:`CANARIES`): the tests search the places a secret could
 leak to (Spark UI and event log, process arguments, task logs) for these exact values.
@@ -21,6 +23,7 @@ from airflow_logstore.services.local import free_ports
 from airflow_logstore.services.topology import CLUSTER, port_count
 from airflow_logstore.settings import local_settings
 from airflow_logstore.testing.environment import REPO_ROOT
+from tests.environments import executor_python
 
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
@@ -52,10 +55,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         state_dir=home / "cluster",
         dags_folder=dags,
         cluster_secrets=CANARIES,
+        # the workers run an interpreter with only pyspark and the executors' list, as a Spark image has
+        python=str(executor_python()),
     )
     saved = {
         key: os.environ.get(key)
-        for key in (*env, "LOGSTORE_CATALOG", "LOGSTORE_SPARK_JARS", "SPARK_LOCAL_IP")
+        for key in (*env, "LOGSTORE_CATALOG", "LOGSTORE_SPARK_JARS", "SPARK_LOCAL_IP", "PYSPARK_PYTHON")
     }
     os.environ.update(env)
     try:

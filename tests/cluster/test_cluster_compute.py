@@ -29,6 +29,7 @@ from airflow_logstore.services.local import free_ports
 from airflow_logstore.services.spark_standalone import LocalSparkCluster
 from airflow_logstore.services.topology import KafkaCluster, SparkCluster
 from airflow_logstore.settings import LocalSettings, local_settings
+from tests.environments import executor_python
 
 PARTITIONS = 3
 PER_ROUND = 200  # records per partition before and after the leader dies
@@ -174,7 +175,8 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSpa
     home = tmp_path_factory.mktemp("cluster")
     master, ui, *workers = free_ports(4, consecutive=2)
     topology = SparkCluster(master_port=master, master_ui_port=ui, worker_ui_ports=tuple(workers))
-    cluster = LocalSparkCluster(_settings(home), topology, home / "spark")
+    # the workers' Python has only pyspark and the executors' list (tests/environments.py, "executors")
+    cluster = LocalSparkCluster(_settings(home), topology, home / "spark", python=str(executor_python()))
     started = time.monotonic()
     cluster.up()
     print(f"\n[spark cluster] up in {time.monotonic() - started:.1f}s")
@@ -272,7 +274,7 @@ def test_tasks_run_in_executors_on_both_workers(
     workers = spark_cluster.worker_pids
     assert {row["worker"] for row in rows} == set(workers), rows
     assert all(row["executor"] not in (None, "driver") and row["pid"] != os.getpid() for row in rows)
-    assert all(row["prefix"] == sys.prefix for row in rows)  # the workers' Python, from the venv
+    assert all(row["prefix"] == str(executor_python().parents[1]) for row in rows)  # the workers' Python
     for row in rows:
         own = spark_cluster.workers[workers.index(row["worker"])].folder
         assert Path(row["home"]) == own / "home"  # each worker's own LOGSTORE_HOME, not the driver's
@@ -285,6 +287,37 @@ def test_tasks_run_in_executors_on_both_workers(
         "driver-python": _rss_mb(os.getpid()),
     }
     print(f"[spark cluster] RSS MiB: { {k: round(v) for k, v in memory.items()} }")
+
+
+def _interpreter(_index: int, _rows: Any) -> Iterator[dict[str, Any]]:
+    """The task's interpreter and what it can import (Airflow and LogStore must be missing: no zip here)."""
+    import importlib
+
+    importable = {}
+    for name in ("airflow", "airflow_logstore", "numpy", "pyarrow", "pyiceberg", "confluent_kafka"):
+        try:
+            importlib.import_module(name)
+            importable[name] = True
+        except ImportError:
+            importable[name] = False
+    yield {"executable": sys.executable, "importable": importable}
+
+
+def test_executors_run_the_workers_python_with_only_the_executors_list(session: Any) -> None:
+    rows = session.sparkContext.parallelize(range(2), 2).mapPartitionsWithIndex(_interpreter).collect()
+    assert {row["executable"] for row in rows} == {str(executor_python())}, rows
+    assert all(
+        row["importable"]
+        == {
+            "airflow": False,
+            "airflow_logstore": False,
+            "numpy": True,
+            "pyarrow": True,
+            "pyiceberg": True,
+            "confluent_kafka": True,
+        }
+        for row in rows
+    ), rows
 
 
 def test_a_job_finishes_on_the_other_worker_when_a_worker_dies_mid_stage(

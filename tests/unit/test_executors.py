@@ -11,10 +11,14 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 import airflow_logstore
+from airflow_logstore.exceptions import ServiceError
+from airflow_logstore.services.cluster import EXECUTOR_PYTHON_ENV, ClusterSecrets, LocalCluster
+from airflow_logstore.settings import local_settings
 from airflow_logstore.spark.executors import (
     EXECUTOR_MODULES,
     EXECUTOR_REQUIREMENTS,
@@ -220,3 +224,37 @@ def test_every_third_party_import_of_the_executors_is_in_the_list() -> None:
     missing = {module: sorted(users) for module, users in imported.items() if module not in provided}
     assert not missing, f"executors import what no distribution of EXECUTOR_REQUIREMENTS provides: {missing}"
     assert {"pyarrow", "pyiceberg", "confluent_kafka", "numpy", "pyspark"} <= set(imported)  # the scan works
+
+
+# -- the cluster profile's workers run the executors' Python -------------------------------------------------
+
+
+def test_the_cluster_profiles_workers_run_the_python_its_setting_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def cluster() -> LocalCluster:
+        built = LocalCluster(
+            local_settings({"LOGSTORE_HOME": str(tmp_path)}),
+            state_dir=tmp_path / "cluster",
+            cluster_secrets=ClusterSecrets("key", "secret", "password"),
+        )
+        monkeypatch.setattr(built, "jars_dir", lambda: tmp_path / "jars")  # no jar lookups here
+        return built
+
+    monkeypatch.delenv(EXECUTOR_PYTHON_ENV, raising=False)
+    default = cluster()
+    assert default.service("spark").python == sys.executable  # unset: this interpreter, as before
+    assert "PYSPARK_PYTHON" not in default.driver_env()
+
+    python = tmp_path / "executors" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    monkeypatch.setenv(EXECUTOR_PYTHON_ENV, str(python))
+    chosen = cluster()
+    assert chosen.service("spark").python == str(python)  # the workers' PYSPARK_PYTHON and python3
+    assert chosen.driver_env()["PYSPARK_PYTHON"] == str(python)  # what Airflow's tasks send with jobs
+
+    monkeypatch.setenv(EXECUTOR_PYTHON_ENV, str(tmp_path / "missing"))
+    with pytest.raises(ServiceError, match=f"{EXECUTOR_PYTHON_ENV}.*is not an executable file"):
+        cluster()
