@@ -5,11 +5,12 @@ control-topic append or read, a catalog load or compare-and-set), so the schedul
 or kill it there. Every *decision* is the project's real core code (``classify``, ``WatermarkScan``,
 ``decide_on``, ``commit_positions``, ``included_commits``, ``ReadFilter``, ``control.fold``, ``retire``,
 ``encode_state`` / ``decode_state``, ``plan_batch``, the reconcile
-planner, ``plan_expiry``); the actors only mirror the order of the I/O of the real modules, and each
-step names the function it mirrors.
+planner, ``plan_expiry``, ``scan_watermark`` / ``watermark_scan_range``, ``missing_commits`` /
+``with_commits``); the actors only mirror the order of the I/O of the real modules, and each step names
+the function it mirrors.
 
 ``Bugs`` restores the old behaviour of holes 1-4 of issue 13, and plants bugs in settled ranges,
-retirement and ``logstore.log-included`` (test-only switches).
+retirement, ``logstore.log-included`` and the follower's hold rule (test-only switches: core/ has none).
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from airflow_logstore.compaction.policy import RetentionPolicy, SnapshotInfo, plan_expiry
+from airflow_logstore.compaction.policy import RetentionPolicy, SnapshotInfo, plan_expiry, unrecorded_commits
 from airflow_logstore.core import control, ranges
 from airflow_logstore.core import reconcile as rec
 from airflow_logstore.core.changes import apply_final, plan_batch
-from airflow_logstore.core.checkpoint import RETIRED_EPOCH, encode_state, retire
+from airflow_logstore.core.checkpoint import encode_state, retirable, retire
 from airflow_logstore.core.codec import (
+    H_PAIR,
     RecordMeta,
     RecordType,
     decode_headers,
@@ -36,6 +38,7 @@ from airflow_logstore.core.codec import (
 )
 from airflow_logstore.core.commit import Verdict, decide_on
 from airflow_logstore.core.control import ControlState
+from airflow_logstore.core.ledger import missing_commits, with_commits
 from airflow_logstore.core.summary import (
     OP_BASE,
     OP_COMPACTION,
@@ -47,10 +50,11 @@ from airflow_logstore.core.summary import (
 )
 from airflow_logstore.core.visibility import (
     ReadFilter,
-    WatermarkScan,
     classify,
     included_commits,
     recorded_positions,
+    scan_watermark,
+    watermark_scan_range,
     with_positions,
 )
 from airflow_logstore.reconcile import reconciler as reconciler_steps
@@ -75,6 +79,11 @@ class Bugs:
     retire_unsettled: bool = False  # checkpoints retire every ledger entry, settled or not
     no_holes: bool = False  # watermark records settle their range without its redundant/foreign runs
     no_included: bool = False  # hybrid reads ignore logstore.log-included (ask the ledger by sequence)
+    follower_drops_undecided: bool = False  # 3 (follow.py): release undecided records below the watermark
+    # NOT fixed yet (README, Findings): what the real publish scan does today. Its consumer resets to the
+    # log start without an error (auto.offset.reset=earliest), so records deleted between the bounds and
+    # the scan are skipped, and scan_watermark's settled range still covers them as committed data
+    publish_skips_deleted: bool = False
 
     def any(self) -> bool:
         return any(getattr(self, f.name) for f in fields(self))
@@ -106,6 +115,9 @@ class Observed:
     )  # where a consistent read stopped: min(log end, watermark + 1)
     final: bool = False  # read at quiescence
     start: dict[int, int] = field(default_factory=dict)  # where a hybrid read's log part started
+    # ground truth: the records the reader reached that retention had deleted (it cannot return them)
+    gone: set[tuple[int, int]] = field(default_factory=set)
+    low: dict[int, int] = field(default_factory=dict)  # a log read's log start when it scanned
 
 
 @dataclass
@@ -155,12 +167,13 @@ def merged_state(view: TableView, state: ControlState) -> ControlState:
     return state
 
 
-def sync_ledger(world: World, state: ControlState, view: TableView) -> None:
-    """publish.sync_ledger: ledger entries for live commits the ledger lacks (in it, or retired)."""
-    for commit in snapshot_commits(view):
-        if state.committed(commit.writer_id, commit.batch_id) is None:
-            world.control.record_commit(commit)
-            state.commits[commit.key] = commit
+def record_missing(world: World, state: ControlState, view: TableView) -> ControlState:
+    """publish.record_commits(missing_commits(state, live)), then ``with_commits``: the live commits the
+    ledger lacks (a retired batch counts as recorded) are appended, and the new state holds them."""
+    added = missing_commits(state, snapshot_commits(view))
+    for commit in added:
+        world.control.record_commit(commit)
+    return with_commits(state, added)
 
 
 def rows_of(snapshot: Snapshot | None) -> dict[tuple[Any, ...], Row]:
@@ -403,6 +416,7 @@ def _commit_once_unconditionally(
 
 
 def publisher(world: World) -> Steps:
+    """publish.publish_visible_offsets: bounds, control state, ledger, ``scan_watermark``, checkpoint."""
     if world.bugs.state_before_ends:
         yield "publish: read control"  # hole 3: the control state first ...
         state = world.control.read()
@@ -413,38 +427,45 @@ def publisher(world: World) -> Steps:
         bounds = world.log.bounds()
         yield "publish:offsets-read"  # pause point, then ctl.read()
         state = world.control.read()
-    yield "publish: load table"  # handle.load(); sync_ledger
-    sync_ledger(world, state, world.catalog.load())
-    previous = dict(state.watermark)
-    start = {p: max(previous.get(p, -1) + 1, low) for p, (low, _) in bounds.items()}
-    ends = {p: high for p, (_, high) in bounds.items()}
-    scan = WatermarkScan(previous)
-    yield "publish: scan"
-    for entry in world.log.scan(start, ends):
-        if entry.partition in scan.blocked:
-            continue
-        meta = decode_headers(entry.headers)
-        decision = classify(meta, entry.partition, entry.offset, state)
-        scan.observe(entry.partition, entry.offset, decision, 0 if world.bugs.split_pairs else meta.pair_half)
-    new = scan.finish(ends)
+    yield "publish: load table"  # handle.load(); record_commits(missing_commits(...)); with_commits
+    state = record_missing(world, state, world.catalog.load())
+    start, end = watermark_scan_range(state.watermark, bounds)
+    yield "publish: scan"  # kafka_client.scan(cons, topic, start, end)
+    if world.log.deleted(start, end) and not world.bugs.publish_skips_deleted:
+        # Records deleted since the bounds were read. The model's publish fails here, as it would with
+        # auto.offset.reset=error on its consumer (the fix proposed in the README's Findings); the next
+        # publish starts at the new log start. The real scan today skips them: publish_skips_deleted.
+        world.note(f"publisher: scan from {start} failed, retention deleted records", "publish scan failed")
+        return
+    records = ((e.partition, e.offset, _scan_headers(world, e)) for e in world.log.scan(start, end))
+    move = scan_watermark(records, state, start, end)
+    previous, new = state.watermark, move.watermark
     if any(new.get(p, -1) > previous.get(p, -1) for p in new):
-        settled = scan.settled(start, new)
+        settled = dict(move.settled)
         if world.bugs.no_holes:
             settled["holes"] = {}
         value = {"offsets": {str(p): o for p, o in sorted(new.items())}, **settled}
-        yield "publish: append watermark"  # ctl.append(K_WATERMARK, {..., **scan.settled(start, new)})
+        yield "publish: append watermark"  # ctl.append(K_WATERMARK, watermark_value(move, ...))
         offset = world.control.append(control.K_WATERMARK, value)
-        if offset == state.end_offset:  # nothing came between: the checkpoint can include this move
-            control.fold([control.ControlRecord(control.K_WATERMARK, value, offset)], state)
         world.note(
-            f"publisher: watermark {previous} -> {new} (blocked at {scan.blocked}), settled {settled}",
+            f"publisher: watermark {previous} -> {new} (blocked by {move.blocked_by}), settled {settled}",
             "watermark moved",
         )
+        if offset == state.end_offset:  # nothing came between: the checkpoint can include this move
+            state = control.fold([control.ControlRecord(control.K_WATERMARK, value, offset)], state)
         if settled["holes"]:
             world.events["watermark settled a hole"] += 1
-    if scan.blocked:
+    if move.blocked_by:
         world.events["watermark blocked by an undecided record"] += 1
     yield from maybe_checkpoint(world, state, {p: low for p, (low, _) in bounds.items()})
+
+
+def _scan_headers(world: World, entry: LogEntry) -> tuple[tuple[str, bytes], ...]:
+    """A record's headers as the publish scan gets them; ``split_pairs`` hides ``reassert-half`` (the
+    watermark then ignores reassert pairs, as before the fix)."""
+    if not world.bugs.split_pairs:
+        return entry.headers
+    return tuple((k, v) for k, v in entry.headers if k != H_PAIR)
 
 
 def maybe_checkpoint(world: World, state: ControlState, log_start: dict[int, int]) -> Steps:
@@ -465,6 +486,8 @@ def maybe_checkpoint(world: World, state: ControlState, log_start: dict[int, int
     )
     if gone:
         world.events["commits retired"] += 1
+    if any(not retirable(state.commits[key], {}, state.settled) for key in gone):
+        world.events["commit retired because retention deleted its records"] += 1
     for writer_id, batch_id in gone:
         yield "checkpoint: tombstone"  # ctl.append(commit_key, None)
         world.control.append(control.commit_key(writer_id, batch_id), None)
@@ -478,14 +501,16 @@ def reconciler(world: World) -> Steps:
     bounds = world.log.bounds()
     yield "reconcile: read control"  # control_state: ctl.read(), after the safe point
     state = world.control.read()
-    yield "reconcile: sync ledger"  # sync_ledger(handle, ctl, state, table)
-    sync_ledger(world, state, world.catalog.load())
-    window = reconciler_steps.plan_window(state, bounds)
+    yield "reconcile: record ledger"  # control_state: record_commits(missing_commits(...)), with_commits
+    state = record_missing(world, state, world.catalog.load())
+    window = reconciler_steps.plan_window(state, bounds)  # a position below the log start is a gap
+    yield "reconcile: scan"  # scan.py: kafka_client.scan(..., skip_reset=True): deleted records skipped
     records = [
         rec.LogRecordIn(e.partition, e.offset, e.key, e.headers, e.value)
         for e in world.log.scan(window.starts, window.safe_point)
     ]
     plans, _ = rec.plan_partitions(records, state, window.starts, window.safe_point, window.lookback)
+    gaps = [*window.gaps, *rec.scan_gaps(plan.stats for plan in plans)]
     positions = reconciler_steps.next_positions(plan.stats for plan in plans)
     output: dict[int, tuple[int, int]] = {}
     for plan in plans:  # produce
@@ -494,7 +519,13 @@ def reconciler(world: World) -> Steps:
             offset = world.log.append(out.partition, out.key, out.value, out.headers(1, window.run), None)
             world.events[f"{out.record_type.value} written"] += 1
             output[out.partition] = ranges.widen(output.get(out.partition), offset, offset)
-    if reconciler_steps.progress_changed(state, positions, output, window.gaps):  # the log has no gaps
+    for gap in gaps:  # record_gaps: the log needs a hybrid re-read
+        yield "reconcile: record gap"
+        world.control.append(
+            control.gap_key(gap.partition), rec.gap_value(gap, run=window.run, lease_id=1, now_ms=0)
+        )
+        world.note(f"reconciler run {window.run}: gap {gap.to_dict()}", f"retention gap ({gap.detected})")
+    if reconciler_steps.progress_changed(state, positions, output, gaps):
         yield "reconcile:before-progress"
         value = rec.progress_value(
             positions=positions,
@@ -547,14 +578,12 @@ def compaction(world: World) -> Steps:
     plan = plan_expiry(
         infos, view.main, RetentionPolicy(world.rng.randint(0, 3), world.rng.randint(1, 2)), now
     )
-    yield "expire: secure ledger"  # secure_ledger: sync, read back, check every expiring commit
-    sync_ledger(world, world.control.read(), view)
-    state = world.control.read()
-    for commit in plan.expiring_commits:
-        entry = state.committed(commit.writer_id, commit.batch_id)
-        if entry is None or entry.epoch not in (commit.epoch, RETIRED_EPOCH):  # retired: recorded, settled
-            world.note(f"expiry refused: {commit.key} not in the ledger", "expiry refused")
-            return
+    yield "expire: secure ledger"  # secure_ledger: record the missing commits, read back, check
+    record_missing(world, world.control.read(), view)
+    missing = unrecorded_commits(world.control.read(), plan.expiring_commits)
+    if missing:  # CompactionSafetyError
+        world.note(f"expiry refused: {missing} not in the ledger", "expiry refused")
+        return
     yield "expire: expire"
     removed = world.catalog.expire(plan.expire)
     world.note(f"expiry: removed {removed}", "snapshots expired" if removed else None)
@@ -579,8 +608,9 @@ def consistent_follower(world: World, seen: Observed) -> Steps:
         new = world.control.records[control_next:]
         control_next += len(new)
         control.fold(new, state)
-        yield "follow: poll log"  # cons.consume
+        yield "follow: poll log"  # cons.consume (a position below the log start resets to it)
         ends = world.log.end_offsets()
+        _reach(world, seen, log_next, ends)
         for entry in world.log.scan(log_next, ends):
             pending[entry.partition].append(entry)
         log_next = ends
@@ -588,7 +618,9 @@ def consistent_follower(world: World, seen: Observed) -> Steps:
             mark = state.watermark.get(partition, -1)
             ready = 0
             while (
-                ready < len(messages) and messages[ready].offset <= mark and _decided(messages[ready], state)
+                ready < len(messages)
+                and messages[ready].offset <= mark
+                and (world.bugs.follower_drops_undecided or _decided(messages[ready], state))
             ):
                 ready += 1
             if ready < len(messages) and messages[ready].offset <= mark:
@@ -600,6 +632,15 @@ def consistent_follower(world: World, seen: Observed) -> Steps:
                 if keep:
                     seen.records.append(entry)
             del messages[:ready]
+
+
+def _reach(world: World, seen: Observed, start: dict[int, int], end: dict[int, int]) -> None:
+    """Ground truth for the oracle: the records of ``start`` to ``end`` a reader reached after retention
+    deleted them."""
+    gone = world.log.deleted(start, end)
+    if gone - seen.gone:
+        seen.gone |= gone
+        world.events["retention deleted records a reader had not read"] += 1
 
 
 def _note_settled(world: World, meta: Any, entry: LogEntry, state: ControlState) -> None:
@@ -623,6 +664,7 @@ def eventual_follower(world: World, seen: Observed) -> Steps:
     while True:
         yield "follow: poll log"
         ends = world.log.end_offsets()
+        _reach(world, seen, log_next, ends)
         seen.records.extend(world.log.scan(log_next, ends))
         log_next = ends
 
@@ -635,10 +677,17 @@ def log_read(
     hybrid_of: Snapshot | None = None,
     view: TableView | None = None,
 ) -> Generator[str, None, dict[int, int]]:
-    """reader.LogReader.iterate: bounds, then the state; consistent reads stop at the watermark + 1."""
+    """reader.LogReader.iterate: bounds, then the state; consistent reads stop at the watermark + 1.
+
+    Records retention deletes between the bounds and the scan are skipped without an error: the
+    consumer's ``auto.offset.reset=earliest`` moves it to the log start (librdkafka reports an offset
+    reset as an error only with ``auto.offset.reset=error``). Returns where the read ended.
+    """
     view = view or world.catalog.load()  # LogReader.__init__: self.table (read_hybrid passes its own)
     yield "read: bounds"  # partition_offsets
-    last = world.log.end_offsets()
+    bounds = world.log.bounds()
+    first = {p: max(start.get(p, 0), low) for p, (low, _) in bounds.items()}  # start_offsets
+    last = {p: high for p, (_, high) in bounds.items()}
     hybrid = hybrid_of is not None
     state = None
     if consistent or hybrid:
@@ -648,13 +697,19 @@ def log_read(
         sequence, included = snapshot_start(view, hybrid_of)
         if world.bugs.no_included:
             included = None
-        read_filter = ReadFilter(state, consistent, sequence, dict(start), included)
+        read_filter = ReadFilter(state, consistent, sequence, dict(first), included)
     else:
         read_filter = ReadFilter(state, consistent)
     if state is not None and consistent:
         last = {p: min(last[p], state.watermark.get(p, -1) + 1) for p in last}
         seen.end = dict(last)
-    for entry in world.log.scan(start, last):
+    if world.log.deleted(first, last):
+        world.note(
+            f"{seen.name}: records deleted between its bounds and its scan", "read skipped deleted records"
+        )
+    _reach(world, seen, start, last)
+    seen.start, seen.low = first, dict(enumerate(world.log.log_start))
+    for entry in world.log.scan(first, last):
         meta = decode_headers(entry.headers)
         keep, _ = read_filter.decide(meta, entry.partition, entry.offset)
         if state is not None:
@@ -672,7 +727,7 @@ def incremental_reader(world: World, seen: Observed, reads: int) -> Steps:
 
 
 def batch_reader(world: World, consistent: bool, final: bool = False) -> Steps:
-    """reader.read_log from earliest."""
+    """reader.read_log from earliest: the log start (records below it are the read's ``gone``)."""
     seen = Observed(f"batch {'consistent' if consistent else 'eventual'} read", consistent, final=final)
     world.observed.append(seen)
     yield from log_read(world, seen, dict.fromkeys(range(world.partitions), 0), consistent)
@@ -681,7 +736,7 @@ def batch_reader(world: World, consistent: bool, final: bool = False) -> Steps:
 def hybrid_reader(
     world: World, consistent: bool, snapshot_id: int | None = None, final: bool = False
 ) -> Steps:
-    """reader.read_hybrid: a snapshot's rows, then the log from its positions."""
+    """reader.read_hybrid: a snapshot's rows, then the log from its positions (or the log start)."""
     yield "hybrid: load"
     view = world.catalog.load()
     lineage = view.ancestors()
@@ -701,3 +756,18 @@ def hybrid_reader(
     )
     world.observed.append(seen)
     yield from log_read(world, seen, start, consistent, hybrid_of=chosen, view=view)
+
+
+# --- the log topic's retention ----------------------------------------------------------------------------
+
+
+def retention(world: World) -> Steps:
+    """Kafka's time-based retention, once: a partition's oldest records (a segment) are deleted, whether
+    anyone read, settled or reconciled them or not."""
+    yield "retention"
+    partition = world.rng.randrange(world.partitions)
+    end = world.log.end_offsets()[partition]
+    upto = end if world.rng.random() < 0.3 else world.log.log_start[partition] + world.rng.randint(1, 3)
+    deleted = world.log.delete_before(partition, upto)
+    if deleted:
+        world.note(f"retention: partition {partition} deleted offsets {deleted.start}-{deleted.stop - 1}")

@@ -52,10 +52,16 @@ class LogEntry:
 
 
 class KafkaLog:
-    """The table's log topic: partitions of records, offsets from 0 (no retention in this model)."""
+    """The table's log topic: partitions of records, offsets from 0, and retention.
+
+    Retention (:meth:`delete_before`) moves a partition's log start as Kafka deletes old segments: the
+    records below it are gone for every read (``bounds`` reports the new start, ``scan`` starts there, as
+    a consumer reset to ``earliest`` does). They stay in ``partitions`` as ground truth for the oracle.
+    """
 
     def __init__(self, partitions: int) -> None:
         self.partitions: list[list[LogEntry]] = [[] for _ in range(partitions)]
+        self.log_start: list[int] = [0] * partitions  # per partition the first offset retention kept
 
     def append(
         self,
@@ -70,15 +76,34 @@ class KafkaLog:
         records.append(entry)
         return entry.offset
 
+    def delete_before(self, partition: int, offset: int) -> range:
+        """Retention: delete the partition's records below ``offset`` (never past its end); the offsets
+        deleted now."""
+        before = self.log_start[partition]
+        self.log_start[partition] = max(before, min(offset, len(self.partitions[partition])))
+        return range(before, self.log_start[partition])
+
     def end_offsets(self) -> dict[int, int]:
         return {p: len(records) for p, records in enumerate(self.partitions)}
 
     def bounds(self) -> dict[int, tuple[int, int]]:
-        return {p: (0, len(records)) for p, records in enumerate(self.partitions)}
+        """kafka_client.partition_offsets: per partition (log start, end offset)."""
+        return {p: (self.log_start[p], len(records)) for p, records in enumerate(self.partitions)}
+
+    def deleted(self, start: dict[int, int], end: dict[int, int]) -> set[tuple[int, int]]:
+        """Ground truth: the (partition, offset) of ``start`` to ``end`` that retention has deleted."""
+        return {
+            (p, offset)
+            for p in range(len(self.partitions))
+            for offset in range(start.get(p, 0), min(self.log_start[p], end.get(p, 0)))
+        }
 
     def scan(self, start: dict[int, int], end: dict[int, int]) -> Iterator[LogEntry]:
+        """The records of ``start`` to ``end`` that retention kept (a read below the log start goes on
+        from the log start)."""
         for partition, records in enumerate(self.partitions):
-            yield from records[start.get(partition, 0) : end.get(partition, 0)]
+            first = max(start.get(partition, 0), self.log_start[partition])
+            yield from records[first : end.get(partition, 0)]
 
 
 class ControlTopic:

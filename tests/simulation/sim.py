@@ -27,6 +27,7 @@ class Actor:
     crashable: bool
     runs: int = 1  # services run several times (a crash ends the current run)
     background: bool = False  # followers: run until the others are done
+    period: int = 0  # a periodic service (retention): after a run it waits up to this many steps
     at_step: int = 0  # when it starts (and, after a pause, when it resumes)
     steps: Steps | None = None
     pending: str = "start"  # the step it takes at its next turn (the label its generator last yielded)
@@ -181,7 +182,13 @@ def run(seed: int, bugs: Bugs | None = None) -> Result:
             )
         )
 
-    steps = _interleave(world, cast, rng)
+    if rng.random() < 0.5:  # the log topic's retention deletes old segments now and then
+        cast.append(
+            Actor("retention", partial(actors.retention, world), False, runs=rng.randint(2, 8), period=50)
+        )
+
+    # in some runs the followers and readers poll about twice as often (a tight tailing loop)
+    steps = _interleave(world, cast, rng, busy_share=rng.choice([0.75, 0.5]))
 
     # quiescence: every writer's last attempt succeeds (an Airflow retry), then publish, reconcile, publish
     for writer in writers:
@@ -220,7 +227,7 @@ def run(seed: int, bugs: Bugs | None = None) -> Result:
     return Result(seed, bugs, check(world, watermark), world.trace, steps, world.events)
 
 
-def _interleave(world: World, cast: list[Actor], rng: random.Random) -> int:
+def _interleave(world: World, cast: list[Actor], rng: random.Random, busy_share: float = 0.75) -> int:
     """Run the actors' steps in a seeded random order until every non-background actor is done."""
     step = 0
     while step < MAX_STEPS and any(a.runs > 0 and not a.background for a in cast):
@@ -229,7 +236,7 @@ def _interleave(world: World, cast: list[Actor], rng: random.Random) -> int:
         busy = [a for a in live if not a.background]
         if not busy:
             continue  # everyone with work to do is paused or not started yet: time passes
-        actor = rng.choice(busy if rng.random() < 0.75 else live)
+        actor = rng.choice(busy if rng.random() < busy_share else live)
         if rng.random() < 0.06:  # a slow actor (GC pause, long Spark stage): it stops here for a while
             actor.at_step = step + rng.randint(5, 40)
             world.note(f"{actor.name}: paused before '{actor.pending}' until step {actor.at_step}", "pause")
@@ -244,6 +251,8 @@ def _interleave(world: World, cast: list[Actor], rng: random.Random) -> int:
             continue
         if not actor.step(world):
             _ended(actor)
+            if actor.period:
+                actor.at_step = step + rng.randint(1, actor.period)
     return step
 
 

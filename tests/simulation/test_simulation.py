@@ -89,6 +89,13 @@ COVERED = (
     "follower from a checkpoint",
     "read a retired commit's record",
     "read a settled redundant record",
+    "follower held an undecided record below the watermark",
+    "retention deleted records a reader had not read",
+    "commit retired because retention deleted its records",
+    "retention gap (log-start)",
+    "retention gap (scan)",
+    "publish scan failed",
+    "read skipped deleted records",
 )
 
 
@@ -114,6 +121,9 @@ PLANTED = [
     ("retire_unsettled", {CONSISTENT_LOST, CONSISTENT_UNCOMMITTED, HYBRID}, 1000),
     ("no_holes", {CONSISTENT_UNCOMMITTED}, 300),
     ("no_included", {HYBRID}, 300),
+    ("follower_drops_undecided", {CONSISTENT_LOST}, 1000),
+    # an open finding, not a planted bug: the real publish scan's behaviour today (see the README)
+    ("publish_skips_deleted", {CONSISTENT_UNCOMMITTED}, 300),
 ]
 
 
