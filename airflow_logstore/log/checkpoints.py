@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_logstore.core import control
 from airflow_logstore.core.checkpoint import decode_state, encode_state, retire
 from airflow_logstore.core.control import ControlState
+from airflow_logstore.exceptions import TopicError
 from airflow_logstore.log import kafka_client
 
 if TYPE_CHECKING:
@@ -46,7 +47,12 @@ def checkpoint_topic(control_topic: str) -> str:
 
 def latest(ctl: ControlTopic) -> tuple[ControlState, int]:
     """(the latest checkpoint's state, the control offset to fold on from); an empty state and 0 when
-    there is none, or when it does not fit the control topic (recreated since)."""
+    there is none, or when it does not fit the control topic (recreated since).
+
+    :raises TopicError: the latest checkpoint does not decode. Never a read of the whole control topic
+        instead: once entries are retired, compaction removes them from the control topic and only the
+        checkpoint still knows those batches are committed (a retried old batch would commit again).
+    """
     cons = _consumer(ctl)
     try:
         control_end = kafka_client.partition_offsets(cons, ctl.topic, 1)[0][1]
@@ -95,8 +101,13 @@ def _latest(ctl: ControlTopic, cons: Any, control_end: int) -> tuple[ControlStat
             try:
                 state, through = _decode(message.value())
             except (ValueError, TypeError, KeyError, zlib.error) as exc:
-                log.warning("checkpoint of '%s' does not decode (%s): full read", ctl.topic, exc)
-                return ControlState(), 0
+                raise TopicError(
+                    f"the latest checkpoint in '{topic}' (offset {message.offset()}) does not decode "
+                    f"({exc}); the control state of '{ctl.topic}' cannot be read without it: ledger "
+                    "entries it retired are compacted away in the control topic. Restore a checkpoint "
+                    "this version reads (a newer LogStore may have written it: upgrade), or, only for a "
+                    "table whose batches are never run again, delete the checkpoint topic"
+                ) from exc
             if through >= control_end:
                 log.warning("checkpoint of '%s' is past its end (recreated?): ignored", ctl.topic)
                 return ControlState(), 0

@@ -11,6 +11,7 @@ from airflow_logstore.core import control
 from airflow_logstore.core.codec import RecordMeta, encode_headers
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.summary import CommitInfo
+from airflow_logstore.exceptions import TopicError
 from airflow_logstore.log import checkpoints, kafka_client
 from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.reader import read_log
@@ -120,3 +121,18 @@ def test_retention_retires_ledger_entries_and_leaves_what_the_protocol_asks(tabl
     publish_visible_offsets(table)
     consistent = read_log(table, consistency="transactional")
     assert len(consistent.records) == 8 * BATCH
+
+
+def test_a_checkpoint_that_does_not_decode_stops_reads_and_names_it(table: LogStoreTable) -> None:
+    """No silent read of the whole control topic instead: once compaction has removed retired entries,
+    only the checkpoint knows their batches are committed, and a retried old batch would commit again."""
+    write_batches(table, 1, 12)
+    assert publish_visible_offsets(table).checkpoint is not None
+    ctl = table.control()
+    assert ctl.read().committed("w", 1) is not None
+    checkpoints._append(ctl, b"not a checkpoint")  # e.g. written by a newer version, or damaged
+    with pytest.raises(TopicError, match=r"-checkpoint' \(offset \d+\) does not decode") as failure:
+        ctl.read()
+    assert "ledger entries it retired" in str(failure.value)
+    with pytest.raises(TopicError):
+        publish_visible_offsets(table)
