@@ -524,11 +524,18 @@ def _in_range(
 
 def _without_errors(messages: list[Message], topic: str, skipped: set[int]) -> list[Message]:
     """The messages that are records; the ``skipped`` errors dropped, any other error raised."""
+    from confluent_kafka import KafkaError
+
     kept = []
     for message in messages:
         error = message.error()
         if error is None:
             kept.append(message)
+        elif error.code() == KafkaError._AUTO_OFFSET_RESET and error.code() not in skipped:
+            raise KafkaUnavailableError(
+                f"reading '{topic}' partition {message.partition()}: records from the offset asked for "
+                f"were deleted (retention) while it was read ({error.str()}); run it again"
+            )
         elif error.code() not in skipped:
             raise KafkaUnavailableError(f"reading '{topic}' failed: {error.str()}")
     return kept

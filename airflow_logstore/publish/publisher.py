@@ -67,7 +67,9 @@ def publish_visible_offsets(handle: LogStoreTable) -> PublishReport:
     """Advance the table's visibility watermark as far as committed snapshots allow."""
     started = time.monotonic()
     side = handle.log_side()
-    cons = kafka_client.consumer(side.kafka_config)
+    # an offset that retention deleted while the scan ran is an error here, never a silent skip: the
+    # scan would settle the range up to the next record it saw, records it never classified included
+    cons = kafka_client.consumer(side.kafka_config, **{"auto.offset.reset": "error"})
     try:
         # The log's end offsets, *then* the control state, *then* the table: every record below those
         # ends was produced after its epoch's claim was acknowledged, so the state read next knows that

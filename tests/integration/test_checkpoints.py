@@ -136,3 +136,37 @@ def test_a_checkpoint_that_does_not_decode_stops_reads_and_names_it(table: LogSt
     assert "ledger entries it retired" in str(failure.value)
     with pytest.raises(TopicError):
         publish_visible_offsets(table)
+
+
+def test_records_deleted_while_a_publish_scans_fail_the_publish_not_settle_unseen(
+    table: LogStoreTable,
+) -> None:
+    """Retention deletes records after the publish read the log's bounds and before its scan reached
+    them: the publish fails (retryable) instead of settling a range it never classified; run again, it
+    settles from the new log start."""
+    from confluent_kafka import TopicPartition
+
+    from airflow_logstore.exceptions import KafkaUnavailableError
+    from airflow_logstore.pause import on_pause
+
+    write_batches(table, 1, 3)  # 15 records in partition 0, none published yet
+    config = table.config()
+    admin = kafka_client.admin_client(table.kafka_config(config))
+    cut = TopicPartition(config.topic, 0, 2 * BATCH)
+
+    def retention_runs() -> None:
+        admin.delete_records([cut])[cut].result(timeout=30)
+
+    with (
+        on_pause("publish:offsets-read", retention_runs),
+        pytest.raises(KafkaUnavailableError, match=r"deleted \(retention\) while it was read"),
+    ):
+        publish_visible_offsets(table)
+    assert table.control().read().watermark.get(0, -1) < 0  # nothing settled
+
+    report = publish_visible_offsets(table)
+    assert report.advanced
+    state = table.control().read()
+    assert state.watermark[0] == 3 * BATCH - 1
+    consistent = read_log(table, consistency="transactional")
+    assert sorted({r.meta.batch_id for r in consistent.records}) == [3]  # batches 1-2 are gone
