@@ -22,8 +22,10 @@ class SnapshotCommitSensor(BaseSensorOperator):
     there (an unreachable catalog) are retried with backoff until ``timeout``.
 
     When the write of the batch (writer and batch given) fails for good during this DAG run (its job
-    left a failure report that a retry cannot fix, e.g. bad input), the sensor fails at once with
-    ``AirflowFailException`` naming the failed write, instead of waiting for its timeout.
+    left a failure report that a retry cannot fix, e.g. bad input, or its task's last try failed and
+    left a final report), the sensor fails at once with ``AirflowFailException`` naming the failed
+    write, instead of waiting for its timeout; so does an error of the trigger that waiting longer
+    cannot fix (a missing table).
 
     :param table: ``namespace.table``
     :param batch_id: batch to wait for (templated)
