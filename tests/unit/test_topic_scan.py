@@ -81,8 +81,11 @@ def test_scan_yields_the_range_and_asks_for_no_more_than_is_left() -> None:
 
 def test_scan_raises_on_errors_and_skips_resets_only_when_asked() -> None:
     reset = _Message(0, -1, _Error(KafkaError._AUTO_OFFSET_RESET))
-    with pytest.raises(KafkaUnavailableError, match="reading 't' failed"):
+    with pytest.raises(KafkaUnavailableError, match=r"reading 't' partition 0: .* deleted \(retention\)"):
         list(kafka_client.scan(_Consumer([[reset]]), "t", {0: 0}, {0: 2}))  # type: ignore[arg-type]
+    other = _Message(0, -1, _Error(KafkaError._MSG_TIMED_OUT))
+    with pytest.raises(KafkaUnavailableError, match="reading 't' failed"):
+        list(kafka_client.scan(_Consumer([[other]]), "t", {0: 0}, {0: 2}))  # type: ignore[arg-type]
     cons = _Consumer([[reset, _Message(0, 1)]])
     batches = list(kafka_client.scan(cons, "t", {0: 0}, {0: 2}, skip_reset=True))  # type: ignore[arg-type]
     assert _offsets(batches) == [(0, 1)]

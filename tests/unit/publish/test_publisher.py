@@ -95,7 +95,7 @@ def test_publish_reads_ends_then_state_then_table_and_appends_ledger_then_waterm
         yield [Message((0, o), RecordMeta("w", 1, 1 if o < 2 else 2, task="0.1")) for o in range(3)]
         yield [Message((0, 3), RecordMeta("w", 1, 3, task="0.1"))]  # in flight: the watermark stops
 
-    monkeypatch.setattr(publisher.kafka_client, "consumer", lambda config: Consumer())
+    monkeypatch.setattr(publisher.kafka_client, "consumer", lambda config, **settings: Consumer())
     monkeypatch.setattr(publisher.kafka_client, "partition_offsets", offsets)
     monkeypatch.setattr(publisher.kafka_client, "scan", scan)
     monkeypatch.setattr(publisher, "snapshot_commits", lambda table: [LEDGER, TABLE_ONLY])
