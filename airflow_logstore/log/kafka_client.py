@@ -456,8 +456,10 @@ def scan(
     broker stays silent for ``idle_timeout`` (offsets below the end that are gone, transaction markers
     or compacted records, count as reached).
 
-    :param skip_reset: skip the consumer's offset-reset errors: records deleted by retention while
-        the scan runs are skipped (``auto.offset.reset=earliest``), the caller reports them as a gap.
+    :param skip_reset: skip the consumer's offset-reset errors. librdkafka reports one only to a consumer
+        made with ``auto.offset.reset=error``; with this module's default (``earliest``) records that
+        retention deletes while the scan runs are skipped without one. A caller that must not pass
+        records unseen (the publish) makes its consumer with ``error`` and leaves this False.
     """
     from confluent_kafka import KafkaError, TopicPartition
 

@@ -432,9 +432,9 @@ def publisher(world: World) -> Steps:
     start, end = watermark_scan_range(state.watermark, bounds)
     yield "publish: scan"  # kafka_client.scan(cons, topic, start, end)
     if world.log.deleted(start, end) and not world.bugs.publish_skips_deleted:
-        # Records deleted since the bounds were read. The model's publish fails here, as it would with
-        # auto.offset.reset=error on its consumer (the fix proposed in the README's Findings); the next
-        # publish starts at the new log start. The real scan today skips them: publish_skips_deleted.
+        # Records deleted since the bounds were read. The publish fails here, as the real one does (its
+        # consumer resets offsets with 'error'); the next publish starts at the new log start. The old
+        # scan skipped them without an error: publish_skips_deleted (README, Findings).
         world.note(f"publisher: scan from {start} failed, retention deleted records", "publish scan failed")
         return
     records = ((e.partition, e.offset, _scan_headers(world, e)) for e in world.log.scan(start, end))
