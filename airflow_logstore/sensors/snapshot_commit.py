@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
 from airflow_logstore.hooks.logstore import LogStoreHook
 from airflow_logstore.triggers.snapshot_commit import SnapshotCommitTrigger
@@ -136,6 +136,10 @@ class SnapshotCommitSensor(BaseSensorOperator):
                 f"waiting for a snapshot of {self.table} failed: {event.get('message', event)}"
                 if event.get("status") == "error"
                 else event.get("message", event)
+            )
+        if event.get("status") == "timeout":  # as Airflow's sensors end a wait: no retry
+            raise AirflowSensorTimeout(
+                f"waiting for a snapshot of {self.table}: {event.get('message', event)}"
             )
         if event.get("status") != "success":
             raise RuntimeError(

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from airflow.sdk.exceptions import AirflowSensorTimeout
 
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.exceptions import OptionError
@@ -227,10 +228,12 @@ def test_sensor_pokes_and_defers(monkeypatch: pytest.MonkeyPatch) -> None:
     assert sensor.execute({})["epoch"] == 9  # already committed: no deferral
     event: dict[str, Any] = {"status": "success", "commit": poked.xcom_value, "polls": 3}
     assert sensor.execute_complete({}, event)["batch_id"] == 3
-    with pytest.raises(RuntimeError, match="no matching snapshot"):
+    with pytest.raises(AirflowSensorTimeout, match="no matching snapshot"):  # Airflow fails it, no retry
         sensor.execute_complete(
             {}, {"status": "timeout", "message": "no matching snapshot of db.t after 30s"}
         )
+    with pytest.raises(RuntimeError, match=r"waiting for a snapshot of db\.t failed"):
+        sensor.execute_complete({}, {"status": "unknown"})
 
 
 def test_sensor_rejects_a_non_integer_batch() -> None:
