@@ -48,7 +48,14 @@ def dual_write_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def dual_write_main(argv: Sequence[str] | None = None) -> int:
+def dual_write_main(argv: Sequence[str] | None = None, *, raise_errors: bool = False) -> int:
+    """Run the dual-write job; 0 on success. A failure leaves its report next to the table, then
+
+    - as spark-submit's entry point (``raise_errors`` False): prints ``dual_write: error: ...`` and
+      returns 1 for the project's own errors, and raises the others;
+    - in-process for the ``logstore write`` CLI (``raise_errors`` True): raises every error, which the
+      CLI explains (the problem and the next step).
+    """
     from airflow_logstore.core.properties import parse_emit_mode
     from airflow_logstore.spark.dual_write import CrashPoint, open_writer
     from airflow_logstore.spark.jobconf import job_settings, spark_conf_dict
@@ -95,7 +102,7 @@ def dual_write_main(argv: Sequence[str] | None = None) -> int:
             emit_result({"batches": [r.to_dict() for r in results]}, writer.handle, args.report_id)
     except Exception as exc:
         _report_dual_write_failure(args, catalog, writer, exc)
-        if not isinstance(exc, LogStoreError):
+        if raise_errors or not isinstance(exc, LogStoreError):
             raise
         print(f"dual_write: error: {exc}", file=sys.stderr)
         log.error("dual write failed: %s", exc)

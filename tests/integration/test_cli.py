@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from airflow_logstore.cli import main
-from airflow_logstore.table.tables import LogStoreTable
+from airflow_logstore.table.catalog import default_catalog
+from airflow_logstore.table.schema import parse_schema
+from airflow_logstore.table.tables import ICEBERG_DEFAULTS, LogStoreTable
 from airflow_logstore.testing.environment import LogStoreTestEnv
-from airflow_logstore.testing.tables import make_table
+from airflow_logstore.testing.tables import make_table, write_jsonl
 
 
 @pytest.fixture
@@ -69,6 +73,46 @@ def test_spark_path_not_found_is_a_message(
     ]
 
 
+def test_write_of_a_bad_input_row_is_a_message(
+    env: LogStoreTestEnv,
+    spark: Any,
+    table: LogStoreTable,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """The dual-write job finds the bad row inside Spark; the CLI explains it (not the job's own line)."""
+    rows = write_jsonl(tmp_path / "bad.jsonl", [{"id": 1, "name": "ann", "amount": "lots"}])
+    code = main(["write", str(table.name), "--input", str(rows)])
+    _, err = capfd.readouterr()
+    assert code == 2, err
+    assert "Traceback" not in err and "dual_write: error" not in err, err
+    assert err.strip().splitlines()[-2:] == [
+        "logstore: error: row 1, column 'amount': value does not fit type bigint (file bad.jsonl)",
+        "logstore: fix the input (the path, row or column named above) and run the command again",
+    ]
+
+
+def test_write_with_the_broker_down_is_a_message(
+    env: LogStoreTestEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The table's log is on a port nobody listens on: the write stops at the broker, before Spark."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        down = f"127.0.0.1:{sock.getsockname()[1]}"
+    monkeypatch.setenv("LOGSTORE_KAFKA_TIMEOUT_S", "2")
+    log = {"log-store.enabled": "true", "log-store.topic": env.unique("down"), "log-store.address": down}
+    name = f"it.{env.unique('brokerdown')}"
+    catalog = default_catalog().load()
+    catalog.create_namespace_if_not_exists("it")
+    catalog.create_table(name, parse_schema("id int", ["id"]), properties={**ICEBERG_DEFAULTS, **log})
+    rows = write_jsonl(tmp_path / "rows.jsonl", [{"id": 1}])
+    done = logstore(env, "write", name, "--input", str(rows))
+    assert done.returncode == 1 and done.stdout == "", done.stderr
+    problem, step = done.stderr.splitlines()  # no librdkafka log lines, no Spark start-up lines
+    assert problem.startswith(f"logstore: error: Kafka at {down} did not answer within 2s"), done.stderr
+    assert "'logstore services status'" in step and "log-store.address" in step, done.stderr
+
+
 def test_table_show_names_the_state_folder_catalog_and_broker(
     env: LogStoreTestEnv, table: LogStoreTable
 ) -> None:
@@ -97,10 +141,6 @@ def test_services_status_names_the_running_broker(env: LogStoreTestEnv) -> None:
 
 def test_a_missing_topic_is_a_message(env: LogStoreTestEnv) -> None:
     """The table's log points at the real broker, but its topic was never created."""
-    from airflow_logstore.table.catalog import default_catalog
-    from airflow_logstore.table.schema import parse_schema
-    from airflow_logstore.table.tables import ICEBERG_DEFAULTS
-
     name = f"it.{env.unique('notopic')}"
     catalog = default_catalog().load()
     catalog.create_namespace_if_not_exists("it")

@@ -124,6 +124,7 @@ BROKER_DOWN = [
     ["read", "t.logged", "--mode", "hybrid"],
     ["publish", "t.logged"],
     ["reconcile", "t.logged", "--dry-run"],
+    ["write", "t.logged", "--input", "{input}"],
     [
         *("table", "create", "t.new", "--schema", "id int", "--property", "log-store.enabled=true"),
         *("--property", "log-store.topic=new", "--property", "log-store.address={broker}"),
@@ -133,7 +134,7 @@ BROKER_DOWN = [
 
 @pytest.mark.parametrize("argv", BROKER_DOWN, ids=lambda argv: " ".join(argv[:3]))
 def test_broker_down(state: State, capfd: pytest.CaptureFixture[str], argv: list[str]) -> None:
-    code, out, err = run(capfd, [arg.format(broker=state.broker) for arg in argv])
+    code, out, err = run(capfd, [arg.format(broker=state.broker, input=state.input) for arg in argv])
     assert_message(code, out, err, "Kafka", 1)
     assert "did not answer" in err and "'logstore services status'" in err
 

@@ -14,14 +14,20 @@ _GLOB = set("*?[{")
 
 
 def check_before_spark(args: argparse.Namespace) -> None:
-    """Fail in a second, not after a JVM started: the table, the emit mode and a local input path."""
+    """Fail before a JVM starts: the table, the emit mode, a local input path and, for a table with a
+    log, its broker and log topic (``LOGSTORE_KAFKA_TIMEOUT_S`` when the broker does not answer)."""
     from airflow_logstore.core.properties import parse_emit_mode, parse_table_properties
+    from airflow_logstore.log.kafka_client import require_topic
 
-    table = open_table(args.table, args).load()
-    parse_emit_mode(args.emit_mode, parse_table_properties(table.properties))
+    handle = open_table(args.table, args)
+    config = parse_table_properties(handle.load().properties)
+    parse_emit_mode(args.emit_mode, config)
     local = local_input_path(args.input)
     if local is not None and not local.exists():
         raise BadInputError(f"input path '{args.input}' does not exist")
+    if config.enabled:  # the writer claims its epoch on the control topic whatever the emit mode
+        topic, _, _ = config.require_log()
+        require_topic(handle.kafka_config(config), topic)
 
 
 def local_input_path(path: str, master: str | None = None) -> Path | None:
@@ -63,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     ):
         if value is not None:
             argv += [flag, str(value)]
-    return dual_write_main(argv)
+    return dual_write_main(argv, raise_errors=True)  # its errors become the CLI's messages
 
 
 def register(subparsers: Any) -> None:
