@@ -18,6 +18,7 @@ from airflow_logstore.table.tables import LogStoreTable, snapshot_commits
 from airflow_logstore.testing.environment import REPO_ROOT
 from airflow_logstore.testing.secrets import Places, find_canaries
 from airflow_logstore.testing.tables import fold_log, table_state
+from tests.environments import executor_python
 
 from .conftest import CANARIES
 
@@ -102,3 +103,10 @@ def test_pipeline_reconcile_and_compaction_on_the_cluster(cluster: LocalCluster,
         CANARIES.values(),
         Places(texts=texts, dirs={"task-log": [Path(airflow.home) / "logs"]}, processes=True),
     ).assert_clean(require=("text", "task-log", "cmdline"))
+
+    # every job sent the workers' own Python (pyspark and the executors' list only) to its executors
+    assert cluster.python == str(executor_python())
+    submitted = {name: text for name, text in texts.items() if "Spark-Submit cmd" in text}
+    assert any(name.endswith("/dual_write") for name in submitted), sorted(texts)
+    for name, text in submitted.items():
+        assert f"spark.pyspark.python={cluster.python}" in text, name
