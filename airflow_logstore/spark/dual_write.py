@@ -31,7 +31,14 @@ from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.exceptions import OptionError
 from airflow_logstore.spark.committing import CommitTarget, commit_batch
 from airflow_logstore.spark.inputs import read_raw, validated_changes
-from airflow_logstore.spark.planning import BatchPlan, KeyFilter, key_filter, plan_row_kinds
+from airflow_logstore.spark.planning import (
+    BatchPlan,
+    KeyFilter,
+    key_filter,
+    plan_row_kinds,
+    table_rows,
+    worth_a_key_filter,
+)
 from airflow_logstore.spark.producing import (
     NOTHING_PRODUCED,
     ProduceContext,
@@ -189,7 +196,7 @@ class DualWriter:
         target = self.spark.table(self.handle.spark_name())  # main as it is now (the catalog is uncached)
         changes = validated_changes(raw, target.schema, self.primary_key, self.change_column)  # 2
         try:
-            plan = self._plan(changes, target, key_filter(changes, self.primary_key)).persisted()  # 3
+            plan = self._plan(changes, target, self._keys(changes)).persisted()  # 3
             try:
                 written = self._write_planned(plan, changes, result)  # 4 to 6
             finally:
@@ -197,6 +204,12 @@ class DualWriter:
         finally:
             changes.unpersist()
         return replace(written, seconds=round(time.monotonic() - started, 3))
+
+    def _keys(self, changes: DataFrame) -> KeyFilter | None:
+        """Where the batch's keys can be in the table (None: anywhere, or not worth finding out)."""
+        if not self.primary_key or not worth_a_key_filter(table_rows(self.handle.load()), changes.count()):
+            return None
+        return key_filter(changes, self.primary_key)
 
     def _plan(self, changes: DataFrame, target: DataFrame, keys: KeyFilter | None) -> BatchPlan:
         """Plan the row kinds (a method so that a test can hold the MERGE by wrapping its source)."""

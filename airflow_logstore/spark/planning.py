@@ -75,6 +75,22 @@ def sql_literal(value: Any) -> str:
     raise TypeError(f"a key value of type {type(value).__name__} has no SQL literal here")
 
 
+def worth_a_key_filter(table_rows: int | None, batch_rows: int) -> bool:
+    """Whether finding the batch's keys (one pass over the batch) can save more than it costs: only
+    when the table holds more rows than the batch. A table no larger than its batch (a first load) is
+    read whole at the cost of the batch itself. ``table_rows`` None: unknown, assume large."""
+    return table_rows is None or table_rows > batch_rows
+
+
+def table_rows(table: Any) -> int | None:
+    """The rows of a pyiceberg table's current snapshot (its summary's total), None when unknown."""
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return 0
+    total = snapshot.summary.additional_properties.get("total-records") if snapshot.summary else None
+    return int(total) if total is not None else None
+
+
 def key_filter(changes: DataFrame, primary_key: Sequence[str]) -> KeyFilter | None:
     """The batch's :class:`KeyFilter` (None without a key, or with more than KEY_FILTER_LIMIT values)."""
     if not primary_key:

@@ -230,3 +230,29 @@ def test_the_merge_reads_only_the_rows_of_the_batch_s_keys() -> None:
     sql = write_sql("cat.db.t.`branch_b`", "global_temp.v", ["id", "name"], ["id"], "t.`id` IN (1, 2)")
     assert "USING global_temp.v s ON t.`id` = s.`id` AND t.`id` IN (1, 2) WHEN MATCHED" in sql
     assert write_sql("x", "v", ["a"], [], "t.`a` IN (1)") == "INSERT INTO x SELECT `a` FROM v"
+
+
+def test_a_key_filter_is_worth_it_only_when_the_table_is_larger_than_the_batch() -> None:
+    from airflow_logstore.spark.planning import worth_a_key_filter
+
+    assert worth_a_key_filter(2_000_000, 10_000)  # a small batch on a large table: find its keys
+    assert not worth_a_key_filter(0, 10_000)  # a first load: the lookup reads nothing anyway
+    assert not worth_a_key_filter(10_000, 10_000)  # reading the table costs what finding the keys does
+    assert worth_a_key_filter(None, 10_000)  # unknown size: assume large
+
+
+def test_table_rows_come_from_the_current_snapshot_summary() -> None:
+    from types import SimpleNamespace
+
+    from pyiceberg.table.snapshots import Operation, Summary
+
+    from airflow_logstore.spark.planning import table_rows
+
+    def table(summary: Summary | None, *, empty: bool = False) -> Any:
+        snapshot = None if empty else SimpleNamespace(summary=summary)
+        return SimpleNamespace(current_snapshot=lambda: snapshot)
+
+    assert table_rows(table(Summary(Operation.APPEND, **{"total-records": "1234"}))) == 1234
+    assert table_rows(table(None, empty=True)) == 0  # no snapshot: no rows
+    assert table_rows(table(Summary(Operation.APPEND))) is None  # no total: unknown
+    assert table_rows(table(None)) is None
