@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -60,7 +59,7 @@ from airflow_logstore.compaction.policy import (
     snapshot_infos,
     throughput,
 )
-from airflow_logstore.exceptions import CommitConflictError, LogStoreError
+from airflow_logstore.exceptions import CommitConflictError
 from airflow_logstore.spark.commit_retry import RetryOutcome, retry_iceberg_commit
 
 if TYPE_CHECKING:
@@ -461,37 +460,18 @@ def run(
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``spark_jobs/compact.py``: prints one ``LOGSTORE_RESULT {json}`` line (and writes
     the report next to the table when ``--report-id`` is given); a failure leaves its failure report
-    there instead (:func:`~airflow_logstore.spark.results.emit_failure`)."""
-    from airflow_logstore.spark.jobconf import job_settings, spark_conf_dict
-    from airflow_logstore.spark.results import emit_failure, emit_result
-    from airflow_logstore.spark.session import build_spark_session
-    from airflow_logstore.table.tables import LogStoreTable
+    there instead (:func:`~airflow_logstore.spark.results.run_table_job`)."""
+    from airflow_logstore.spark.results import run_table_job
 
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    catalog: CatalogSpec | None = None
-    handle: LogStoreTable | None = None
-    try:
+
+    def compact(spark: Any, handle: LogStoreTable) -> dict[str, Any]:
         options = options_from_args(args)
         options.validate()
-        spark = build_spark_session(f"logstore-compact-{args.table}")
-        catalog, kafka_extra = job_settings(spark_conf_dict(spark))
-        handle = LogStoreTable.open(args.table, catalog, kafka_extra)
-        emit_result(run_compaction(spark, handle, options).to_dict(), handle, args.report_id)
-    except Exception as exc:
-        emit_failure(
-            exc,
-            job="compaction",
-            table_name=args.table,
-            catalog=catalog,
-            report_id=args.report_id,
-            handle=handle,
-        )
-        if not isinstance(exc, LogStoreError):
-            raise
-        print(f"compact: error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+        return run_compaction(spark, handle, options).to_dict()
+
+    return run_table_job("compaction", args.table, args.report_id, compact)
 
 
 __all__ = ["IcebergActions", "add_arguments", "main", "options_from_args", "parser", "run", "run_compaction"]

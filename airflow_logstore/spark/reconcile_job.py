@@ -20,7 +20,6 @@ import argparse
 import base64
 import json
 import logging
-import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,7 +35,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from airflow_logstore.reconcile.reconciler import Offsets, PlanResult, ScanJob
-    from airflow_logstore.table.catalog import CatalogSpec
     from airflow_logstore.table.tables import LogStoreTable
 
 log = logging.getLogger(__name__)
@@ -426,19 +424,15 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``spark_jobs/reconcile.py``: the reconciler with its scan in Spark; its report as
+    the result (:func:`~airflow_logstore.spark.results.run_table_job`)."""
     from airflow_logstore.reconcile.reconciler import DEFAULT_LEASE_TTL_S, kill_at, reconcile
-    from airflow_logstore.spark.jobconf import job_settings, spark_conf_dict
-    from airflow_logstore.spark.results import emit_failure, emit_result, job_session
-    from airflow_logstore.table.tables import LogStoreTable
+    from airflow_logstore.spark.results import run_table_job
 
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    catalog: CatalogSpec | None = None
-    handle: LogStoreTable | None = None
-    try:
-        spark = job_session(f"logstore-reconcile-{args.table}")
-        catalog, kafka_extra = job_settings(spark_conf_dict(spark))
-        handle = LogStoreTable.open(args.table, catalog, kafka_extra)
+
+    def run(spark: Any, handle: LogStoreTable) -> dict[str, Any]:
         report = reconcile(
             handle,
             dry_run=args.dry_run,
@@ -446,19 +440,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             engine=SparkEngine(spark),
             stage_hook=kill_at(args.crash_at) if args.crash_at else None,
         )
-        emit_result(report.to_dict(), handle, args.report_id)
-    except Exception as exc:
-        emit_failure(
-            exc,
-            job="reconcile",
-            table_name=args.table,
-            catalog=catalog,
-            report_id=args.report_id,
-            handle=handle,
-        )
-        if not isinstance(exc, LogStoreError):
-            raise
-        print(f"reconcile: error: {exc}", file=sys.stderr)
-        log.error("reconcile failed: %s", exc)
-        return 1
-    return 0
+        return report.to_dict()
+
+    return run_table_job("reconcile", args.table, args.report_id, run)

@@ -11,7 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from airflow_logstore.exceptions import LogStoreError
 
 if TYPE_CHECKING:
     from airflow_logstore.table.catalog import CatalogSpec
@@ -94,3 +98,30 @@ def job_session(app: str) -> Any:
     from airflow_logstore.spark.session import build_spark_session
 
     return build_spark_session(app)
+
+
+def run_table_job(
+    job: str, table_name: str, report_id: str | None, body: Callable[[Any, LogStoreTable], Any]
+) -> int:
+    """A table job's entry point: open the table through the job's Spark session, run ``body(spark,
+    table)`` and leave its result next to the table (:func:`emit_result`). A failure leaves its report
+    there instead (:func:`emit_failure`): a LogStore error prints one line and returns 1, any other is
+    raised (its traceback is the job's output)."""
+    from airflow_logstore.spark.jobconf import job_settings, spark_conf_dict
+    from airflow_logstore.table.tables import LogStoreTable
+
+    catalog: CatalogSpec | None = None
+    handle: LogStoreTable | None = None
+    try:
+        spark = job_session(f"logstore-{job}-{table_name}")
+        catalog, kafka_extra = job_settings(spark_conf_dict(spark))
+        handle = LogStoreTable.open(table_name, catalog, kafka_extra)
+        emit_result(body(spark, handle), handle, report_id)
+    except Exception as exc:
+        emit_failure(exc, job=job, table_name=table_name, catalog=catalog, report_id=report_id, handle=handle)
+        if not isinstance(exc, LogStoreError):
+            raise
+        print(f"{job}: error: {exc}", file=sys.stderr)
+        log.error("%s of %s failed: %s", job, table_name, exc)
+        return 1
+    return 0
