@@ -7,8 +7,12 @@ still is the base. Because the decision is made against exactly the state the co
 requires, two invariants hold by construction, whatever the interleaving:
 
 - **C1 (once)**: ``main``'s lineage holds each (writer, batch) at most once.
-- **C2 (fencing)**: no attempt commits after a newer epoch of its writer has committed, and none
-  commits while the control topic already shows a newer epoch of its writer.
+- **C2 (fencing)**: no attempt commits once a newer epoch of its writer is in force. A new epoch
+  claims in the control topic, then *fences* the table: one catalog commit removes every older
+  epoch's attempt refs. An attempt creates its refs (staging branch and fence tag, at its base) before
+  it reads the control topic, and its publish requires its fence tag, so the publish lands before the
+  fence or not at all; an attempt whose refs were created after the fence read the claim and decides
+  fenced.
 
 A lost compare-and-set is retried from a new base, and every retry decides again.
 """
@@ -96,26 +100,50 @@ def decide_on(state: ControlState, writer_id: str, batch_id: int, epoch: int) ->
     )
 
 
-def staging_branch(writer_id: str, batch_id: int, epoch: int, attempt: int) -> str:
-    """The name of the branch one commit attempt writes to (unique per attempt, Iceberg-safe)."""
-    return f"{_writer_prefix(writer_id)}{batch_id}_{epoch}_{attempt}"
+@dataclass(frozen=True)
+class AttemptRefs:
+    """The refs of one commit attempt: the branch it writes, the tag that proves it is not fenced."""
+
+    branch: str
+    fence_tag: str
 
 
-def stale_staging_branches(refs: Iterable[str], writer_id: str, epoch: int) -> list[str]:
-    """Staging branches that older epochs of ``writer_id`` left behind (an attempt killed mid-commit).
+def attempt_refs(writer_id: str, batch_id: int, epoch: int, attempt: int) -> AttemptRefs:
+    """Names unique per attempt and safe as Iceberg refs and Spark identifiers."""
+    suffix = f"{_writer_id_part(writer_id)}_{batch_id}_{epoch}_{attempt}"
+    return AttemptRefs(STAGE_PREFIX + suffix, FENCE_PREFIX + suffix)
 
-    They were never published; the newer epoch removes them so their snapshots can expire.
+
+def stale_attempt_refs(refs: Iterable[str], writer_id: str, epoch: int) -> list[str]:
+    """Attempt refs (branches and fence tags) of epochs of ``writer_id`` older than ``epoch``.
+
+    A new epoch removes them when it fences the table: that ends any older attempt's right to publish,
+    and lets the snapshots of attempts that died mid-commit expire.
     """
-    prefix = _writer_prefix(writer_id)
     stale = []
     for ref in refs:
-        parts = ref[len(prefix) :].split("_") if ref.startswith(prefix) else []
-        if len(parts) == 3 and all(p.isdigit() for p in parts) and int(parts[1]) < epoch:
+        parts = _attempt_parts(ref, writer_id)
+        if parts is not None and parts[1] < epoch:
             stale.append(ref)
     return sorted(stale)
 
 
-def _writer_prefix(writer_id: str) -> str:
+STAGE_PREFIX = "logstore_stage_"
+FENCE_PREFIX = "logstore_fence_"
+
+
+def _attempt_parts(ref: str, writer_id: str) -> tuple[int, int, int] | None:
+    """(batch, epoch, attempt) of an attempt ref of ``writer_id``; None for any other ref."""
+    writer = _writer_id_part(writer_id) + "_"
+    for prefix in (STAGE_PREFIX, FENCE_PREFIX):
+        if ref.startswith(prefix + writer):
+            parts = ref[len(prefix + writer) :].split("_")
+            if len(parts) == 3 and all(p.isdigit() for p in parts):
+                return int(parts[0]), int(parts[1]), int(parts[2])
+    return None
+
+
+def _writer_id_part(writer_id: str) -> str:
     safe = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in writer_id)
     digest = hashlib.sha256(writer_id.encode()).hexdigest()[:8]  # "a-b" and "a_b" stay apart
-    return f"logstore_stage_{safe}_{digest}_"
+    return f"{safe}_{digest}"

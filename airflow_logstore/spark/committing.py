@@ -1,9 +1,10 @@
 """Step 5 of the dual write: commit the batch to the table by compare-and-set on ``main``.
 
-Loop (at most :data:`COMMIT_ATTEMPTS` times): load ``main`` (the base), decide against the base's
-commits and the control topic, write the batch to a staging branch started at the base, check the
-branch head, and move ``main`` to it only if ``main`` is still the base (:mod:`.staged_commit`). When
-``main`` moved meanwhile, decide again from the new base.
+Loop (at most :data:`COMMIT_ATTEMPTS` times): load ``main`` (the base), open the attempt (its staging
+branch and fence tag at the base), decide against the base's commits and the control topic, write the
+batch to the branch, check the branch head, and move ``main`` to it only if ``main`` is still the base
+and the attempt was not fenced (:mod:`.staged_commit`). When ``main`` moved meanwhile, decide again
+from a new base.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from airflow_logstore.core.commit import CommitDecision, Verdict, decide_on, staging_branch
+from airflow_logstore.core.commit import AttemptRefs, CommitDecision, Verdict, attempt_refs, decide_on
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.core.visibility import with_positions
@@ -65,15 +66,9 @@ def commit_batch(
     """
     for attempt in range(1, COMMIT_ATTEMPTS + 1):
         base = staged_commit.load_base(target.handle)
-        if attempt == 1:
-            staged_commit.drop_stale_branches(base, target.writer_id, target.epoch, target.handle)
-        state = merged_state(base.table, target.read_control())
-        decision = decide_on(state, target.writer_id, commit.batch_id, target.epoch)
-        pause_point("commit:decided")
-        existing = settled_by(decision, target.writer_id, target.epoch, commit.batch_id)
-        if existing is not None:
-            return existing
-        landed = try_publish(target, final, base, with_positions(commit, state), attempt, keys)
+        refs = attempt_refs(target.writer_id, commit.batch_id, target.epoch, attempt)
+        staged_commit.open_attempt(base, refs)  # before deciding: a fence from now on stops this attempt
+        landed = run_attempt(target, final, base, refs, commit, keys)
         if landed is not None:
             return landed
         wait_before_deciding_again(commit.batch_id, attempt)
@@ -112,33 +107,59 @@ def wait_before_deciding_again(batch_id: int, attempt: int) -> None:
     time.sleep(sleep_s)
 
 
-def try_publish(
+def run_attempt(
     target: CommitTarget,
     final: DataFrame,
     base: staged_commit.Base,
+    refs: AttemptRefs,
     commit: CommitInfo,
-    attempt: int,
     keys: KeyFilter | None = None,
 ) -> CommitInfo | None:
-    """One staged commit attempt: the landed commit, or None when ``main`` moved meanwhile."""
-    branch = staging_branch(target.writer_id, commit.batch_id, target.epoch, attempt)
-    staged_commit.create_branch(base, branch)
+    """Decide, then write and publish: the batch's commit in the table, None when ``main`` moved.
+
+    The attempt's refs are removed on every way out but a publish (which removes them itself).
+
+    :raises FencedError: the decision fences this attempt, or a newer epoch's fence removed its refs.
+    """
     try:
-        write_branch(
-            final, branch_table(target.handle.spark_name(), branch), target.primary_key, commit, keys
-        )
-        table, head = staged_commit.branch_head(target.handle, branch)
-        snapshot = table.snapshot_by_id(head)
-        check_staged_head(
-            snapshot, base.snapshot_id, branch, (target.writer_id, commit.batch_id, target.epoch)
-        )
-        pause_point("commit:before-publish")
-        staged_commit.publish(base, head, branch, target.handle)
+        state = merged_state(base.table, target.read_control())
+        decision = decide_on(state, target.writer_id, commit.batch_id, target.epoch)
+        pause_point("commit:decided")
+        existing = settled_by(decision, target.writer_id, target.epoch, commit.batch_id)
+        if existing is None:
+            return write_and_publish(target, final, base, refs, with_positions(commit, state), keys)
     except Exception as exc:
-        staged_commit.drop_branch(target.handle, branch)
+        fenced = not staged_commit.drop_attempt(target.handle, refs)
         if staged_commit.is_lost_race(exc) or is_commit_conflict(exc):
-            return None
+            return None  # decide again: a fence shows there as the newer epoch's claim
+        if fenced and not isinstance(exc, FencedError):  # e.g. Spark: the branch it wrote was removed
+            raise FencedError(
+                f"writer '{target.writer_id}' epoch {target.epoch} was fenced by a newer epoch while "
+                f"committing batch {commit.batch_id} ({type(exc).__name__}: {exc})"
+            ) from exc
         raise
+    staged_commit.drop_attempt(target.handle, refs)
+    return existing
+
+
+def write_and_publish(
+    target: CommitTarget,
+    final: DataFrame,
+    base: staged_commit.Base,
+    refs: AttemptRefs,
+    commit: CommitInfo,
+    keys: KeyFilter | None = None,
+) -> CommitInfo:
+    """Write the batch to the attempt's branch and publish it (:func:`.staged_commit.publish`)."""
+    branch = branch_table(target.handle.spark_name(), refs.branch)
+    write_branch(final, branch, target.primary_key, commit, keys)
+    table, head = staged_commit.branch_head(target.handle, refs)
+    snapshot = table.snapshot_by_id(head)
+    check_staged_head(
+        snapshot, base.snapshot_id, refs.branch, (target.writer_id, commit.batch_id, target.epoch)
+    )
+    pause_point("commit:before-publish")
+    staged_commit.publish(base, head, refs, target.handle)
     assert snapshot is not None  # checked above
     return replace(
         commit,

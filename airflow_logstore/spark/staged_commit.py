@@ -2,12 +2,17 @@
 
 One attempt (see :mod:`airflow_logstore.core.commit` for the invariants it keeps):
 
-1. load the table: its ``main`` snapshot is the *base* (an empty table first gets an empty snapshot);
-2. decide against the base's commits and the control topic (:func:`~airflow_logstore.core.commit.decide`);
-3. create a staging branch at the base, write the batch there (Spark, with the batch's own summary);
-4. move ``main`` from the base to the branch head and drop the branch, in one catalog commit that
-   requires ``main`` to still be the base (``assert-ref-snapshot-id``); the catalog refuses it when
-   anything else committed in between, and the attempt starts over from a new base.
+1. load the table: its ``main`` snapshot is the *base* (an empty table first gets an empty base);
+2. open the attempt: one catalog commit creates its staging branch and its fence tag at the base;
+3. decide against the base's commits and the control topic (:func:`~airflow_logstore.core.commit.decide`);
+4. write the batch to the branch (Spark, with the batch's own summary);
+5. move ``main`` from the base to the branch head and drop both refs, in one catalog commit that
+   requires ``main`` to still be the base, the branch to be the head and the fence tag to exist
+   (``assert-ref-snapshot-id``); the catalog refuses it when anything else committed in between or a
+   newer epoch fenced the table, and the attempt starts over from a new base.
+
+Right after its claim, a new epoch fences the table (:func:`fence`): it removes the older epochs' refs, so
+an older attempt's publish fails from then on.
 """
 
 from __future__ import annotations
@@ -16,8 +21,9 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from airflow_logstore.core.commit import stale_staging_branches
+from airflow_logstore.core.commit import AttemptRefs, stale_attempt_refs
 from airflow_logstore.core.summary import OP_BASE, S_OPERATION
+from airflow_logstore.exceptions import FencedError
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -63,55 +69,112 @@ def _create_empty_base(table: Table) -> None:
         log.info("another writer created the base snapshot of %s first", table.name())
 
 
-def create_branch(base: Base, branch: str) -> None:
+def open_attempt(base: Base, refs: AttemptRefs) -> None:
+    """Create the attempt's staging branch and fence tag at the base, in one catalog commit."""
     with base.table.manage_snapshots() as manage:
-        manage.create_branch(snapshot_id=base.snapshot_id, branch_name=branch)
+        manage.create_branch(snapshot_id=base.snapshot_id, branch_name=refs.branch)
+        manage.create_tag(snapshot_id=base.snapshot_id, tag_name=refs.fence_tag)
 
 
-def branch_head(handle: LogStoreTable, branch: str) -> tuple[Table, int]:
-    table = handle.load()
-    ref = table.metadata.refs.get(branch)
-    if ref is None:
-        raise RuntimeError(f"staging branch '{branch}' of {handle.name} disappeared before its publish")
-    return table, ref.snapshot_id
+def branch_head(handle: LogStoreTable, refs: AttemptRefs) -> tuple[Table, int]:
+    """The table and the staging branch's head.
 
-
-def publish(base: Base, head_snapshot_id: int, branch: str, handle: LogStoreTable) -> None:
-    """Move ``main`` from the base to ``head_snapshot_id`` and drop the branch, only if ``main`` is
-    still the base.
-
-    :raises pyiceberg.exceptions.CommitFailedException: ``main`` moved (the compare-and-set lost).
+    :raises FencedError: a newer epoch removed the attempt's refs (its fence).
     """
-    current = handle.load()  # knows the branch head; the requirement still names the base
-    main = current.metadata.refs.get("main")
-    if main is None or main.snapshot_id != base.snapshot_id:
-        from pyiceberg.exceptions import CommitFailedException
+    table = handle.load()
+    check_not_fenced(table, refs, handle.name)
+    return table, table.metadata.refs[refs.branch].snapshot_id
 
-        raise CommitFailedException(
-            f"branch main has changed: expected id {base.snapshot_id}, "
-            f"found {main.snapshot_id if main else None}"
+
+def check_not_fenced(table: Table, refs: AttemptRefs, name: object) -> None:
+    """:raises FencedError: the attempt's fence tag or branch is gone (a newer epoch fenced it)."""
+    missing = [ref for ref in (refs.fence_tag, refs.branch) if ref not in table.metadata.refs]
+    if missing:
+        raise FencedError(
+            f"a newer epoch of the writer fenced {name} while this attempt committed: its ref "
+            f"{missing[0]} was removed; this attempt stops before committing (its records are left "
+            "for reconciliation)"
         )
+
+
+def publish(base: Base, head_snapshot_id: int, refs: AttemptRefs, handle: LogStoreTable) -> None:
+    """Move ``main`` from the base to ``head_snapshot_id`` and drop the attempt's refs, only if
+    ``main`` is still the base, the branch still is the head and the fence tag still exists.
+
+    :raises pyiceberg.exceptions.CommitFailedException: ``main`` moved or a fence landed meanwhile
+        (the compare-and-set lost).
+    :raises FencedError: a newer epoch fenced the table before this publish.
+    """
+    from pyiceberg.exceptions import CommitFailedException
+
+    current = handle.load()  # the requirements name what this load holds: checked against ours first
+    check_not_fenced(current, refs, handle.name)
+    expected = {"main": base.snapshot_id, refs.branch: head_snapshot_id, refs.fence_tag: base.snapshot_id}
+    for ref, snapshot_id in expected.items():
+        found = current.metadata.refs.get(ref)
+        if found is None or found.snapshot_id != snapshot_id:
+            raise CommitFailedException(
+                f"ref {ref} has changed: expected id {snapshot_id}, "
+                f"found {found.snapshot_id if found else None}"
+            )
     with current.manage_snapshots() as manage:
         manage.create_branch(snapshot_id=head_snapshot_id, branch_name="main")
-        manage.remove_branch(branch)
+        manage.remove_branch(refs.branch)
+        manage.remove_tag(refs.fence_tag)
 
 
-def drop_stale_branches(base: Base, writer_id: str, epoch: int, handle: LogStoreTable) -> None:
-    """Remove the staging branches older epochs of the writer left (see ``core.commit``)."""
-    for branch in stale_staging_branches(base.table.metadata.refs, writer_id, epoch):
-        log.info("dropping staging branch %s left by an older attempt", branch)
-        drop_branch(handle, branch)
+def fence(handle: LogStoreTable, writer_id: str, epoch: int, attempts: int = 6) -> list[str]:
+    """Put a newly claimed epoch in force: remove every older epoch's attempt refs in one commit.
+
+    From then on no older attempt of the writer can publish (its publish requires its fence tag).
+    Must succeed before the epoch writes anything; a conflicting commit is retried on a fresh load.
+
+    :returns: the refs removed.
+    """
+    from pyiceberg.exceptions import CommitFailedException
+
+    for attempt in range(1, attempts + 1):
+        table = handle.load()
+        stale = stale_attempt_refs(table.metadata.refs, writer_id, epoch)
+        if not stale:
+            return []
+        try:
+            remove_refs(table, stale)
+        except CommitFailedException as exc:
+            log.info("fencing %s for epoch %s: attempt %s lost a race (%s)", handle.name, epoch, attempt, exc)
+            continue
+        log.info("epoch %s of writer %s fenced %s: removed %s", epoch, writer_id, handle.name, stale)
+        return stale
+    raise CommitFailedException(
+        f"epoch {epoch} of writer '{writer_id}' could not fence {handle.name}: the table changed during "
+        f"{attempts} attempts in a row"
+    )
 
 
-def drop_branch(handle: LogStoreTable, branch: str) -> None:
-    """Remove a staging branch that was not published (best effort: expiry removes what is left)."""
+def drop_attempt(handle: LogStoreTable, refs: AttemptRefs) -> bool:
+    """Remove an attempt's refs that were not published (best effort: the next epoch's fence removes
+    what is left). True unless the fence tag was gone, i.e. a newer epoch fenced the attempt."""
     try:
         table = handle.load()
-        if branch in table.metadata.refs:
-            with table.manage_snapshots() as manage:
-                manage.remove_branch(branch)
-    except Exception as exc:  # the branch is harmless: never counted, expired with its snapshot
-        log.warning("could not drop staging branch %s of %s: %s", branch, handle.name, exc)
+        remove_refs(table, [ref for ref in (refs.branch, refs.fence_tag) if ref in table.metadata.refs])
+    except Exception as exc:  # the refs are harmless: never counted, removed by the next fence
+        log.warning("could not drop the refs of %s (%s): %s", handle.name, refs, exc)
+        return True
+    return refs.fence_tag in table.metadata.refs
+
+
+def remove_refs(table: Table, names: list[str]) -> None:
+    """Remove branches and tags in one catalog commit; each must still be what ``table`` holds."""
+    if not names:
+        return
+    from pyiceberg.table.refs import SnapshotRefType
+
+    with table.manage_snapshots() as manage:
+        for name in names:
+            if table.metadata.refs[name].snapshot_ref_type == SnapshotRefType.TAG:
+                manage.remove_tag(name)
+            else:
+                manage.remove_branch(name)
 
 
 def is_lost_race(exc: BaseException) -> bool:

@@ -160,6 +160,33 @@ def test_zombie_paused_before_its_publish_loses_the_compare_and_set(env, spark, 
     assert not [ref for ref in loaded.metadata.refs if ref.startswith("logstore_stage_")]
 
 
+@pytest.mark.parametrize("held_at", ["commit:decided", "commit:before-publish"])
+def test_a_newer_claim_alone_fences_a_zombie_that_already_decided(
+    env, spark, tmp_path: Path, held_at: str
+) -> None:
+    """Hole 1's strict condition: the zombie decided to commit (no newer epoch yet) and is held before
+    its write, or after it before its publish; a newer attempt only claims (it commits nothing). The
+    zombie's publish must fail: a newer epoch exists at the moment of its commit."""
+    handle = make_table(env, primary_key=())
+    batch = write_jsonl(tmp_path / "b1.jsonl", rows(range(1, 6)))
+    zombie = open_writer(spark, str(handle.name), writer_id="w")
+    pause = Paused(is_actor)
+    with on_pause(held_at, pause), in_thread(lambda: zombie.write_path(str(batch), 1)) as outcome:
+        assert pause.reached.wait(WAIT_S)
+        newer = open_writer(spark, str(handle.name), writer_id="w")  # claims and fences; writes nothing
+        assert newer.epoch > zombie.epoch
+        pause.released.set()
+
+    assert isinstance(outcome.get("error"), FencedError), outcome
+    assert commits_of(handle, "w", 1) == []  # the zombie committed nothing
+    assert not [
+        r for r in handle.load().metadata.refs if r.startswith(("logstore_stage_", "logstore_fence_"))
+    ]
+    result = newer.write_path(str(batch), 1)
+    assert [c.snapshot_id for c in commits_of(handle, "w", 1)] == [result.snapshot_id]
+    assert sorted(r["id"] for r in handle.load().scan().to_arrow().to_pylist()) == list(range(1, 6))
+
+
 # -- publish against a new epoch -------------------------------------------------------------------
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from airflow_logstore.core.commit import Verdict, decide, staging_branch, stale_staging_branches
+from airflow_logstore.core.commit import Verdict, attempt_refs, decide, stale_attempt_refs
 from airflow_logstore.core.summary import CommitInfo
 
 
@@ -56,20 +56,20 @@ def test_other_writers_never_fence() -> None:
     assert decision.verdict is Verdict.PROCEED
 
 
-def test_staging_branch_names_are_unique_per_attempt_and_identifier_safe() -> None:
-    names = [staging_branch("job/a-b", 3, 7, attempt) for attempt in (1, 2)]
-    assert len(set(names)) == 2
-    assert all(re.fullmatch(r"logstore_stage_job_a_b_[0-9a-f]{8}_3_7_[12]", name) for name in names)
-    assert staging_branch("a-b", 1, 1, 1) != staging_branch("a_b", 1, 1, 1)
+def test_attempt_ref_names_are_unique_per_attempt_and_identifier_safe() -> None:
+    refs = [attempt_refs("job/a-b", 3, 7, attempt) for attempt in (1, 2)]
+    names = [r.branch for r in refs] + [r.fence_tag for r in refs]
+    assert len(set(names)) == 4
+    assert all(re.fullmatch(r"logstore_(stage|fence)_job_a_b_[0-9a-f]{8}_3_7_[12]", name) for name in names)
+    assert attempt_refs("a-b", 1, 1, 1) != attempt_refs("a_b", 1, 1, 1)
 
 
-def test_stale_staging_branches_are_an_older_epochs_of_the_same_writer() -> None:
-    refs = [
-        "main",
-        staging_branch("w", 3, 4, 1),
-        staging_branch("w", 3, 7, 1),  # this epoch's own
-        staging_branch("w", 2, 9, 2),  # a newer epoch's
-        staging_branch("w-other", 3, 1, 1),  # another writer's
-        "logstore_stage_w_unparsable",
-    ]
-    assert stale_staging_branches(refs, "w", 7) == [staging_branch("w", 3, 4, 1)]
+def test_stale_attempt_refs_are_the_branches_and_tags_of_older_epochs_of_the_same_writer() -> None:
+    old, own, newer = attempt_refs("w", 3, 4, 1), attempt_refs("w", 3, 7, 1), attempt_refs("w", 2, 9, 2)
+    other = attempt_refs("w-other", 3, 1, 1)
+    refs = ["main", *(name for r in (old, own, newer, other) for name in (r.branch, r.fence_tag))]
+    refs += ["logstore_stage_w_unparsable", "logstore_fence_w_unparsable"]
+    assert stale_attempt_refs(refs, "w", 7) == sorted([old.branch, old.fence_tag])
+    assert stale_attempt_refs(refs, "w", 10) == sorted(
+        name for r in (old, own, newer) for name in (r.branch, r.fence_tag)
+    )
