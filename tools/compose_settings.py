@@ -3,9 +3,11 @@
     .venv/bin/python tools/compose_settings.py          # rewrite the block in docker-compose.yml
     .venv/bin/python tools/compose_settings.py --check  # exit 1 when the block is out of date
 
-The block holds Airflow's connections, its variable and its metadata database: exactly
+The block holds Airflow's connections, its variable, its metadata database and the executors' Python its
+tasks send with every job (``PYSPARK_PYTHON``: the Spark image's environment): exactly
 :func:`airflow_logstore.services.topology.compose_airflow_settings`, the values the local cluster profile
-gets with 127.0.0.1 and its own secrets. tests/unit/deploy checks that the file is current.
+gets with 127.0.0.1 and its own secrets (and ``LOGSTORE_EXECUTOR_PYTHON`` for the executors' Python).
+tests/unit/deploy checks that the file is current.
 """
 
 from __future__ import annotations

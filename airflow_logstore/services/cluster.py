@@ -326,8 +326,8 @@ class LocalCluster:
     def driver_env(self) -> dict[str, str]:
         """Where a Spark driver (in an Airflow task) finds its jars and which address it offers the
         executors, and the executors' Python when the workers have their own (:attr:`python`; the
-        compose file's Airflow image names the Spark image's ``python3``): settings of the machine that
-        runs the tasks."""
+        compose file's Airflow services name the Spark image's, ``topology.COMPOSE_EXECUTOR_PYTHON``):
+        settings of the machine that runs the tasks."""
         env = {"LOGSTORE_SPARK_JARS": str(self.jars_dir()), "SPARK_LOCAL_IP": "127.0.0.1"}
         if self.python:
             env["PYSPARK_PYTHON"] = self.python

@@ -402,12 +402,21 @@ def airflow_connections(
     }
 
 
+#: The executors' Python of docker-compose.yml: the environment ``docker/spark.Dockerfile`` builds with the
+#: Airflow image's Python version (PySpark refuses executors of another minor version than the driver's).
+#: Airflow's tasks send it with every job (``PYSPARK_PYTHON``), as the local cluster profile's tasks send
+#: ``LOGSTORE_EXECUTOR_PYTHON`` (``LocalCluster.driver_env``).
+COMPOSE_EXECUTOR_PYTHON = "/opt/logstore-executors/bin/python"
+
+
 def compose_airflow_settings(topology: ClusterTopology) -> dict[str, str]:
     """docker-compose.yml's Airflow settings: :func:`airflow_connections` and :func:`airflow_database_url`
-    on :data:`COMPOSE_HOSTS`, with :data:`COMPOSE_SECRETS` (names of ``.env`` variables, never values)."""
+    on :data:`COMPOSE_HOSTS`, with :data:`COMPOSE_SECRETS` (names of ``.env`` variables, never values), and
+    the executors' Python of the Spark image (:data:`COMPOSE_EXECUTOR_PYTHON`)."""
     return {
         **airflow_connections(topology, COMPOSE_HOSTS, COMPOSE_SECRETS),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": airflow_database_url(
             topology, COMPOSE_SECRETS.postgres_password, COMPOSE_HOSTS
         ),
+        "PYSPARK_PYTHON": COMPOSE_EXECUTOR_PYTHON,
     }

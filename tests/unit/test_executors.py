@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import json
+import re
 import subprocess
 import sys
 import tomllib
@@ -18,6 +19,7 @@ from packaging.utils import canonicalize_name
 import airflow_logstore
 from airflow_logstore.exceptions import ServiceError
 from airflow_logstore.services.cluster import EXECUTOR_PYTHON_ENV, ClusterSecrets, LocalCluster
+from airflow_logstore.services.topology import COMPOSE_EXECUTOR_PYTHON
 from airflow_logstore.settings import local_settings
 from airflow_logstore.spark.executors import (
     EXECUTOR_MODULES,
@@ -26,6 +28,7 @@ from airflow_logstore.spark.executors import (
     package_zip,
 )
 from airflow_logstore.testing.environment import REPO_ROOT
+from tests.environments import PYTHON as TESTED_PYTHON
 
 # Runs in a fresh interpreter: the zip first on sys.path (as --py-files puts it), Airflow unimportable.
 _IMPORT_FROM_ZIP = """
@@ -95,11 +98,61 @@ def test_the_spark_image_installs_that_list_with_the_constraints() -> None:
         cwd=REPO_ROOT,
     ).stdout.split()
     assert printed == list(EXECUTOR_REQUIREMENTS)
-    dockerfile = (REPO_ROOT / "docker" / "spark.Dockerfile").read_text()
-    assert "pip install --no-cache-dir -c constraints.txt $(python3 -m airflow_logstore.spark.executors)" in (
-        dockerfile
-    )
+    dockerfile = _dockerfile("spark")
+    python = f"{_executors_environment(dockerfile)[1]}/bin/python"
+    install = f"uv pip install --no-cache --python {python} -c constraints.txt"
+    assert f"{install} $({python} -m airflow_logstore.spark.executors)" in dockerfile
     assert "COPY constraints.txt" in dockerfile
+
+
+# -- the Spark image's executors run the Airflow image's Python version -------------------------------------
+
+
+def _dockerfile(image: str) -> str:
+    """``docker/<image>.Dockerfile`` with its continuation lines joined and its spaces collapsed."""
+    text = (REPO_ROOT / "docker" / f"{image}.Dockerfile").read_text().replace("\\\n", " ")
+    lines = (" ".join(line.split()) for line in text.splitlines() if not line.lstrip().startswith("#"))
+    return "\n".join(lines)
+
+
+def _airflow_python(dockerfile: str) -> str:
+    """The Python version of the Airflow image: its base image's tag, ``apache/airflow:<v>-pythonX.Y``."""
+    found = re.search(r"^FROM apache/airflow:\S+-python(\d+\.\d+)$", dockerfile, re.MULTILINE)
+    assert found, "docker/airflow.Dockerfile: no 'FROM apache/airflow:<version>-pythonX.Y'"
+    return found.group(1)
+
+
+def _executors_environment(dockerfile: str) -> tuple[str, str]:
+    """The Python version and folder of the environment the Spark image builds for its executors
+    (``uv venv ... --python X.Y <folder>``)."""
+    found = re.search(r"\buv venv (?:--\S+ )*--python (\d+\.\d+) (/\S+)", dockerfile)
+    assert found, (
+        "docker/spark.Dockerfile builds no Python environment for the executors ('uv venv --python X.Y "
+        "<folder>'): they would run the base image's python3 (Ubuntu jammy's 3.10), which PySpark refuses "
+        "when the driver, in the Airflow image, runs another minor version"
+    )
+    return found.group(1), found.group(2)
+
+
+def test_the_spark_images_executors_run_the_airflow_images_python_version() -> None:
+    """PySpark refuses to run when the executors' Python and the driver's (an Airflow task's, client deploy
+    mode) differ in minor version; the Spark image builds the executors' environment for the Airflow
+    image's version, the version of the ``executors`` environment the cluster tests run on, at the path
+    Airflow's tasks send with every job (docker-compose.yml's ``PYSPARK_PYTHON``, checked there)."""
+    spark = _dockerfile("spark")
+    version, folder = _executors_environment(spark)
+    airflow = _airflow_python(_dockerfile("airflow"))
+    assert version == airflow, (
+        f"the Spark image's executors run Python {version}, the Airflow image's drivers {airflow}"
+    )
+    assert version == TESTED_PYTHON, f"the cluster tests' executors run {TESTED_PYTHON}, the image {version}"
+    python = f"{folder}/bin/python"
+    assert python == COMPOSE_EXECUTOR_PYTHON, f"Airflow's tasks send {COMPOSE_EXECUTOR_PYTHON}, not {python}"
+    environment = dict(
+        pair.split("=", 1) for line in re.findall(r"^ENV (.*)$", spark, re.MULTILINE) for pair in line.split()
+    )
+    assert environment.get("PYSPARK_PYTHON") == python  # the workers' default, as the cluster profile's
+    assert environment.get("PATH", "").startswith(f"{folder}/bin:")  # python3 there, for a driver naming none
 
 
 # -- every third-party import of the executors' code is in the list ---------------------------------------
