@@ -115,6 +115,7 @@ with DAG(
         table="{{ params.table }}",
         writer_id="logstore_pipeline",
         batch_id="{{ params.batch_id }}",
+        write_task_id="dual_write",  # its last try killed (no failure report): the wait ends at once
         deferrable=True,
         poke_before_defer=False,
         poke_interval=2,

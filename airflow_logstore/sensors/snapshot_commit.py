@@ -25,7 +25,10 @@ class SnapshotCommitSensor(BaseSensorOperator):
     left a failure report that a retry cannot fix, e.g. bad input, or its task's last try failed and
     left a final report), the sensor fails at once with ``AirflowFailException`` naming the failed
     write, instead of waiting for its timeout; so does an error of the trigger that waiting longer
-    cannot fix (a missing table).
+    cannot fix (a missing table). A write task whose last try is killed (the OOM killer, a lost worker,
+    a heartbeat timeout) leaves no report: name it in ``write_task_id`` and the sensor also fails at
+    once when that task of the same DAG run is ``failed`` or ``upstream_failed`` (not
+    ``up_for_retry``: a retry comes) while no commit of the batch exists (a commit always wins).
 
     :param table: ``namespace.table``
     :param batch_id: batch to wait for (templated)
@@ -33,6 +36,8 @@ class SnapshotCommitSensor(BaseSensorOperator):
     :param after_snapshot_id: else wait for any commit newer than this snapshot (templated)
     :param poke_before_defer: check once in the worker before deferring (False: the whole wait runs
         in the triggerer)
+    :param write_task_id: the task of this DAG that writes the batch (optional; of a mapped writer,
+        the instance with this sensor's map index); None: only failure reports end the wait
     """
 
     template_fields: Sequence[str] = ("table", "batch_id", "writer_id", "after_snapshot_id")
@@ -49,6 +54,7 @@ class SnapshotCommitSensor(BaseSensorOperator):
         kafka_config_id: str | None = "kafka_default",
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poke_before_defer: bool = True,
+        write_task_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -60,6 +66,7 @@ class SnapshotCommitSensor(BaseSensorOperator):
         self.kafka_config_id = kafka_config_id
         self.deferrable = deferrable
         self.poke_before_defer = poke_before_defer
+        self.write_task_id = write_task_id
 
     @staticmethod
     def _int(name: str, value: int | str | None) -> int | None:
@@ -77,6 +84,29 @@ class SnapshotCommitSensor(BaseSensorOperator):
         started = getattr(dag_run, "start_date", None)
         return int(started.timestamp() * 1000) if started is not None else None
 
+    def _write_task(self, context: Any) -> dict[str, Any]:
+        """The trigger's arguments naming the write task's instance in this DAG run (none without
+        ``write_task_id``)."""
+        if self.write_task_id is None:
+            return {}
+        if self.has_dag() and not self.dag.has_task(self.write_task_id):
+            raise AirflowFailException(
+                f"write_task_id '{self.write_task_id}' of {self.task_id} is no task of DAG '{self.dag_id}'"
+            )
+        ti = context.get("ti") if hasattr(context, "get") else None
+        if ti is None:
+            raise AirflowFailException(
+                f"write_task_id '{self.write_task_id}': {self.task_id} runs without a task instance"
+            )
+        writer_mapped = self.has_dag() and bool(self.dag.get_task(self.write_task_id).is_mapped)
+        map_index = getattr(ti, "map_index", -1) if writer_mapped else -1
+        return {
+            "dag_id": ti.dag_id,
+            "run_id": ti.run_id,
+            "write_task_id": self.write_task_id,
+            "write_map_index": map_index if isinstance(map_index, int) else -1,
+        }
+
     def _trigger(self, context: Any = None) -> SnapshotCommitTrigger:
         return SnapshotCommitTrigger(
             table=self.table,
@@ -88,6 +118,7 @@ class SnapshotCommitSensor(BaseSensorOperator):
             poll_interval=float(self.poke_interval),
             timeout=float(self.timeout) if self.timeout else None,
             not_before_ms=self._run_started_ms(context or {}),
+            **self._write_task(context or {}),
         )
 
     def _look(self, trigger: SnapshotCommitTrigger) -> dict[str, Any] | None:

@@ -10,10 +10,34 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 from asgiref.sync import sync_to_async
 
-from airflow_logstore.exceptions import classify, first_line
+from airflow_logstore.exceptions import ServiceError, classify, first_line
 
 #: Longest wait between two attempts after errors (the backoff doubles up to it).
 MAX_BACKOFF_S = 60.0
+
+#: States of the writing task that end the wait: it failed for good (``up_for_retry`` does not: a
+#: retry comes).
+WRITE_FAILED_STATES = frozenset({"failed", "upstream_failed"})
+
+
+def task_state(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str | None:
+    """The state of one task instance of a DAG run, asked of Airflow through the Task SDK (as the
+    standard provider's external-task triggers do: in the triggerer and in a worker alike); None
+    while it has none. An error (Airflow's API unreachable) is a retryable ``ServiceError``."""
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    try:
+        states = RuntimeTaskInstance.get_task_states(
+            dag_id=dag_id, task_ids=[task_id], run_ids=[run_id], map_index=map_index
+        )
+    except Exception as exc:
+        raise ServiceError(
+            f"could not read the state of task '{task_id}' of run {run_id} of DAG '{dag_id}': "
+            f"{type(exc).__name__}: {first_line(exc)}"
+        ) from exc
+    key = task_id if map_index < 0 else f"{task_id}_{map_index}"
+    state = (states.get(run_id) or {}).get(key)
+    return None if state is None else str(state)
 
 
 class SnapshotCommitTrigger(BaseTrigger):
@@ -29,6 +53,16 @@ class SnapshotCommitTrigger(BaseTrigger):
         epoch; e.g. the run's start) ends the wait with a ``failed`` event; None: any report
     :param max_backoff: longest wait between attempts after errors; a retryable error (an unreachable
         catalog) is retried, waiting ``poll_interval`` doubled per failed attempt, until ``timeout``
+    :param dag_id: with ``run_id`` and ``write_task_id``: the DAG run whose task writes the batch
+    :param run_id: see ``dag_id``
+    :param write_task_id: the task writing the batch in that run (optional): when neither a commit nor
+        a failure report is found and that task is ``failed`` or ``upstream_failed`` (its last try was
+        killed: the OOM killer, a lost worker; it left no report), the wait ends with a ``failed``
+        event. Its state is asked of Airflow at each such poll (:func:`task_state`)
+    :param write_map_index: the map index of that task (-1: not mapped)
+
+    The wait ends early (``failed``) when the write of the batch failed for good: its failure report
+    says so, or its task (``write_task_id``) failed without leaving one. A commit always wins.
 
     The loop's clock and sleep are attributes (``clock``, ``sleep``) so that tests can drive it.
     """
@@ -46,6 +80,10 @@ class SnapshotCommitTrigger(BaseTrigger):
         timeout: float | None = None,
         not_before_ms: int | None = None,
         max_backoff: float = MAX_BACKOFF_S,
+        dag_id: str | None = None,
+        run_id: str | None = None,
+        write_task_id: str | None = None,
+        write_map_index: int = -1,
     ) -> None:
         super().__init__()
         self.table = table
@@ -58,6 +96,12 @@ class SnapshotCommitTrigger(BaseTrigger):
         self.timeout = timeout
         self.not_before_ms = not_before_ms
         self.max_backoff = max_backoff
+        self.dag_id = dag_id
+        self.run_id = run_id
+        self.write_task_id = write_task_id
+        self.write_map_index = write_map_index
+        if write_task_id is not None and (dag_id is None or run_id is None):
+            raise ValueError(f"write_task_id '{write_task_id}' needs the dag_id and run_id of its DAG run")
         self.clock: Callable[[], float] = time.monotonic
         self.sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep
 
@@ -75,6 +119,10 @@ class SnapshotCommitTrigger(BaseTrigger):
                 "timeout": self.timeout,
                 "not_before_ms": self.not_before_ms,
                 "max_backoff": self.max_backoff,
+                "dag_id": self.dag_id,
+                "run_id": self.run_id,
+                "write_task_id": self.write_task_id,
+                "write_map_index": self.write_map_index,
             },
         )
 
@@ -84,8 +132,10 @@ class SnapshotCommitTrigger(BaseTrigger):
         return payload["commit"] if status == "success" else None
 
     def poll_once(self) -> tuple[str, dict[str, Any]]:
-        """One look at the table: ``success`` (the commit), ``failed`` (the batch's write failed for
-        good since ``not_before_ms``: a retry cannot fix it) or ``waiting``."""
+        """One look, in this order: the table's commit (``success``: a commit always wins, even of a
+        write killed after it), the batch's failure report since ``not_before_ms`` (``failed``: a retry
+        cannot fix it), the state of ``write_task_id`` (``failed``: it failed for good without a
+        report); else ``waiting``."""
         from airflow_logstore.hooks.logstore import LogStoreHook
         from airflow_logstore.table.reports import read_failure
         from airflow_logstore.table.snapshots import commit_xcom, find_commit
@@ -106,10 +156,36 @@ class SnapshotCommitTrigger(BaseTrigger):
             if failure is not None and failure.stops_wait_since(self.not_before_ms):
                 return "failed", {
                     "failure": failure.to_json(),
-                    "message": f"the dual write of batch {self.batch_id} of {self.table} by writer "
-                    f"'{self.writer_id}' failed for good (epoch {failure.epoch}): {failure.describe()}",
+                    "message": f"{self._the_write()} failed for good (epoch {failure.epoch}): "
+                    f"{failure.describe()}",
+                }
+        if self.write_task_id is not None:
+            assert self.dag_id is not None and self.run_id is not None  # checked in __init__
+            state = task_state(self.dag_id, self.run_id, self.write_task_id, self.write_map_index)
+            if state in WRITE_FAILED_STATES:
+                task = self.write_task_id + (f"[{self.write_map_index}]" if self.write_map_index >= 0 else "")
+                why = (
+                    "it never ran: a task upstream of it failed"
+                    if state == "upstream_failed"
+                    else "it left no failure report: its last try was killed or could not report "
+                    "(the OOM killer, a lost worker, a heartbeat timeout; see the task's log)"
+                )
+                return "failed", {
+                    "failure": {
+                        "task_id": self.write_task_id,
+                        "map_index": self.write_map_index,
+                        "state": state,
+                    },
+                    "message": f"{self._the_write()} failed for good: its task '{task}' is {state} in run "
+                    f"{self.run_id}; {why}",
                 }
         return "waiting", {}
+
+    def _the_write(self) -> str:
+        """The write waited for, in words (for messages)."""
+        what = "the dual write" if self.batch_id is None else f"the dual write of batch {self.batch_id}"
+        what += f" of {self.table}"
+        return what if self.writer_id is None else f"{what} by writer '{self.writer_id}'"
 
     def backoff(self, failed_attempts: int) -> float:
         """Seconds to wait after the ``failed_attempts``-th failed attempt in a row."""

@@ -51,6 +51,7 @@ def test_pipeline_shape(dagbag) -> None:
     assert dag.schedule is None or str(dag.timetable.summary) in ("None", "Never")
     wait = dag.get_task("wait_for_snapshot")
     assert wait.deferrable is True
+    assert wait.write_task_id == "dual_write" and dag.has_task(wait.write_task_id)
     assert dag.get_task("publish_visible_offsets").upstream_task_ids == {"dual_write", "wait_for_snapshot"}
     assert {type(o).__name__ for o in dag.get_task("dual_write").outlets} == {"AssetAlias"}
 

@@ -200,3 +200,184 @@ def test_the_sensor_fails_without_retry_when_the_write_failed_for_good(catalog: 
     event = {"status": "failed", "message": "the dual write of batch 3 ... failed for good"}
     with pytest.raises(AirflowFailException, match="failed for good"):
         sensor.execute_complete({}, event)
+
+
+class TaskStates:
+    """Airflow's answer to the Task SDK's ``get_task_states`` (the edge the trigger asks), set by the test."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+        self.states: dict[tuple[str, str, str, int], str] = {}
+        self.queries: list[dict[str, Any]] = []
+        self.error: Exception | None = None
+        monkeypatch.setattr(RuntimeTaskInstance, "get_task_states", self.get_task_states)
+
+    def get_task_states(self, **query: Any) -> dict[str, Any]:
+        self.queries.append(query)
+        if self.error is not None:
+            raise self.error
+        found: dict[str, dict[str, Any]] = {}
+        for (dag_id, run_id, task_id, map_index), state in self.states.items():
+            if (
+                dag_id == query["dag_id"]
+                and run_id in query["run_ids"]
+                and task_id in query["task_ids"]
+                and map_index == query["map_index"]
+            ):
+                key = task_id if map_index < 0 else f"{task_id}_{map_index}"
+                found.setdefault(run_id, {})[key] = state
+        return found
+
+    def set(self, state: str, task_id: str = "dual_write", map_index: int = -1) -> None:
+        self.states[("pipeline", "run_1", task_id, map_index)] = state
+
+
+@pytest.fixture
+def task_states(monkeypatch: pytest.MonkeyPatch) -> TaskStates:
+    return TaskStates(monkeypatch)
+
+
+def _watching(clock: Clock, **kwargs: Any) -> SnapshotCommitTrigger:
+    return _trigger(clock, dag_id="pipeline", run_id="run_1", write_task_id="dual_write", **kwargs)
+
+
+def test_a_killed_write_task_ends_the_wait_naming_it(catalog: Catalog, task_states: TaskStates) -> None:
+    clock = Clock()
+    task_states.set("running")
+    clock.steps[1] = lambda: task_states.set("up_for_retry")  # its first try was killed: a retry comes
+    clock.steps[2] = lambda: task_states.set("running")
+    clock.steps[3] = lambda: task_states.set("failed")  # its last try was killed: no report
+    event = _first_event(_watching(clock, timeout=1800, not_before_ms=0))
+    assert event["status"] == "failed" and event["polls"] == 4 and clock.sleeps == [1, 1, 1]
+    assert event["message"] == (
+        "the dual write of batch 3 of db.orders by writer 'logstore_pipeline' failed for good: its task "
+        "'dual_write' is failed in run run_1; it left no failure report: its last try was killed or "
+        "could not report (the OOM killer, a lost worker, a heartbeat timeout; see the task's log)"
+    )
+    assert event["failure"] == {"task_id": "dual_write", "map_index": -1, "state": "failed"}
+    assert task_states.queries[-1] == {
+        "dag_id": "pipeline",
+        "task_ids": ["dual_write"],
+        "run_ids": ["run_1"],
+        "map_index": -1,
+    }
+    sensor = SnapshotCommitSensor(task_id="wait", table="db.orders", writer_id=WRITER, batch_id="3")
+    with pytest.raises(AirflowFailException, match=r"'dual_write' is failed in run run_1"):
+        sensor.execute_complete({}, event)  # the same "failed" path as a final failure report
+
+
+def test_an_upstream_failure_of_the_write_task_ends_the_wait(
+    catalog: Catalog, task_states: TaskStates
+) -> None:
+    task_states.set("upstream_failed")
+    event = _first_event(_watching(Clock(), timeout=60))
+    assert event["status"] == "failed" and "'dual_write' is upstream_failed" in event["message"]
+    assert "it never ran: a task upstream of it failed" in event["message"]
+
+
+def test_a_commit_wins_over_a_failed_write_task(catalog: Catalog, task_states: TaskStates) -> None:
+    task_states.set("failed")  # killed after its commit
+    catalog.commit(3)
+    event = _first_event(_watching(Clock(), timeout=60))
+    assert event["status"] == "success" and event["commit"]["batch_id"] == 3
+    assert task_states.queries == []  # nothing to ask once the commit is there
+
+
+def test_a_final_failure_report_wins_over_the_task_state(catalog: Catalog, task_states: TaskStates) -> None:
+    task_states.set("failed")
+    report_failure(
+        catalog.handle.load(),
+        failure_of(BadInputError("bad", row=1), writer_id=WRITER, batch_id=3, epoch=12, report_id="r"),
+    )
+    event = _first_event(_watching(Clock(), timeout=60, not_before_ms=0))
+    assert event["status"] == "failed" and event["failure"]["error_class"] == "BadInputError"
+
+
+def test_only_the_watched_task_instance_counts(catalog: Catalog, task_states: TaskStates) -> None:
+    clock = Clock()
+    task_states.set("failed", task_id="create_table")  # another task of the run
+    task_states.set("failed", map_index=0)  # another map index of the writer
+    task_states.states[("pipeline", "run_0", "dual_write", 2)] = "failed"  # an earlier run
+    clock.steps[2] = lambda: catalog.commit(3)
+    event = _first_event(_watching(clock, timeout=60, write_map_index=2))
+    assert event["status"] == "success" and len(task_states.queries) == 2
+    assert task_states.queries[0]["map_index"] == 2
+
+
+def test_a_failing_state_query_is_retried_with_backoff(
+    catalog: Catalog, task_states: TaskStates, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clock = Clock()
+    task_states.error = ConnectionError("Airflow's API server is unreachable")
+
+    def answer_failed() -> None:
+        task_states.error = None
+        task_states.set("failed")
+
+    clock.steps[2] = answer_failed
+    event = _first_event(_watching(clock, timeout=1800))
+    assert clock.sleeps == [1, 2] and event["status"] == "failed" and event["polls"] == 3
+    out = capsys.readouterr().out
+    assert (
+        "ServiceError: could not read the state of task 'dual_write' of run run_1 of DAG 'pipeline': " in out
+    )
+    assert "ConnectionError: Airflow's API server is unreachable" in out
+
+
+def test_the_watching_trigger_serializes_to_plain_arguments() -> None:
+    import json
+
+    trigger = SnapshotCommitTrigger(
+        table="db.t",
+        writer_id="w",
+        batch_id=3,
+        dag_id="pipeline",
+        run_id="manual__2026-01-01",
+        write_task_id="dual_write",
+        write_map_index=4,
+    )
+    path, kwargs = trigger.serialize()
+    json.dumps(kwargs)
+    assert kwargs["dag_id"] == "pipeline" and kwargs["run_id"] == "manual__2026-01-01"
+    assert kwargs["write_task_id"] == "dual_write" and kwargs["write_map_index"] == 4
+    assert SnapshotCommitTrigger(**kwargs).serialize() == (path, kwargs)
+    with pytest.raises(ValueError, match="write_task_id 'dual_write' needs the dag_id and run_id"):
+        SnapshotCommitTrigger(table="db.t", write_task_id="dual_write")
+
+
+def test_the_sensor_watches_its_write_task_in_its_own_run(catalog: Catalog, task_states: TaskStates) -> None:
+    from airflow.sdk import DAG
+    from airflow.sdk.bases.operator import BaseOperator
+    from airflow.sdk.exceptions import TaskDeferred
+
+    with DAG("pipeline", schedule=None):
+        BaseOperator(task_id="dual_write")
+        sensor = SnapshotCommitSensor(
+            task_id="wait",
+            table="db.orders",
+            writer_id=WRITER,
+            batch_id="3",
+            write_task_id="dual_write",
+            deferrable=True,
+            timeout=1800,
+        )
+        unknown = SnapshotCommitSensor(task_id="wait_2", table="db.orders", write_task_id="dual_wirte")
+    context = {"ti": SimpleNamespace(dag_id="pipeline", run_id="run_1", map_index=-1)}
+    task_states.set("running")
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(context)
+    kwargs = deferred.value.trigger.serialize()[1]
+    assert (kwargs["dag_id"], kwargs["run_id"], kwargs["write_task_id"]) == (
+        "pipeline",
+        "run_1",
+        "dual_write",
+    )
+    assert kwargs["write_map_index"] == -1
+    task_states.set("failed")  # in poke mode (a worker) the same look
+    with pytest.raises(
+        AirflowFailException, match=r"batch 3 .* its task 'dual_write' is failed in run run_1"
+    ):
+        sensor.poke(context)
+    with pytest.raises(AirflowFailException, match="write_task_id 'dual_wirte' of wait_2 is no task of DAG"):
+        unknown.poke(context)
