@@ -184,12 +184,20 @@ def _logstore_summary(table: Table, snapshot_id: int | None) -> tuple[int | None
             raise OptionError("snapshot", f"snapshot {snapshot_id} does not exist (expired?)")
         return None, {}
     chosen = snapshot.snapshot_id
-    while snapshot is not None:
+    while True:
         summary = snapshot.summary.additional_properties if snapshot.summary else {}
         if S_POSITIONS in summary:
             return chosen, summary
-        snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
-    return chosen, {}
+        parent = snapshot.parent_snapshot_id
+        if parent is None:  # the table's first snapshot: nothing was committed before it
+            return chosen, {}
+        snapshot = table.snapshot_by_id(parent)
+        if snapshot is None:  # kept by a ref (a staging branch) while its ancestors expired
+            raise OptionError(
+                "snapshot",
+                f"snapshot {chosen} has no log positions any more: it carries none (compaction) and its "
+                f"ancestor {parent} expired; read a newer snapshot",
+            )
 
 
 class LogReader:

@@ -36,7 +36,7 @@ from airflow_logstore.core.codec import (
     encode_value,
     partition_for_key,
 )
-from airflow_logstore.core.commit import Verdict, decide_on
+from airflow_logstore.core.commit import Verdict, attempt_refs, decide_on, stale_attempt_refs
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.ledger import missing_commits, with_commits
 from airflow_logstore.core.summary import (
@@ -80,9 +80,11 @@ class Bugs:
     no_holes: bool = False  # watermark records settle their range without its redundant/foreign runs
     no_included: bool = False  # hybrid reads ignore logstore.log-included (ask the ledger by sequence)
     follower_drops_undecided: bool = False  # 3 (follow.py): release undecided records below the watermark
-    # NOT fixed yet (README, Findings): what the real publish scan does today. Its consumer resets to the
-    # log start without an error (auto.offset.reset=earliest), so records deleted between the bounds and
-    # the scan are skipped, and scan_watermark's settled range still covers them as committed data
+    ignore_fence: bool = False  # 1 (strict): a publish does not require its fence tag (a claim that lands
+    # after the attempt's decision does not stop its commit)
+    # found by the simulation, fixed (README, Findings): the publish consumer reset to the log start without
+    # an error (auto.offset.reset=earliest), so records deleted between the bounds and the scan were
+    # skipped, and scan_watermark's settled range still covered them as committed data
     publish_skips_deleted: bool = False
 
     def any(self) -> bool:
@@ -99,6 +101,7 @@ class Landed:
     epoch: int
     runs: frozenset[TaskRun]  # the task runs whose records the commit made visible
     inputs: tuple[Row, ...]
+    in_force: int = 0  # the writer's newest epoch in force (it had fenced the table) when this landed
 
 
 @dataclass
@@ -135,6 +138,7 @@ class World:
     trace: list[str] = field(default_factory=list)
     events: Counter[str] = field(default_factory=Counter)  # what happened, for the coverage test
     latest: dict[str, int] = field(default_factory=dict)  # ground truth: each writer's newest epoch
+    in_force: dict[str, int] = field(default_factory=dict)  # ground truth: each writer's newest fenced epoch
     checkpoint_every: int = 5  # checkpoints.maybe_checkpoint(every=...): small, so checkpoints are frequent
 
     @property
@@ -224,6 +228,13 @@ def writer_attempt(world: World, writer_id: str, crashes: bool = True) -> Steps:
     epoch = world.control.claim_epoch(writer_id)
     world.note(f"{writer_id} claims epoch {epoch}")
     world.latest[writer_id] = epoch
+    yield "fence"  # DualWriter.__init__: staged_commit.fence (one catalog commit)
+    removed = world.catalog.remove_refs(stale_attempt_refs(world.catalog.refs, writer_id, epoch))
+    world.in_force[writer_id] = max(world.in_force.get(writer_id, 0), epoch)
+    world.note(
+        f"{writer_id} epoch {epoch} fences the table: removed {removed}",
+        "fence removed refs" if removed else None,
+    )
     next_attempt_id = 0  # TaskContext.taskAttemptId(): unique within the application
     for batch_id, rows in enumerate(world.inputs[writer_id], start=1):
         yield f"b{batch_id} state"  # write_frame: self.state().committed(writer, batch)
@@ -327,7 +338,7 @@ def _load_base(world: World) -> Steps:
     view = world.catalog.load()
     if view.main is None:
         snapshot = world.catalog.stage(None, {S_OPERATION: OP_BASE}, Counter(), "base")
-        world.catalog.cas_main(None, snapshot.snapshot_id, "base")
+        world.catalog.cas_main(None, snapshot.snapshot_id, ("base",))
         world.catalog.drop_branch("base")
         yield "base snapshot"
 
@@ -335,16 +346,21 @@ def _load_base(world: World) -> Steps:
 def _commit(
     world: World, commit: CommitInfo, final: dict[Any, Any], rows: list[Row], runs: frozenset[TaskRun]
 ) -> Generator[str, None, CommitInfo | None]:
-    """DualWriter._commit / _try_publish: decide on every base, stage, compare-and-set main."""
+    """committing.commit_batch / run_attempt: open the attempt's refs, decide, stage, publish by CAS."""
     name = f"{commit.writer_id} e{commit.epoch} b{commit.batch_id}"
     for attempt in range(1, COMMIT_ATTEMPTS + 1):
         yield "commit: load base"  # staged_commit.load_base
         yield from _load_base(world)
         base = world.catalog.load()
+        yield "commit: open attempt"  # staged_commit.open_attempt: branch and fence tag at the base
+        refs = attempt_refs(commit.writer_id, commit.batch_id, commit.epoch, attempt)
+        world.catalog.open_attempt(base.main, refs.branch, refs.fence_tag)
         yield "commit: read control"  # merged_state(base.table, control.read())
         state = merged_state(base, world.control.read())
         decision = decide_on(state, commit.writer_id, commit.batch_id, commit.epoch)
         yield "commit:decided"  # pause_point("commit:decided")
+        if decision.verdict is not Verdict.PROCEED:
+            world.catalog.remove_refs([refs.branch, refs.fence_tag])  # run_attempt: drop_attempt
         if decision.verdict is Verdict.ALREADY_COMMITTED and decision.existing is not None:
             world.note(f"{name}: {decision.reason}", "already committed at commit")
             return decision.existing
@@ -353,20 +369,32 @@ def _commit(
             return None
         staged = _staged(world, commit, state)
         positions = staged.positions
-        branch = f"stage/{name}/{attempt}"
+        # write_branch: Iceberg writes the branch (and recreates it, from the snapshot given, if a fence
+        # removed it meanwhile)
         snapshot = world.catalog.stage(
-            base.main, staged.to_summary(), _staged_rows(world, base.current(), final, rows), branch
+            base.main, staged.to_summary(), _staged_rows(world, base.current(), final, rows), refs.branch
         )
-        yield "commit:before-publish"  # _write_branch done; pause_point("commit:before-publish")
-        if world.catalog.cas_main(base.main, snapshot.snapshot_id, branch):  # staged_commit.publish
+        yield "commit:before-publish"  # branch_head, check_staged_head; pause_point("commit:before-publish")
+        required = () if world.bugs.ignore_fence else (refs.fence_tag,)
+        if world.catalog.cas_main(base.main, snapshot.snapshot_id, (refs.branch, refs.fence_tag), required):
             world.landed.append(
                 Landed(
-                    snapshot.snapshot_id, commit.writer_id, commit.batch_id, commit.epoch, runs, tuple(rows)
+                    snapshot.snapshot_id,
+                    commit.writer_id,
+                    commit.batch_id,
+                    commit.epoch,
+                    runs,
+                    tuple(rows),
+                    world.in_force.get(commit.writer_id, 0),
                 )
             )
             world.note(f"{name} commits snapshot {snapshot.snapshot_id} positions {positions}", "commit")
             return replace(staged, snapshot_id=snapshot.snapshot_id, sequence_number=snapshot.sequence_number)
-        world.catalog.drop_branch(branch)  # lost the race: decide again on a new base
+        fenced = refs.fence_tag not in world.catalog.refs
+        world.catalog.remove_refs([refs.branch, refs.fence_tag])  # drop_attempt
+        if fenced:  # staged_commit.check_not_fenced: FencedError
+            world.note(f"{name}: its fence tag is gone, fenced by a newer epoch", "fenced at publish")
+            return None
         world.note(f"{name}: main moved, compare-and-set lost", "commit CAS lost")
     return None
 
@@ -402,7 +430,7 @@ def _commit_once_unconditionally(
             base.main, staged.to_summary(), _staged_rows(world, base.current(), final, rows), f"merge/{name}"
         )
         yield "commit: swap"
-        if world.catalog.cas_main(base.main, snapshot.snapshot_id, f"merge/{name}"):
+        if world.catalog.cas_main(base.main, snapshot.snapshot_id, (f"merge/{name}",)):
             world.landed.append(
                 Landed(
                     snapshot.snapshot_id, commit.writer_id, commit.batch_id, commit.epoch, runs, tuple(rows)
@@ -556,7 +584,7 @@ def compaction(world: World) -> Steps:
             current.snapshot_id, {S_OPERATION: OP_COMPACTION}, Counter(current.rows), "compact"
         )
         yield "compact: commit"
-        if world.catalog.cas_main(current.snapshot_id, snapshot.snapshot_id, "compact"):
+        if world.catalog.cas_main(current.snapshot_id, snapshot.snapshot_id, ("compact",)):
             world.note(f"compaction: snapshot {snapshot.snapshot_id}", "compaction")
             break
         world.catalog.drop_branch("compact")
@@ -743,6 +771,13 @@ def hybrid_reader(
     if not lineage:
         return
     chosen = view.snapshots[snapshot_id] if snapshot_id is not None else world.rng.choice(lineage)
+    chain = view.ancestors(chosen.snapshot_id)
+    if not any(S_POSITIONS in s.summary for s in chain) and chain[-1].parent_id is not None:
+        # reader._logstore_summary: OptionError (a staging ref kept it while its ancestors expired)
+        world.note(
+            f"hybrid read of snapshot {chosen.snapshot_id} refused: its positions expired", "hybrid refused"
+        )
+        return
     positions = snapshot_positions(view, chosen.snapshot_id)
     start = {p: positions.get(p, 0) for p in range(world.partitions)}
     seen = Observed(

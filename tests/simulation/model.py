@@ -255,15 +255,27 @@ class Catalog:
         self.refs[branch] = snapshot.snapshot_id
         return snapshot
 
-    def cas_main(self, expected: int | None, new: int, branch: str | None = None) -> bool:
-        """Move ``main`` from ``expected`` to ``new`` (dropping ``branch``) only if it is ``expected``."""
-        if self.refs.get("main") != expected:
+    def cas_main(
+        self, expected: int | None, new: int, drop: tuple[str, ...] = (), required: tuple[str, ...] = ()
+    ) -> bool:
+        """Move ``main`` from ``expected`` to ``new`` and drop the refs ``drop``, in one commit that
+        succeeds only if ``main`` is ``expected`` and every ref in ``required`` exists."""
+        if self.refs.get("main") != expected or any(ref not in self.refs for ref in required):
             return False
         self.refs["main"] = new
         self.history.append(new)
-        if branch is not None:
-            self.refs.pop(branch, None)
+        for ref in drop:
+            self.refs.pop(ref, None)
         return True
+
+    def open_attempt(self, base: int | None, branch: str, tag: str) -> None:
+        """A staging branch and a fence tag at ``base``, in one commit."""
+        assert base is not None
+        self.refs[branch] = self.refs[tag] = base
+
+    def remove_refs(self, refs: list[str]) -> list[str]:
+        """Remove branches and tags (one commit); returns those that existed."""
+        return [ref for ref in refs if self.refs.pop(ref, None) is not None]
 
     def drop_branch(self, branch: str) -> None:
         self.refs.pop(branch, None)

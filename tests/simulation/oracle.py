@@ -102,6 +102,14 @@ def check(world: World, watermark: dict[int, int]) -> list[Violation]:
                 )
             )
         newest[commit.writer_id] = max(newest.get(commit.writer_id, 0), commit.epoch)
+        if commit.epoch < commit.in_force:
+            found.append(
+                Violation(
+                    FENCED_COMMIT,
+                    f"{commit.writer_id} epoch {commit.epoch} committed batch {commit.batch_id} after "
+                    f"epoch {commit.in_force} was in force (had fenced the table)",
+                )
+            )
     table = _clean(main.rows)
     if table != _clean(expected_rows(world, world.landed)):
         found.append(Violation(TABLE_ROWS, f"main {table} != {_clean(expected_rows(world, world.landed))}"))
