@@ -5,8 +5,13 @@ The run is triggered through the REST API with a conf, as the UI's trigger form 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
-from datetime import datetime, timedelta
+import signal
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -21,11 +26,39 @@ from airflow_logstore.testing.tables import write_jsonl
 pytestmark = pytest.mark.airflow_e2e
 
 
+#: logstore_pipeline with no retries of its write, whose Spark tasks wait at a pause point (see below).
+HELD_DAG = "logstore_pipeline_held"
+
+
+def held_pipeline(pauses: Path) -> str:
+    """logstore_pipeline's source as DAG ``HELD_DAG``: its write is not retried (a killed try is its
+    last) and its Spark tasks stop at ``produce:started`` (before any record, so before any commit)
+    until the test creates ``<pauses>/produce_started.release``."""
+    source = (REPO_ROOT / "dags" / "logstore_pipeline.py").read_text()
+    held = {
+        "spark.executorEnv.LOGSTORE_PAUSE_AT": "produce:started",
+        "spark.executorEnv.LOGSTORE_PAUSE_DIR": str(pauses),
+    }
+    for old, new in (
+        ('dag_id="logstore_pipeline",', f'dag_id="{HELD_DAG}",'),
+        ("retries=2,", f"retries=0, spark_conf={held!r},"),
+    ):
+        assert source.count(old) == 1, f"dags/logstore_pipeline.py no longer has {old!r} once"
+        source = source.replace(old, new)
+    return source
+
+
 @pytest.fixture(scope="module")
-def airflow(env, tmp_path_factory):
+def pauses(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("pauses")
+
+
+@pytest.fixture(scope="module")
+def airflow(env, tmp_path_factory, pauses: Path):
     dags = tmp_path_factory.mktemp("dags")
     for dag in ("logstore_pipeline.py",):
         shutil.copy(REPO_ROOT / "dags" / dag, dags / dag)
+    (dags / f"{HELD_DAG}.py").write_text(held_pipeline(pauses))
     shutil.copytree(REPO_ROOT / "dags" / "data", dags / "data")
     service = LocalAirflow(env.settings, dags, port=free_port_pair(), home=tmp_path_factory.mktemp("airflow"))
     try:
@@ -121,5 +154,72 @@ def test_a_bad_input_file_fails_its_run_at_once_and_the_next_run_goes_ahead(
     assert airflow.wait_for_run("logstore_pipeline", next_run) == "success"
     started = _time(airflow.get(f"/api/v2/dags/logstore_pipeline/dagRuns/{next_run}")["start_date"])
     assert started - write_failed < timedelta(minutes=1)
+    commits = snapshot_commits(LogStoreTable.open(conf["table"]).load())
+    assert [(c.writer_id, c.batch_id) for c in commits] == [("logstore_pipeline", 1)]
+
+
+def _until(condition: Callable[[], bool], what: str, timeout: float = 180.0) -> None:
+    """Poll Airflow (or the Spark job it runs) until ``condition`` holds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:.0f}s: {what}")
+        time.sleep(0.5)
+
+
+def test_a_killed_write_fails_its_run_at_once_and_the_next_run_goes_ahead(
+    env, airflow: LocalAirflow, pauses: Path
+) -> None:
+    """The write's last try dies by SIGKILL (as by the OOM killer) while the sensor waits deferred:
+    no failure report, yet the sensor fails at once naming the killed write, and the next run starts."""
+    airflow.wait_for_dag(HELD_DAG)
+    data = Path(airflow.dags_folder) / "data" / "orders_batch_1.jsonl"
+    conf = {"table": f"e2e.{env.unique('killed')}", "input_path": str(data), "batch_id": 1}
+    killed_run = airflow.trigger(HELD_DAG, conf)
+    next_run = airflow.trigger(HELD_DAG, conf)  # queued behind it (max_active_runs=1)
+    reached, release = pauses / "produce_started.reached", pauses / "produce_started.release"
+    try:
+
+        def held_and_waiting() -> bool:
+            tis = airflow.task_instances(HELD_DAG, killed_run)
+            return reached.exists() and tis.get("wait_for_snapshot", {}).get("state") == "deferred"
+
+        _until(held_and_waiting, "the write held before its first record, the sensor deferred")
+        write = airflow.task_instances(HELD_DAG, killed_run)["dual_write"]
+        task_pid, spark_worker = int(write["pid"]), int(reached.read_text())
+        assert write["state"] == "running" and write["try_number"] == 1, write
+        # Airflow's supervisor runs the task in its own process group, with spark-submit and the Spark
+        # driver; PySpark's workers have theirs. Both die, the supervisor survives to see it.
+        assert os.getpgid(task_pid) == task_pid != os.getpgrp()
+        killed_at = datetime.now(UTC)
+        os.killpg(task_pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # gone with its JVM already
+            workers = os.getpgid(spark_worker)
+            assert workers not in (os.getpgrp(), task_pid)
+            os.killpg(workers, signal.SIGKILL)
+    finally:
+        release.touch()  # the next run's write goes through
+
+    # not the sensor's timeout (30 min): a run ends within a minute or two of the kill
+    assert airflow.wait_for_run(HELD_DAG, killed_run, timeout=120) == "failed"
+    tis = airflow.task_instances(HELD_DAG, killed_run)
+    assert {k: v["state"] for k, v in tis.items()} == {
+        "create_table": "success",
+        "dual_write": "failed",
+        "wait_for_snapshot": "failed",
+        "publish_visible_offsets": "upstream_failed",
+        "read": "upstream_failed",
+    }
+    assert _time(tis["wait_for_snapshot"]["end_date"]) - killed_at < timedelta(minutes=1)
+    sensor_log = airflow.task_log(HELD_DAG, killed_run, "wait_for_snapshot")
+    named = (
+        f"the dual write of batch 1 of {conf['table']} by writer 'logstore_pipeline' failed for good: "
+        f"its task 'dual_write' is failed in run {killed_run}; it left no failure report"
+    )
+    assert named in sensor_log and "AirflowFailException" in sensor_log, sensor_log[-3000:]
+
+    assert airflow.wait_for_run(HELD_DAG, next_run) == "success"
+    started = _time(airflow.get(f"/api/v2/dags/{HELD_DAG}/dagRuns/{next_run}")["start_date"])
+    assert started - killed_at < timedelta(minutes=1)
     commits = snapshot_commits(LogStoreTable.open(conf["table"]).load())
     assert [(c.writer_id, c.batch_id) for c in commits] == [("logstore_pipeline", 1)]
