@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from airflow_logstore.core.commit import AttemptRefs, CommitDecision, Verdict, attempt_refs, decide_on
+from airflow_logstore.core.commit import CommitDecision, Verdict, attempt_refs, decide_on
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.core.visibility import with_positions
@@ -67,8 +67,8 @@ def commit_batch(
     for attempt in range(1, COMMIT_ATTEMPTS + 1):
         base = staged_commit.load_base(target.handle)
         refs = attempt_refs(target.writer_id, commit.batch_id, target.epoch, attempt)
-        staged_commit.open_attempt(base, refs)  # before deciding: a fence from now on stops this attempt
-        landed = run_attempt(target, final, base, refs, commit, keys)
+        opened = staged_commit.open_attempt(base, refs)  # before deciding: a fence now stops this attempt
+        landed = run_attempt(target, final, opened, commit, keys)
         if landed is not None:
             return landed
         wait_before_deciding_again(commit.batch_id, attempt)
@@ -110,8 +110,7 @@ def wait_before_deciding_again(batch_id: int, attempt: int) -> None:
 def run_attempt(
     target: CommitTarget,
     final: DataFrame,
-    base: staged_commit.Base,
-    refs: AttemptRefs,
+    attempt: staged_commit.Attempt,
     commit: CommitInfo,
     keys: KeyFilter | None = None,
 ) -> CommitInfo | None:
@@ -122,14 +121,14 @@ def run_attempt(
     :raises FencedError: the decision fences this attempt, or a newer epoch's fence removed its refs.
     """
     try:
-        state = merged_state(base.table, target.read_control())
+        state = merged_state(attempt.base.table, target.read_control())
         decision = decide_on(state, target.writer_id, commit.batch_id, target.epoch)
         pause_point("commit:decided")
         existing = settled_by(decision, target.writer_id, target.epoch, commit.batch_id)
         if existing is None:
-            return write_and_publish(target, final, base, refs, with_positions(commit, state), keys)
+            return write_and_publish(target, final, attempt, with_positions(commit, state), keys)
     except Exception as exc:
-        fenced = not staged_commit.drop_attempt(target.handle, refs)
+        fenced = not staged_commit.drop_attempt(target.handle, attempt.refs)
         if staged_commit.is_lost_race(exc) or is_commit_conflict(exc):
             return None  # decide again: a fence shows there as the newer epoch's claim
         if fenced and not isinstance(exc, FencedError):  # e.g. Spark: the branch it wrote was removed
@@ -138,28 +137,27 @@ def run_attempt(
                 f"committing batch {commit.batch_id} ({type(exc).__name__}: {exc})"
             ) from exc
         raise
-    staged_commit.drop_attempt(target.handle, refs)
+    staged_commit.drop_attempt(target.handle, attempt.refs)
     return existing
 
 
 def write_and_publish(
     target: CommitTarget,
     final: DataFrame,
-    base: staged_commit.Base,
-    refs: AttemptRefs,
+    attempt: staged_commit.Attempt,
     commit: CommitInfo,
-    keys: KeyFilter | None = None,
+    keys: KeyFilter | None,
 ) -> CommitInfo:
     """Write the batch to the attempt's branch and publish it (:func:`.staged_commit.publish`)."""
-    branch = branch_table(target.handle.spark_name(), refs.branch)
-    write_branch(final, branch, target.primary_key, commit, keys)
-    table, head = staged_commit.branch_head(target.handle, refs)
+    branch = attempt.refs.branch
+    write_branch(final, branch_table(target.handle.spark_name(), branch), target.primary_key, commit, keys)
+    table, head = staged_commit.branch_head(target.handle, attempt.refs)
     snapshot = table.snapshot_by_id(head)
     check_staged_head(
-        snapshot, base.snapshot_id, refs.branch, (target.writer_id, commit.batch_id, target.epoch)
+        snapshot, attempt.base.snapshot_id, branch, (target.writer_id, commit.batch_id, target.epoch)
     )
     pause_point("commit:before-publish")
-    staged_commit.publish(base, head, refs, target.handle)
+    staged_commit.publish(attempt, head, target.handle)
     assert snapshot is not None  # checked above
     return replace(
         commit,

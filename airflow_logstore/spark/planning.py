@@ -53,13 +53,18 @@ class KeyFilter:
     values: tuple[Any, ...]
 
     def condition(self) -> Column:
-        return quoted(self.column).isin(list(self.values))
+        """The filter as a column: parsed from its SQL text in one call (``Column.isin`` makes a JVM
+        call per value: seconds for a batch of 10,000 keys)."""
+        from pyspark.sql import functions as F
 
-    def sql(self, alias: str) -> str:
-        """The filter in Spark SQL on the table ``alias`` (``false`` for an empty batch)."""
+        return F.expr(self.sql())
+
+    def sql(self, alias: str | None = None) -> str:
+        """The filter in Spark SQL, on the table ``alias`` if given (``false`` for an empty batch)."""
         if not self.values:
             return "false"
-        return f"{alias}.`{self.column}` IN ({', '.join(sql_literal(v) for v in self.values)})"
+        column = f"`{self.column}`" if alias is None else f"{alias}.`{self.column}`"
+        return f"{column} IN ({', '.join(sql_literal(v) for v in self.values)})"
 
 
 def sql_literal(value: Any) -> str:

@@ -69,11 +69,20 @@ def _create_empty_base(table: Table) -> None:
         log.info("another writer created the base snapshot of %s first", table.name())
 
 
-def open_attempt(base: Base, refs: AttemptRefs) -> None:
+@dataclass(frozen=True)
+class Attempt:
+    """One commit attempt: its base and its refs (created at the base)."""
+
+    base: Base
+    refs: AttemptRefs
+
+
+def open_attempt(base: Base, refs: AttemptRefs) -> Attempt:
     """Create the attempt's staging branch and fence tag at the base, in one catalog commit."""
     with base.table.manage_snapshots() as manage:
         manage.create_branch(snapshot_id=base.snapshot_id, branch_name=refs.branch)
         manage.create_tag(snapshot_id=base.snapshot_id, tag_name=refs.fence_tag)
+    return Attempt(base, refs)
 
 
 def branch_head(handle: LogStoreTable, refs: AttemptRefs) -> tuple[Table, int]:
@@ -97,7 +106,7 @@ def check_not_fenced(table: Table, refs: AttemptRefs, name: object) -> None:
         )
 
 
-def publish(base: Base, head_snapshot_id: int, refs: AttemptRefs, handle: LogStoreTable) -> None:
+def publish(attempt: Attempt, head_snapshot_id: int, handle: LogStoreTable) -> None:
     """Move ``main`` from the base to ``head_snapshot_id`` and drop the attempt's refs, only if
     ``main`` is still the base, the branch still is the head and the fence tag still exists.
 
@@ -107,6 +116,7 @@ def publish(base: Base, head_snapshot_id: int, refs: AttemptRefs, handle: LogSto
     """
     from pyiceberg.exceptions import CommitFailedException
 
+    base, refs = attempt.base, attempt.refs
     current = handle.load()  # the requirements name what this load holds: checked against ours first
     check_not_fenced(current, refs, handle.name)
     expected = {"main": base.snapshot_id, refs.branch: head_snapshot_id, refs.fence_tag: base.snapshot_id}

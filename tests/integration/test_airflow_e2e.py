@@ -68,6 +68,16 @@ def airflow(env, tmp_path_factory, pauses: Path):
         service.down()
 
 
+#: the task states of a run whose dual write failed for good: the sensor fails at once, the rest never runs
+FAILED_WRITE_RUN = {
+    "create_table": "success",
+    "dual_write": "failed",
+    "wait_for_snapshot": "failed",
+    "publish_visible_offsets": "upstream_failed",
+    "read": "upstream_failed",
+}
+
+
 def test_pipeline_triggered_through_the_rest_api(env, airflow: LocalAirflow) -> None:
     airflow.wait_for_dag("logstore_pipeline")
     table = f"e2e.{env.unique('orders')}"
@@ -135,13 +145,7 @@ def test_a_bad_input_file_fails_its_run_at_once_and_the_next_run_goes_ahead(
 
     assert airflow.wait_for_run("logstore_pipeline", bad_run) == "failed"
     tis = airflow.task_instances("logstore_pipeline", bad_run)
-    assert {k: v["state"] for k, v in tis.items()} == {
-        "create_table": "success",
-        "dual_write": "failed",
-        "wait_for_snapshot": "failed",
-        "publish_visible_offsets": "upstream_failed",
-        "read": "upstream_failed",
-    }
+    assert {k: v["state"] for k, v in tis.items()} == FAILED_WRITE_RUN
     assert tis["dual_write"]["try_number"] == 1  # bad input is not retried (the task has retries=2)
     write_log = airflow.task_log("logstore_pipeline", bad_run, "dual_write")
     cause = "BadInputError: row 1, column 'amount': value does not fit type bigint (file a3_bad.jsonl)"
@@ -203,13 +207,7 @@ def test_a_killed_write_fails_its_run_at_once_and_the_next_run_goes_ahead(
     # not the sensor's timeout (30 min): a run ends within a minute or two of the kill
     assert airflow.wait_for_run(HELD_DAG, killed_run, timeout=120) == "failed"
     tis = airflow.task_instances(HELD_DAG, killed_run)
-    assert {k: v["state"] for k, v in tis.items()} == {
-        "create_table": "success",
-        "dual_write": "failed",
-        "wait_for_snapshot": "failed",
-        "publish_visible_offsets": "upstream_failed",
-        "read": "upstream_failed",
-    }
+    assert {k: v["state"] for k, v in tis.items()} == FAILED_WRITE_RUN
     assert _time(tis["wait_for_snapshot"]["end_date"]) - killed_at < timedelta(minutes=1)
     sensor_log = airflow.task_log(HELD_DAG, killed_run, "wait_for_snapshot")
     named = (

@@ -223,6 +223,7 @@ def test_key_values_become_spark_sql_literals(value: Any, literal: str) -> None:
 
 def test_a_key_filter_names_the_first_key_column_of_the_target() -> None:
     assert KeyFilter("id", (1, 5, 9)).sql("t") == "t.`id` IN (1, 5, 9)"
+    assert KeyFilter("id", (1, 5, 9)).sql() == "`id` IN (1, 5, 9)"  # the lookup's scan filter
     assert KeyFilter("id", ()).sql("t") == "false"  # an empty batch touches no row
 
 
