@@ -29,7 +29,6 @@ from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import EMIT_FILE, EMIT_LOG, LogStoreConfig, format_emit_mode
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.exceptions import OptionError
-from airflow_logstore.pause import pause_point
 from airflow_logstore.spark import staged_commit
 from airflow_logstore.spark.committing import CommitTarget, commit_batch
 from airflow_logstore.spark.inputs import read_raw, validated_changes
@@ -153,7 +152,6 @@ class DualWriter:
         if self.config.enabled:
             self.control = handle.control(self.config)
             self.epoch = self.control.claim_epoch(writer_id, owner=f"{os.getpid()}-{uuid.uuid4().hex[:8]}")
-            pause_point("epoch:claimed")
             staged_commit.fence(handle, writer_id, self.epoch)  # the epoch is in force from here on
         log.info(
             "writer %s of %s starts epoch %s (emit mode %s)",
