@@ -1,7 +1,7 @@
-# Airflow 3 image with the airflow-logstore provider, Java and Spark's client (spark-submit in client mode).
+# Airflow 3 image with the airflow-logstore provider, a JDK (the driver compiles the log producer with javac) and Spark's client (spark-submit in client mode).
 FROM apache/airflow:3.3.2-python3.11
 USER root
-RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-headless curl \
+RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jdk-headless curl \
  && rm -rf /var/lib/apt/lists/*
 COPY airflow_logstore /opt/airflow-logstore/airflow_logstore
 COPY pyproject.toml README.md /opt/airflow-logstore/

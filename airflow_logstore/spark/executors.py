@@ -46,7 +46,7 @@ def _package_files(root: Path) -> list[Path]:
     return sorted(
         path
         for path in root.rglob("*")
-        if path.is_file() and path.suffix in {".py", ".typed"} and "__pycache__" not in path.parts
+        if path.is_file() and path.suffix in {".py", ".typed", ".java"} and "__pycache__" not in path.parts
     )
 
 

@@ -3,27 +3,76 @@
 Each Spark task produces its share in input order (per key: keyed records go to one task and one log
 partition), tags every record with its task attempt, flushes, and reports the offsets it wrote; the
 driver merges those reports into the batch's offsets, task attempts and record count.
+
+The records never leave the JVM. A small Java class shipped with the package
+(``java/LogProducer.java``, a Spark ``MapPartitionsFunction<Row, String>``) is compiled once with
+``javac`` into a jar in the local cache (:mod:`airflow_logstore.javac`), added to the Spark context
+(``addJar``: executors fetch it from the driver, nothing is installed on them) and applied with
+``Dataset.mapPartitions`` through py4j. Each task borrows an idempotent Java ``KafkaProducer``
+(``acks=all``, never transactional; kept per executor JVM and configuration, dropped on any error),
+sends every (key, value) with the batch's headers, keeps the first and last acknowledged offset per
+partition in the delivery callback, flushes, fails unless every record was acknowledged, and returns
+one JSON line. Why this design: the earlier path encoded JSON in the JVM, moved every record into a
+Python worker (``mapInArrow``) and made one ``Producer.produce`` call plus one Python delivery
+callback per record (about 106,000 records/s); ``produce_batch`` cannot carry headers, which are part
+of the record format. Here Python runs once per batch on the driver.
+
+What stays as it was:
+
+- partitioning: keyed records use the Java client's built-in partitioner, ``murmur2(key)`` made
+  positive modulo the partition count, which is what librdkafka's ``murmur2_random``
+  (:data:`airflow_logstore.core.codec.PRODUCER_PARTITIONER`, used by every Python producer of the
+  project) computes for a key; records without a key go to any partition (sticky, not random);
+- headers: the driver encodes the batch's set with :func:`encode_headers` (writer, epoch, batch,
+  log-only: the same for every record) and the task header is filled in per task with
+  :func:`task_identity`'s format (``LogProducer.taskIdentity``): the bytes are those of
+  ``encode_headers(RecordMeta(..., task, ...))`` (a test compares them);
+- the pause points ``produce:started`` / ``produce:flushed`` and ``fail_once("produce:flushed")``
+  follow :mod:`airflow_logstore.pause`'s file protocol in the executor; the driver passes the points a
+  test named (:func:`test_points`), since a local-mode executor is the driver's own JVM;
+- secrets: the connection's SASL settings become the Java client's ``sasl.jaas.config``
+  (:func:`java_client_options`); they travel in the task closure and are never logged.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.core import ranges
-from airflow_logstore.core.codec import RecordMeta, encode_headers
-from airflow_logstore.pause import fail_once, pause_point
+from airflow_logstore.core.codec import H_TASK, RecordMeta, encode_headers
 from airflow_logstore.spark.inputs import ROW_COLUMN
 from airflow_logstore.spark.planning import KEY_COLUMN, SUB_COLUMN, VALUE_COLUMN
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
-#: The schema of one task's report (:func:`produce_partition`).
-REPORT_SCHEMA = "task string, count long, offsets string"
+#: The Java class that produces one task's records (``java/LogProducer.java`` in this package).
+PRODUCER_CLASS = "airflow_logstore.LogProducer"
+#: Classes whose jars ``LogProducer`` compiles against (found where the driver's JVM loaded them).
+_COMPILE_AGAINST = (
+    "org.apache.kafka.clients.producer.KafkaProducer",
+    "org.apache.spark.TaskContext",
+    "org.apache.spark.api.java.function.MapPartitionsFunction",
+    "org.apache.spark.sql.Row",
+    "scala.Option",
+)
+#: Producer settings of the dual write (the connection's may add security; these always win).
+_PRODUCER_SETTINGS = {
+    "enable.idempotence": "true",
+    "acks": "all",
+    "max.in.flight.requests.per.connection": "5",
+    "linger.ms": "20",
+    "batch.size": "1000000",
+    "buffer.memory": "134217728",
+    "key.serializer": "org.apache.kafka.common.serialization.ByteArraySerializer",
+    "value.serializer": "org.apache.kafka.common.serialization.ByteArraySerializer",
+}
 
 
 @dataclass(frozen=True)
@@ -67,39 +116,6 @@ def task_identity(partition_id: int, task_attempt_id: int) -> str:
     return f"{partition_id}.{task_attempt_id}"
 
 
-def produce_partition(batches: Iterable[pa.RecordBatch], ctx: ProduceContext) -> Iterator[pa.RecordBatch]:
-    """Executor side: produce this task's records in order, flush, report offsets per partition."""
-    import pyarrow as pa
-    from pyspark import TaskContext
-
-    from airflow_logstore.log.kafka_client import (
-        ANY_PARTITION,
-        DeliveryTracker,
-        flush,
-        produce_each,
-        shared_producer,
-    )
-
-    task_context = TaskContext.get()
-    task = task_identity(task_context.partitionId(), task_context.taskAttemptId()) if task_context else "0.0"
-    headers = encode_headers(RecordMeta(ctx.writer_id, ctx.epoch, ctx.batch_id, task, log_only=ctx.log_only))
-    tracker = DeliveryTracker()
-    pause_point("produce:started")  # tests: hold every task before its first record (a broker dies)
-    # the Python worker keeps its producer between tasks: a new one waits ~0.5 s for its producer id
-    with shared_producer(ctx.kafka_config, **{"linger.ms": 50, "batch.size": 1_000_000}) as prod:
-        records = (
-            (key, value, ANY_PARTITION, headers)
-            for batch in batches
-            for key, value in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True)
-        )
-        sent = produce_each(prod, ctx.topic, records, tracker)
-        flush(prod, tracker, sent, f"producing batch {ctx.batch_id} to '{ctx.topic}'")
-    pause_point("produce:flushed")  # tests: hold tasks whose records are in the log (a worker dies)
-    fail_once("produce:flushed")  # tests: this task attempt fails after its records are in the log
-    offsets = json.dumps({str(p): list(span) for p, span in tracker.offsets.items()})
-    yield pa.RecordBatch.from_pylist([{"task": task, "count": sent, "offsets": offsets}])
-
-
 def produce_tasks(log_partitions: int, parallelism: int) -> int:
     """How many Spark tasks produce a batch: one per log partition, at most the cluster's parallelism."""
     return max(1, min(log_partitions, parallelism))
@@ -113,17 +129,123 @@ def in_produce_order(records: DataFrame, tasks: int, keyed: bool) -> DataFrame:
 
 def produce_records(records: DataFrame, ctx: ProduceContext, tasks: int, keyed: bool) -> Produced:
     """Produce every planned record (one Spark job) and merge what its tasks report."""
-    reports = (
-        in_produce_order(records, tasks, keyed)
-        .mapInArrow(lambda batches: produce_partition(batches, ctx), REPORT_SCHEMA)
-        .collect()
+    ordered = in_produce_order(records, tasks, keyed)
+    spark = ordered.sparkSession
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    function = log_producer(spark, ctx)
+    reports = ordered._jdf.mapPartitions(function, jvm.org.apache.spark.sql.Encoders.STRING()).collectAsList()
+    return merge_task_reports(json.loads(str(report)) for report in reports)
+
+
+def log_producer(spark: SparkSession, ctx: ProduceContext) -> Any:
+    """The ``LogProducer`` of one batch, a py4j object of the driver's JVM."""
+    headers = encode_headers(RecordMeta(ctx.writer_id, ctx.epoch, ctx.batch_id, "", log_only=ctx.log_only))
+    [task_header] = [i for i, (name, _) in enumerate(headers) if name == H_TASK]
+    sc = spark.sparkContext
+    gateway, jvm = sc._gateway, sc._jvm
+    assert gateway is not None and jvm is not None
+    settings = jvm.java.util.HashMap()
+    for key, value in java_producer_settings(ctx.kafka_config).items():
+        settings.put(key, value)
+    names, values = jvm.java.util.ArrayList(), jvm.java.util.ArrayList()
+    for name, encoded in headers:
+        names.add(name)
+        values.add(encoded.decode("utf-8"))
+    points = jvm.java.util.HashMap()
+    for key, value in test_points(spark).items():
+        points.put(key, value)
+    arguments = gateway.new_array(jvm.java.lang.Object, 6)
+    for i, argument in enumerate((ctx.topic, settings, names, values, task_header, points)):
+        arguments[i] = argument
+    [constructor] = producer_class(spark).getConstructors()
+    return constructor.newInstance(arguments)
+
+
+#: The variables of :mod:`airflow_logstore.pause` (tests only).
+TEST_POINT_VARIABLES = ("LOGSTORE_PAUSE_AT", "LOGSTORE_PAUSE_DIR", "LOGSTORE_FAIL_ONCE_AT")
+
+
+def test_points(spark: SparkSession) -> dict[str, str]:
+    """The pause and failure points a test named for the executors, as the driver sees them.
+
+    ``spark.executorEnv.*`` reaches the executors' environments on a cluster, but in local mode the
+    executor is the driver's JVM, started before that setting was read, so the producer gets them here.
+    """
+    import os
+
+    conf = spark.sparkContext.getConf()
+    found = {n: conf.get(f"spark.executorEnv.{n}") or os.environ.get(n) for n in TEST_POINT_VARIABLES}
+    return {name: value for name, value in found.items() if value}
+
+
+def java_producer_settings(kafka_config: Mapping[str, Any]) -> dict[str, str]:
+    """The Java producer's settings: the connection's servers and security, idempotent, ``acks=all``."""
+    from airflow_logstore.log.kafka_client import java_client_options
+
+    settings = {
+        "bootstrap.servers": str(kafka_config["bootstrap.servers"]),
+        **java_client_options(kafka_config),
+    }
+    timeout = kafka_config.get("message.timeout.ms") or kafka_config.get("delivery.timeout.ms") or 60000
+    settings["delivery.timeout.ms"] = str(timeout)
+    settings["request.timeout.ms"] = str(min(30000, int(timeout) - 100))
+    settings["max.block.ms"] = str(timeout)  # waiting for the topic's metadata counts as delivery
+    settings["compression.type"] = str(kafka_config.get("compression.type", "lz4"))
+    settings.update(_PRODUCER_SETTINGS)
+    return settings
+
+
+_LOADED: dict[tuple[int, str], Any] = {}
+_LOADING = threading.Lock()
+
+
+def producer_class(spark: SparkSession) -> Any:
+    """``LogProducer``'s class in the driver's JVM, its jar added to the Spark context (once each)."""
+    sc = spark.sparkContext
+    jvm = sc._jvm
+    assert jvm is not None
+    with _LOADING:
+        jar = producer_jar(spark)
+        key = (id(sc._jsc), str(jar))
+        loaded = _LOADED.get(key)
+        if loaded is None:
+            sc._jsc.sc().addJar(str(jar))  # executors fetch it from the driver before they run a task
+            parent = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+            urls = sc._gateway.new_array(jvm.java.net.URL, 1)  # type: ignore[union-attr]
+            urls[0] = jvm.java.io.File(str(jar)).toURI().toURL()
+            loader = jvm.java.net.URLClassLoader(urls, parent)
+            loaded = _LOADED[key] = jvm.java.lang.Class.forName(PRODUCER_CLASS, True, loader)
+        return loaded
+
+
+def producer_jar(spark: SparkSession) -> Path:
+    """``LogProducer`` compiled against the jars of the driver's Kafka client and Spark, once."""
+    from airflow_logstore.javac import compiled_jar
+    from airflow_logstore.settings import local_settings
+
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    classpath = []
+    for name in _COMPILE_AGAINST:
+        found = jvm.java.lang.Class.forName(name, False, loader)
+        location = found.getProtectionDomain().getCodeSource().getLocation()
+        classpath.append(str(jvm.java.io.File(location.toURI()).getPath()))
+    source = resources.files("airflow_logstore.spark").joinpath("java/LogProducer.java").read_text()
+    return compiled_jar(
+        "log-producer",
+        PRODUCER_CLASS,
+        source,
+        ":".join(dict.fromkeys(classpath)),
+        local_settings(),
+        purpose="the dual write's log producer (a Spark task in the JVM)",
     )
-    return merge_task_reports(report.asDict() for report in reports)
 
 
 def merge_task_reports(reports: Iterable[Mapping[str, Any]]) -> Produced:
     """The batch's offsets (per partition, the span over every task's), task attempts and count."""
     reports = list(reports)
-    offsets = ranges.merge_spans(json.loads(report["offsets"]) for report in reports)
+    offsets = ranges.merge_spans(report["offsets"] for report in reports)
     tasks = frozenset(report["task"] for report in reports)
     return Produced(offsets, tasks, sum(report["count"] for report in reports))

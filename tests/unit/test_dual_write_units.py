@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import json
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,9 +88,9 @@ def test_failure_point_fails_exactly_once_per_folder(tmp_path: Path, monkeypatch
 def test_task_reports_merge_into_one_span_per_log_partition() -> None:
     produced = merge_task_reports(
         [
-            {"task": "0.5", "count": 3, "offsets": json.dumps({"0": [10, 11], "2": [4, 4]})},
-            {"task": "1.6", "count": 2, "offsets": json.dumps({"0": [7, 8]})},
-            {"task": "2.7", "count": 0, "offsets": json.dumps({})},
+            {"task": "0.5", "count": 3, "offsets": {"0": [10, 11], "2": [4, 4]}},
+            {"task": "1.6", "count": 2, "offsets": {"0": [7, 8]}},
+            {"task": "2.7", "count": 0, "offsets": {}},
         ]
     )
     assert produced.offsets == {0: (7, 11), 2: (4, 4)}

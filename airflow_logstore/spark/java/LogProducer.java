@@ -1,0 +1,259 @@
+package airflow_logstore;
+
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.FileAlreadyExistsException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.TreeMap;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import org.apache.kafka.clients.producer.Callback;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+import org.apache.spark.TaskContext;
+import org.apache.spark.api.java.function.MapPartitionsFunction;
+import org.apache.spark.sql.Row;
+
+/**
+ * One Spark task's share of a batch's log records: produced in input order with the batch's headers
+ * (the task attempt's tag filled in here), flushed, reported as one JSON line. See
+ * airflow_logstore/spark/producing.py for the protocol; nothing here is logged (the settings may carry
+ * SASL credentials).
+ */
+public final class LogProducer implements MapPartitionsFunction<Row, String> {
+    private static final long serialVersionUID = 1L;
+
+    /** Idle producers of this JVM per configuration: a new idempotent one first waits for its id. */
+    private static final Map<String, ConcurrentLinkedQueue<KafkaProducer<byte[], byte[]>>> IDLE =
+            new ConcurrentHashMap<>();
+
+    private final String topic;
+    private final TreeMap<String, String> settings;
+    private final ArrayList<String> headerNames;
+    private final ArrayList<String> headerValues;
+    private final int taskHeader;
+    private final TreeMap<String, String> testPoints;
+
+    /**
+     * @param headerNames the batch's header names, in order
+     * @param headerValues their values (UTF-8 text); the one at {@code taskHeader} is replaced by the
+     *     task attempt's tag
+     * @param testPoints the pause and failure points' variables as the driver resolved them (empty
+     *     outside tests; a variable missing here is read from the executor's environment)
+     */
+    public LogProducer(
+            String topic,
+            Map<String, String> settings,
+            List<String> headerNames,
+            List<String> headerValues,
+            int taskHeader,
+            Map<String, String> testPoints) {
+        this.topic = topic;
+        this.settings = new TreeMap<>(settings);
+        this.headerNames = new ArrayList<>(headerNames);
+        this.headerValues = new ArrayList<>(headerValues);
+        this.taskHeader = taskHeader;
+        this.testPoints = new TreeMap<>(testPoints);
+    }
+
+    /** The tag of one task attempt's records (task_identity in producing.py). */
+    public static String taskIdentity(int partitionId, long taskAttemptId) {
+        return partitionId + "." + taskAttemptId;
+    }
+
+    /** The headers of one task attempt's records. */
+    public List<Header> headers(String task) {
+        List<Header> headers = new ArrayList<>(headerNames.size());
+        for (int i = 0; i < headerNames.size(); i++) {
+            String value = i == taskHeader ? task : headerValues.get(i);
+            headers.add(new RecordHeader(headerNames.get(i), value.getBytes(StandardCharsets.UTF_8)));
+        }
+        return Collections.unmodifiableList(headers);
+    }
+
+    /** The headers as [name, value bytes] pairs (for tests from Python). */
+    public List<Object[]> headerPairs(String task) {
+        List<Object[]> pairs = new ArrayList<>();
+        for (Header header : headers(task)) {
+            pairs.add(new Object[] {header.key(), header.value()});
+        }
+        return pairs;
+    }
+
+    @Override
+    public Iterator<String> call(Iterator<Row> rows) throws Exception {
+        TaskContext context = TaskContext.get();
+        String task =
+                context == null ? "0.0" : taskIdentity(context.partitionId(), context.taskAttemptId());
+        List<Header> headers = headers(task);
+        pause("produce:started");
+        Deliveries deliveries = new Deliveries();
+        long sent = 0;
+        KafkaProducer<byte[], byte[]> producer = borrow();
+        try {
+            while (rows.hasNext()) {
+                Row row = rows.next();
+                byte[] key = row.isNullAt(0) ? null : (byte[]) row.get(0);
+                byte[] value = row.isNullAt(1) ? null : (byte[]) row.get(1);
+                producer.send(new ProducerRecord<>(topic, null, key, value, headers), deliveries);
+                sent++;
+            }
+            producer.flush();
+            deliveries.check(sent, topic);
+        } catch (Throwable failure) {
+            producer.close(Duration.ZERO); // nothing still queued may be delivered out of sight
+            throw failure;
+        }
+        giveBack(producer);
+        pause("produce:flushed");
+        failOnce("produce:flushed");
+        return Collections.singletonList(deliveries.report(task, sent)).iterator();
+    }
+
+    // -- delivery reports ------------------------------------------------------------------------
+
+    /** Counts acknowledgements and keeps (first, last) offset per partition; the first error. */
+    private static final class Deliveries implements Callback {
+        private final TreeMap<Integer, long[]> spans = new TreeMap<>();
+        private long acknowledged;
+        private Exception error;
+
+        @Override
+        public synchronized void onCompletion(RecordMetadata metadata, Exception exception) {
+            if (exception != null) {
+                if (error == null) {
+                    error = exception;
+                }
+                return;
+            }
+            acknowledged++;
+            long offset = metadata.offset();
+            long[] span = spans.get(metadata.partition());
+            if (span == null) {
+                spans.put(metadata.partition(), new long[] {offset, offset});
+            } else {
+                span[0] = Math.min(span[0], offset);
+                span[1] = Math.max(span[1], offset);
+            }
+        }
+
+        synchronized void check(long sent, String topic) {
+            if (error != null || acknowledged != sent) {
+                throw new IllegalStateException(
+                        (sent - acknowledged)
+                                + " of "
+                                + sent
+                                + " records to '"
+                                + topic
+                                + "' were not acknowledged"
+                                + (error == null ? "" : ": " + error),
+                        error);
+            }
+        }
+
+        synchronized String report(String task, long count) {
+            StringBuilder json = new StringBuilder("{\"task\":\"").append(task).append("\",\"count\":");
+            json.append(count).append(",\"offsets\":{");
+            String separator = "";
+            for (Map.Entry<Integer, long[]> entry : spans.entrySet()) {
+                json.append(separator).append('"').append(entry.getKey()).append("\":[");
+                json.append(entry.getValue()[0]).append(',').append(entry.getValue()[1]).append(']');
+                separator = ",";
+            }
+            return json.append("}}").toString();
+        }
+    }
+
+    // -- producers -------------------------------------------------------------------------------
+
+    private KafkaProducer<byte[], byte[]> borrow() {
+        KafkaProducer<byte[], byte[]> idle = idle().poll();
+        if (idle != null) {
+            return idle;
+        }
+        Properties properties = new Properties();
+        properties.putAll(settings);
+        return new KafkaProducer<>(properties, new ByteArraySerializer(), new ByteArraySerializer());
+    }
+
+    private void giveBack(KafkaProducer<byte[], byte[]> producer) {
+        idle().add(producer);
+    }
+
+    private ConcurrentLinkedQueue<KafkaProducer<byte[], byte[]>> idle() {
+        return IDLE.computeIfAbsent(settings.toString(), k -> new ConcurrentLinkedQueue<>());
+    }
+
+    // -- pause and failure points (airflow_logstore/pause.py, the file protocol) -----------------
+
+    private String variable(String name) {
+        String value = testPoints.get(name);
+        return value != null ? value : System.getenv(name);
+    }
+
+    private boolean named(String variable, String point) {
+        String names = variable(variable);
+        if (names == null) {
+            return false;
+        }
+        for (String part : names.split(",")) {
+            if (part.trim().equals(point)) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    private Path pauseFile(String point, String suffix) {
+        String folder = variable("LOGSTORE_PAUSE_DIR");
+        if (folder == null || folder.isEmpty()) {
+            throw new IllegalStateException(
+                    "pause point '" + point + "' is named in LOGSTORE_PAUSE_AT but LOGSTORE_PAUSE_DIR is unset");
+        }
+        return Paths.get(folder, point.replace(':', '_') + "." + suffix);
+    }
+
+    void pause(String point) throws IOException, InterruptedException {
+        if (!named("LOGSTORE_PAUSE_AT", point)) {
+            return;
+        }
+        String pid = Long.toString(ProcessHandle.current().pid());
+        Files.write(pauseFile(point, "reached"), pid.getBytes(StandardCharsets.UTF_8));
+        Path release = pauseFile(point, "release");
+        long deadline = System.nanoTime() + Duration.ofSeconds(600).toNanos();
+        while (!Files.exists(release)) {
+            if (System.nanoTime() > deadline) {
+                throw new IllegalStateException("pause point '" + point + "' was never released (" + release + ")");
+            }
+            Thread.sleep(50);
+        }
+    }
+
+    void failOnce(String point) throws IOException {
+        if (!named("LOGSTORE_FAIL_ONCE_AT", point)) {
+            return;
+        }
+        Path marker = pauseFile(point, "failed");
+        try {
+            Files.write(
+                    Files.createFile(marker),
+                    Long.toString(ProcessHandle.current().pid()).getBytes(StandardCharsets.UTF_8));
+        } catch (FileAlreadyExistsException already) {
+            return;
+        }
+        throw new IllegalStateException("injected failure at '" + point + "' (LOGSTORE_FAIL_ONCE_AT)");
+    }
+}

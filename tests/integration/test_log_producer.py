@@ -1,0 +1,87 @@
+"""The dual write's log producer (a Java Spark task, ``airflow_logstore/spark/java/LogProducer.java``) on
+the real broker and the real Spark: its headers, its partitions, its reports and its failures."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from airflow_logstore.core.codec import RecordMeta, encode_headers
+from airflow_logstore.log.kafka_client import ensure_topic, producer
+from airflow_logstore.read.reader import read_log
+from airflow_logstore.spark.inputs import ROW_COLUMN
+from airflow_logstore.spark.planning import KEY_COLUMN, SUB_COLUMN, VALUE_COLUMN
+from airflow_logstore.spark.producing import (
+    ProduceContext,
+    log_producer,
+    produce_records,
+    producer_class,
+    task_identity,
+)
+from airflow_logstore.testing.tables import make_table
+
+SCHEMA = f"{KEY_COLUMN} binary, {VALUE_COLUMN} binary, {ROW_COLUMN} long, {SUB_COLUMN} int"
+
+
+def _context(env: Any, topic: str, **kafka: Any) -> ProduceContext:
+    return ProduceContext(topic, {"bootstrap.servers": env.bootstrap, **kafka}, "java-w", 3, 5, False)
+
+
+@pytest.mark.parametrize(
+    ("writer", "log_only", "task"),
+    [("w", False, task_identity(0, 0)), ("wrïter ü 名", True, task_identity(12, 123456789012))],
+)
+def test_headers_are_the_bytes_of_encode_headers(env, spark, writer: str, log_only: bool, task: str) -> None:
+    ctx = ProduceContext("topic", {"bootstrap.servers": env.bootstrap}, writer, 7, 42, log_only)
+    java = [(str(name), bytes(value)) for name, value in log_producer(spark, ctx).headerPairs(task)]
+    assert java == encode_headers(RecordMeta(writer, 7, 42, task, log_only=log_only))
+
+
+def test_task_identity_is_the_same_in_both_languages(spark) -> None:
+    gateway = spark.sparkContext._gateway
+    [method] = [m for m in producer_class(spark).getMethods() if m.getName() == "taskIdentity"]
+    arguments = gateway.new_array(gateway.jvm.java.lang.Object, 2)
+    arguments[0], arguments[1] = 3, 9876543210  # an Integer and a Long
+    assert str(method.invoke(None, arguments)) == task_identity(3, 9876543210)
+
+
+def test_keys_land_where_librdkafka_murmur2_puts_them_and_reports_match_the_log(env, spark) -> None:
+    """Keyed records: the Java client's partitioner agrees with every Python producer of the project
+    (librdkafka's murmur2_random), so per-key order holds whichever client wrote; the tasks' reports
+    (count, first and last offset per partition) are what the log holds."""
+    handle = make_table(env, properties={"log-store.partitions": "5"})
+    topic, _, _ = handle.config().require_log()
+    keys = [f'{{"id":{i}}}'.encode() for i in range(300)] + ["ключ ü".encode(), b"\x00\xff"]
+    rows = [(key, b'{"kind":"+I","row":{}}', i, 0) for i, key in enumerate(keys)]
+    produced = produce_records(spark.createDataFrame(rows, SCHEMA), _context(env, topic), 3, keyed=True)
+
+    assert produced.count == len(keys) and len(produced.tasks or ()) == 3
+    # the same keys through the Python client, to a topic of as many partitions
+    scratch = f"{topic}-python"
+    ensure_topic(handle.kafka_config(), scratch, partitions=5, replication_factor=1, topic_configs={})
+    python_partition: dict[bytes, int] = {}
+    client = producer(handle.kafka_config())
+    for key in keys:
+        client.produce(
+            scratch, b"", key, on_delivery=lambda e, m: python_partition.__setitem__(m.key(), m.partition())
+        )
+    assert client.flush(30) == 0
+
+    records = read_log(handle, consistency="eventual").records
+    assert {r.key: r.partition for r in records} == python_partition
+    spans: dict[int, list[int]] = defaultdict(list)
+    for record in records:
+        spans[record.partition].append(record.offset)
+    assert produced.offsets == {p: (min(o), max(o)) for p, o in spans.items()}
+    assert {r.meta.task for r in records} == produced.tasks
+
+
+def test_a_task_fails_when_its_records_are_not_acknowledged(env, spark) -> None:
+    from py4j.protocol import Py4JJavaError
+
+    ctx = _context(env, "no-such-topic-anywhere", **{"message.timeout.ms": 2000})
+    frame = spark.createDataFrame([(b"k", b"v", 1, 0)], SCHEMA)
+    with pytest.raises(Py4JJavaError, match="were not acknowledged"):
+        produce_records(frame, ctx, 1, keyed=True)
