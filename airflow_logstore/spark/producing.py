@@ -29,7 +29,7 @@ What stays as it was:
   ``encode_headers(RecordMeta(..., task, ...))`` (a test compares them);
 - the pause points ``produce:started`` / ``produce:flushed`` and ``fail_once("produce:flushed")``
   follow :mod:`airflow_logstore.pause`'s file protocol in the executor; the driver passes the points a
-  test named (:func:`test_points`), since a local-mode executor is the driver's own JVM;
+  test named (:func:`pause_settings`), since a local-mode executor is the driver's own JVM;
 - secrets: the connection's SASL settings become the Java client's ``sasl.jaas.config``
   (:func:`java_client_options`); they travel in the task closure and are never logged.
 """
@@ -153,7 +153,7 @@ def log_producer(spark: SparkSession, ctx: ProduceContext) -> Any:
         names.add(name)
         values.add(encoded.decode("utf-8"))
     points = jvm.java.util.HashMap()
-    for key, value in test_points(spark).items():
+    for key, value in pause_settings(spark).items():
         points.put(key, value)
     arguments = gateway.new_array(jvm.java.lang.Object, 6)
     for i, argument in enumerate((ctx.topic, settings, names, values, task_header, points)):
@@ -166,7 +166,7 @@ def log_producer(spark: SparkSession, ctx: ProduceContext) -> Any:
 TEST_POINT_VARIABLES = ("LOGSTORE_PAUSE_AT", "LOGSTORE_PAUSE_DIR", "LOGSTORE_FAIL_ONCE_AT")
 
 
-def test_points(spark: SparkSession) -> dict[str, str]:
+def pause_settings(spark: SparkSession) -> dict[str, str]:
     """The pause and failure points a test named for the executors, as the driver sees them.
 
     ``spark.executorEnv.*`` reaches the executors' environments on a cluster, but in local mode the

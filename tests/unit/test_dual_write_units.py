@@ -17,7 +17,13 @@ from airflow_logstore.pause import InjectedFailure, fail_once, on_pause, pause_p
 from airflow_logstore.spark.committing import branch_table, check_staged_head, settled_by, write_sql
 from airflow_logstore.spark.dual_write import BatchResult, CrashPoint, task_identity
 from airflow_logstore.spark.planning import KeyFilter, sql_literal
-from airflow_logstore.spark.producing import NOTHING_PRODUCED, Produced, merge_task_reports, produce_tasks
+from airflow_logstore.spark.producing import (
+    NOTHING_PRODUCED,
+    Produced,
+    merge_task_reports,
+    pause_settings,
+    produce_tasks,
+)
 
 
 def test_task_tags_differ_between_a_stage_retry_and_the_first_run() -> None:
@@ -83,6 +89,44 @@ def test_failure_point_fails_exactly_once_per_folder(tmp_path: Path, monkeypatch
 
 
 # -- the dual write's steps that need no Spark ---------------------------------------------------------
+
+
+class _Conf:
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = values
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.values.get(key, default)
+
+
+class _Spark:
+    def __init__(self, conf: dict[str, str]) -> None:
+        self.sparkContext = self
+        self.conf = _Conf(conf)
+
+    def getConf(self) -> _Conf:
+        return self.conf
+
+
+def test_the_java_producer_gets_the_points_a_test_named_for_the_executors(monkeypatch) -> None:
+    """A local-mode executor is the driver's JVM: ``spark.executorEnv.*`` never reaches its environment,
+    so the driver resolves the points (the executors' setting first, then its own environment)."""
+    for name in ("LOGSTORE_PAUSE_AT", "LOGSTORE_PAUSE_DIR", "LOGSTORE_FAIL_ONCE_AT"):
+        monkeypatch.delenv(name, raising=False)
+    assert pause_settings(_Spark({})) == {}  # outside tests: nothing
+    monkeypatch.setenv("LOGSTORE_FAIL_ONCE_AT", "produce:flushed")
+    monkeypatch.setenv("LOGSTORE_PAUSE_DIR", "/from/env")
+    spark = _Spark(
+        {
+            "spark.executorEnv.LOGSTORE_PAUSE_AT": "produce:started",
+            "spark.executorEnv.LOGSTORE_PAUSE_DIR": "/x",
+        }
+    )
+    assert pause_settings(spark) == {
+        "LOGSTORE_PAUSE_AT": "produce:started",
+        "LOGSTORE_PAUSE_DIR": "/x",
+        "LOGSTORE_FAIL_ONCE_AT": "produce:flushed",
+    }
 
 
 def test_task_reports_merge_into_one_span_per_log_partition() -> None:
