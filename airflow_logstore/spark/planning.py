@@ -117,6 +117,9 @@ class BatchPlan:
     :param lookup: the table's current rows of the batch's keys (None for tables without a key): read
         once, then both the before-images and the no-op deletes come from it.
     :param keys: where the batch's keys can be in the table (None: anywhere).
+    :param planned: what both ``records`` and ``noop_deletes`` are computed from (each change with its
+        before- and after-image; the records themselves for tables without a key): cached by
+        :meth:`persisted`, so the join with the lookup and the per-key window run once per batch.
     """
 
     records: DataFrame
@@ -124,15 +127,19 @@ class BatchPlan:
     noop_deletes: DataFrame | None
     lookup: DataFrame | None = None
     keys: KeyFilter | None = None
+    planned: DataFrame | None = None
 
     def persisted(self) -> BatchPlan:
-        """The same plan with its lookup and records cached: the table is read once per batch, the
-        records are counted, then produced."""
+        """The same plan with its lookup and planned changes cached: the table is read once per batch,
+        the no-op deletes are counted and the records produced from one computation of the plan
+        (Spark uses a cached frame wherever its plan appears in a later query)."""
         lookup = self.lookup.persist() if self.lookup is not None else None
-        return replace(self, records=self.records.persist(), lookup=lookup)
+        planned = (self.planned if self.planned is not None else self.records).persist()
+        return replace(self, planned=planned, lookup=lookup)
 
     def unpersist(self) -> None:
-        self.records.unpersist()
+        if self.planned is not None:
+            self.planned.unpersist()
         if self.lookup is not None:
             self.lookup.unpersist()
 
@@ -161,6 +168,7 @@ def plan_row_kinds(
         noop_deletes(with_before),
         lookup,
         keys,
+        with_before,
     )
 
 

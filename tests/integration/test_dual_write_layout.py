@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -122,3 +124,33 @@ def test_string_keys_with_quotes_and_backslashes_reach_their_rows(
     assert results[1].noop_deletes == 1
     expected = _expected([first, second], ["region", "id"])
     assert _rows(table_state(handle)) == _rows(expected)
+
+
+def test_records_and_no_op_deletes_come_from_one_computation_of_the_plan(env, spark, tmp_path: Path) -> None:
+    """Issue 18: the join with the lookup and the per-key window run once per batch. ``persisted`` caches
+    the changes with their before- and after-images, and both the records (produced) and the no-op
+    deletes (counted) read that cache instead of computing the plan again."""
+    from airflow_logstore.spark.inputs import read_raw, validated_changes
+    from airflow_logstore.spark.planning import BEFORE_COLUMN, VALUE_COLUMN, plan_row_kinds
+
+    handle = make_table(env)
+    _write(spark, handle, tmp_path, BATCHES[:1], "once")
+    target = spark.table(handle.spark_name())
+    raw = read_raw(spark, str(write_jsonl(tmp_path / "b2.jsonl", BATCHES[1])), None)
+    changes = validated_changes(raw, target.schema, ["id"], "op")
+    plan = plan_row_kinds(changes, target, ["id"]).persisted()
+    try:
+        assert plan.noop_deletes is not None
+        for frame in (plan.records, plan.noop_deletes):
+            scans = [
+                line
+                for line in frame._jdf.queryExecution().executedPlan().toString().splitlines()
+                if "InMemoryTableScan" in line
+            ]
+            assert any(BEFORE_COLUMN in line for line in scans), scans  # the planned changes, cached
+        assert plan.count_noop_deletes() == 1  # id 99
+        kinds = Counter(json.loads(row[VALUE_COLUMN])["kind"] for row in plan.records.collect())
+        assert kinds == {"-U": 3, "+U": 3, "-D": 1, "+I": 1}  # -U/+U of 1, 17 and 41; -D of 2; +I of 41
+    finally:
+        plan.unpersist()
+        changes.unpersist()
