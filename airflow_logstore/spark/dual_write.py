@@ -198,7 +198,8 @@ class DualWriter:
         target = self.spark.table(self.handle.spark_name())  # main as it is now (the catalog is uncached)
         changes = validated_changes(raw, target.schema, self.primary_key, self.change_column)  # 2
         try:
-            plan = self._plan(changes, target, self._keys(changes)).persisted()  # 3
+            produce = EMIT_LOG in self.emit_mode
+            plan = self._plan(changes, target, self._keys(changes)).persisted(produce=produce)  # 3
             try:
                 written = self._write_planned(plan, changes, result)  # 4 to 6
             finally:

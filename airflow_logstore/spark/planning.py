@@ -129,11 +129,17 @@ class BatchPlan:
     keys: KeyFilter | None = None
     planned: DataFrame | None = None
 
-    def persisted(self) -> BatchPlan:
+    def persisted(self, *, produce: bool = True) -> BatchPlan:
         """The same plan with its lookup and planned changes cached: the table is read once per batch,
         the no-op deletes are counted and the records produced from one computation of the plan
-        (Spark uses a cached frame wherever its plan appears in a later query)."""
+        (Spark uses a cached frame wherever its plan appears in a later query).
+
+        :param produce: whether the records will be produced; if not, only the no-op deletes read the
+            plan, so caching it would only cost (its lookup is still cached).
+        """
         lookup = self.lookup.persist() if self.lookup is not None else None
+        if not produce:
+            return replace(self, planned=None, lookup=lookup)
         planned = (self.planned if self.planned is not None else self.records).persist()
         return replace(self, planned=planned, lookup=lookup)
 
