@@ -14,8 +14,8 @@ headers); then, alternating in each round:
 - ``java to Python``: the Java consumer writing every record (length-prefixed) to a pipe that this
   process reads to the end (what a bulk scan process would cost before decoding).
 
-Both clients fetch 4 MB per partition. Java times are measured inside the JVM (its start-up, about
-0.5 s, is reported apart).
+Both clients fetch 4 MB per partition (the reconciler's scan settings). Java times are measured inside
+the JVM (its start-up, about 1 s, is reported apart).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import subprocess
 import time
 from typing import Any
 
+from airflow_logstore.reconcile.scan import SCAN_CONSUMER_SETTINGS
 from bench.common import machine, save
 
 HEADERS = [
@@ -36,7 +37,7 @@ HEADERS = [
     ("logstore.type", b"data"),
 ]
 VALUE = b'{"kind":"+I","row":{"id":123456,"name":"customer-1234","amount":98765}}'
-FETCH = 4 * 1024 * 1024
+FETCH = SCAN_CONSUMER_SETTINGS["max.partition.fetch.bytes"]  # the Java client fetches as much
 
 
 def fill(config: dict[str, Any], topic: str, records: int) -> None:
@@ -55,14 +56,7 @@ def fill(config: dict[str, Any], topic: str, records: int) -> None:
 def python_scan(config: dict[str, Any], topic: str, records: int, fields: bool) -> float:
     from airflow_logstore.log import kafka_client
 
-    consumer = kafka_client.consumer(
-        config,
-        **{
-            "max.partition.fetch.bytes": FETCH,
-            "fetch.max.bytes": 3 * FETCH,
-            "queued.max.messages.kbytes": 4096,
-        },
-    )
+    consumer = kafka_client.consumer(config, **SCAN_CONSUMER_SETTINGS)
     started = time.perf_counter()
     seen = 0
     for batch in kafka_client.scan(consumer, topic, {0: 0}, {0: records}, batch_size=50_000):

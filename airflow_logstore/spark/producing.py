@@ -37,6 +37,7 @@ What stays as it was:
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -172,8 +173,6 @@ def pause_settings(spark: SparkSession) -> dict[str, str]:
     ``spark.executorEnv.*`` reaches the executors' environments on a cluster, but in local mode the
     executor is the driver's JVM, started before that setting was read, so the producer gets them here.
     """
-    import os
-
     conf = spark.sparkContext.getConf()
     found = {n: conf.get(f"spark.executorEnv.{n}") or os.environ.get(n) for n in TEST_POINT_VARIABLES}
     return {name: value for name, value in found.items() if value}
@@ -196,26 +195,29 @@ def java_producer_settings(kafka_config: Mapping[str, Any]) -> dict[str, str]:
     return settings
 
 
-_LOADED: dict[tuple[int, str], Any] = {}
+#: Per Spark context (by id, with the context itself so that the id cannot be reused while it is held):
+#: ``LogProducer``'s class, its jar compiled against that context's driver jars and added to it.
+_LOADED: dict[int, tuple[Any, Any]] = {}
 _LOADING = threading.Lock()
 
 
 def producer_class(spark: SparkSession) -> Any:
-    """``LogProducer``'s class in the driver's JVM, its jar added to the Spark context (once each)."""
+    """``LogProducer``'s class in the driver's JVM, its jar found or compiled and added to the Spark
+    context once per context (later batches look nothing up)."""
     sc = spark.sparkContext
     jvm = sc._jvm
     assert jvm is not None
     with _LOADING:
-        jar = producer_jar(spark)
-        key = (id(sc._jsc), str(jar))
-        loaded = _LOADED.get(key)
-        if loaded is None:
+        context, loaded = _LOADED.get(id(sc._jsc), (None, None))
+        if context is not sc._jsc:
+            jar = producer_jar(spark)
             sc._jsc.sc().addJar(str(jar))  # executors fetch it from the driver before they run a task
             parent = jvm.java.lang.Thread.currentThread().getContextClassLoader()
             urls = sc._gateway.new_array(jvm.java.net.URL, 1)  # type: ignore[union-attr]
             urls[0] = jvm.java.io.File(str(jar)).toURI().toURL()
             loader = jvm.java.net.URLClassLoader(urls, parent)
-            loaded = _LOADED[key] = jvm.java.lang.Class.forName(PRODUCER_CLASS, True, loader)
+            loaded = jvm.java.lang.Class.forName(PRODUCER_CLASS, True, loader)
+            _LOADED[id(sc._jsc)] = (sc._jsc, loaded)
         return loaded
 
 
