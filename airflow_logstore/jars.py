@@ -12,10 +12,11 @@ import fcntl
 import hashlib
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from airflow_logstore import versions
@@ -115,6 +116,23 @@ def kafka_jars(settings: LocalSettings | None = None) -> Path:
 def _jars_folder(name: str, coordinates: Sequence[str], transitive: bool, settings: LocalSettings) -> Path:
     fingerprint = hashlib.sha256(json.dumps([list(coordinates), transitive]).encode()).hexdigest()[:16]
     return settings.jars_dir / f"{name}-{fingerprint}"
+
+
+def jar_setting(configured: str) -> str:
+    """``LOGSTORE_SPARK_JARS`` as comma-separated jars: a folder's jars, else the value as it is."""
+    folder = Path(configured)
+    if configured and folder.is_dir():
+        return ",".join(str(j) for j in sorted(folder.glob("*.jar")))
+    return configured
+
+
+def configured_spark_jars(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The Spark jars this machine has without downloading: ``LOGSTORE_SPARK_JARS``, else the cache."""
+    environ = os.environ if environ is None else environ
+    configured = environ.get("LOGSTORE_SPARK_JARS")
+    if configured is not None:
+        return [jar for jar in jar_setting(configured).split(",") if jar]
+    return [str(jar) for jar in cached_spark_jars()]
 
 
 def cached_spark_jars(settings: LocalSettings | None = None) -> list[Path]:

@@ -74,15 +74,25 @@ def compiled_jar(
     return jar
 
 
-def javac(purpose: str) -> str:
-    """The ``javac`` next to the ``java`` of ``JAVA_HOME`` (else of PATH), else PATH's."""
+def java_binary() -> str | None:
+    """The ``java`` of ``JAVA_HOME``, else of PATH, or None."""
     java_home = os.environ.get("JAVA_HOME")
     java = Path(java_home) / "bin" / "java" if java_home else None
-    if java is None or not java.exists():
-        found_java = shutil.which("java")
-        java = Path(found_java) if found_java else None
-    candidate = java.resolve().parent / "javac" if java is not None else None
-    found = str(candidate) if candidate is not None and candidate.exists() else shutil.which("javac")
+    if java is not None and java.exists():
+        return str(java)
+    return shutil.which("java")
+
+
+def javac_binary() -> str | None:
+    """The ``javac`` next to :func:`java_binary`, else PATH's, or None."""
+    java = java_binary()
+    candidate = Path(java).resolve().parent / "javac" if java is not None else None
+    return str(candidate) if candidate is not None and candidate.exists() else shutil.which("javac")
+
+
+def javac(purpose: str) -> str:
+    """:func:`javac_binary`, or an error naming ``purpose`` and how to install a JDK."""
+    found = javac_binary()
     if not found:
         raise ServiceError(
             f"{purpose} is compiled once with javac: install a JDK 17 "

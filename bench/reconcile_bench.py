@@ -104,7 +104,8 @@ def child(table: str, workers: int | None, engine_name: str) -> None:
     from airflow_logstore.reconcile.reconciler import Engine, PythonEngine, reconcile
     from airflow_logstore.table.tables import LogStoreTable
 
-    engine: Engine = PythonEngine(workers)
+    scanner = engine_name if engine_name in ("jvm", "librdkafka") else "auto"
+    engine: Engine = PythonEngine(workers, scanner=scanner)
     if engine_name == "spark":
         from airflow_logstore.spark.reconcile_job import SparkEngine
         from airflow_logstore.spark.session import build_spark_session
@@ -181,7 +182,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2000)
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--workers", type=int, default=None, help="scan processes (default: automatic)")
-    parser.add_argument("--engines", default="python", help="python and/or spark (spark re-scans)")
+    parser.add_argument(
+        "--engines",
+        default="python",
+        help="python (its automatic scanner), jvm, librdkafka (python with that scanner) and/or spark; "
+        "each after the first re-scans",
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -212,13 +218,13 @@ def main() -> None:
             filled = fill(handle, size, args.batch, ratio)
             print(f"[bench] {size}@{ratio}: produced {filled}", flush=True)
             tables.append((handle, filled, ratio))
-        for engine in engines:
+        for number, engine in enumerate(engines):
             for handle, filled, ratio in tables:
-                if engine != engines[0]:  # scan everything again (the reversals are there now)
+                if number:  # scan everything again (the reversals are there now)
                     handle.control().append(control.K_RECONCILE, {"positions": {}})
                 measured = run_child(str(handle.name), args.workers, engine)
                 report = measured["report"]
-                first = engine == engines[0]
+                first = number == 0
                 assert report["scanned"] >= filled["records"], (report["scanned"], filled)
                 assert report["redundant"] == filled["redundant"], (report["redundant"], filled)
                 if first:

@@ -610,6 +610,38 @@ class PartitionPlanner:
         elif self.lookback is not None and self.lookback[0] <= offset <= self.lookback[1]:
             self._recent[key] = (offset, value)
 
+    @property
+    def dense(self) -> list[tuple[int, int, Decision]]:
+        """The dense commit spans of the window (:func:`dense_spans`): sorted, non-overlapping."""
+        return self._dense
+
+    @property
+    def follows_keys(self) -> bool:
+        """Whether committed records must be fed one by one when their key is tracked, or in lookback."""
+        return bool(self._keys) or self.lookback is not None
+
+    def count_known(self, first_offset: int, counts: Mapping[Decision, int]) -> None:
+        """Count records whose decision is known without their headers (committed or log-only, as in a
+        dense span), without feeding them: what :meth:`known` does for each, except the key following
+        (feed those of tracked keys, or in the lookback range, to :meth:`legit` as well)."""
+        for decision, count in counts.items():
+            if not count:
+                continue
+            self._seen += count
+            if decision is _COMMITTED:
+                self._committed += count
+            else:
+                by = self.stats.by_decision
+                by[decision.value] = by.get(decision.value, 0) + count
+        if self._first is None or first_offset < self._first:
+            self._first = first_offset
+
+    def legit(self, offset: int, key: bytes | None, value: bytes | None) -> None:
+        """Follow a counted committed or log-only record (:meth:`count_known`) of a tracked key, or in
+        the lookback range: the key's last legitimate image."""
+        if key is not None:
+            self._legit(offset, key, value)
+
     def observe_committed(self, count: int, first_offset: int) -> None:
         """Count ``count`` committed records of keys this planner does not track, outside the lookback
         range, without feeding them one by one (what :meth:`observe` would do with them: count them)."""

@@ -99,13 +99,6 @@ def python_conf(
     return chosen
 
 
-def _jars_setting(configured: str) -> str:
-    folder = Path(configured)
-    if configured and folder.is_dir():
-        return ",".join(str(j) for j in sorted(folder.glob("*.jar")))
-    return configured
-
-
 def resolve_jars(
     jars: str | None, conf: Mapping[str, Any], environ: Mapping[str, str] = os.environ
 ) -> str | None:
@@ -120,7 +113,9 @@ def resolve_jars(
         return jars or None
     configured = environ.get("LOGSTORE_SPARK_JARS")
     if configured is not None:
-        return _jars_setting(configured) or None
+        from airflow_logstore.jars import jar_setting
+
+        return jar_setting(configured) or None
     if conf.get("spark.jars") or conf.get("spark.jars.packages"):
         return None
     from airflow_logstore.jars import cached_spark_jars

@@ -28,6 +28,9 @@ class LogStoreReconcileOperator(SparkJobOperator):
     :param dry_run: compute the report, write nothing (templated; "True"/"False" accepted)
     :param engine: ``python`` (in the worker, scan processes for large windows) or ``spark`` (submits
         ``spark_jobs/reconcile.py`` for big backlogs)
+    :param scanner: how the ``python`` engine reads the log: ``jvm`` (a Java consumer hands the records
+        over as columns; needs a JDK), ``librdkafka``, or ``auto`` (the JVM from 200,000 records on, when
+        a JDK is installed) (templated)
     :param lease_ttl_s: how long the lease lives without renewal (renewed every third of it)
 
     The connection parameters, and ``spark_conn_id``, ``jars`` and ``python`` of the ``spark`` engine,
@@ -35,7 +38,7 @@ class LogStoreReconcileOperator(SparkJobOperator):
     """
 
     # ``dry_run`` is kept as ``dry_run_flag``: BaseOperator.dry_run() is a method of every operator
-    template_fields: Sequence[str] = ("table", "dry_run_flag", "engine")
+    template_fields: Sequence[str] = ("table", "dry_run_flag", "engine", "scanner")
     ui_color = "#f6d8c9"
 
     def __init__(
@@ -44,6 +47,7 @@ class LogStoreReconcileOperator(SparkJobOperator):
         table: str,
         dry_run: bool | str = False,
         engine: str = "python",
+        scanner: str = "auto",
         lease_ttl_s: float = 120.0,
         **kwargs: Any,
     ) -> None:
@@ -51,6 +55,7 @@ class LogStoreReconcileOperator(SparkJobOperator):
         self.table = table
         self.dry_run_flag = dry_run
         self.engine = engine
+        self.scanner = scanner
         self.lease_ttl_s = lease_ttl_s
 
     def execute(self, context: Any) -> dict[str, Any]:
@@ -70,9 +75,10 @@ class LogStoreReconcileOperator(SparkJobOperator):
         handle = self.logstore_table(self.table)
         if self.engine == "spark":
             return self._submit(handle, dry_run)
-        from airflow_logstore.reconcile.reconciler import reconcile
+        from airflow_logstore.reconcile.reconciler import PythonEngine, reconcile
 
-        return reconcile(handle, dry_run=dry_run, lease_ttl_s=self.lease_ttl_s).to_dict()
+        engine = PythonEngine(scanner=self.scanner)
+        return reconcile(handle, dry_run=dry_run, lease_ttl_s=self.lease_ttl_s, engine=engine).to_dict()
 
     def _submit(self, handle: LogStoreTable, dry_run: bool) -> dict[str, Any]:
         handle.load()  # a missing table fails before Spark starts (the job could not report it)

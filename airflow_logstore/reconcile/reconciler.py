@@ -285,18 +285,27 @@ class Engine(Protocol):
 
 
 class PythonEngine:
-    """Scans with librdkafka consumers (worker processes for large windows); produces from this process.
+    """Scans in a JVM, or with librdkafka consumers (worker processes for large windows); produces from
+    this process.
 
-    :param workers: scan processes for large windows (default 1: scan in this process).
+    :param workers: librdkafka scan processes for large windows (default 1: scan in this process).
+    :param scanner: ``jvm`` (:mod:`airflow_logstore.log.jvm_scan`: the records reach Python as columns),
+        ``librdkafka``, or ``auto`` (the JVM for windows of at least
+        :data:`~airflow_logstore.reconcile.scan.JVM_MIN_RECORDS` records when a JDK is installed).
     """
 
     name = "python"
 
     def __init__(
-        self, workers: int | None = None, parallel_min_records: int = reconcile_scan.PARALLEL_MIN_RECORDS
+        self,
+        workers: int | None = None,
+        parallel_min_records: int = reconcile_scan.PARALLEL_MIN_RECORDS,
+        scanner: str = "auto",
     ) -> None:
+        reconcile_scan.choose_scanner(scanner, 0)  # a bad name fails here, before the lease
         self.workers = workers
         self.parallel_min_records = parallel_min_records
+        self.scanner = scanner
 
     def plan(self, job: ScanJob) -> PlanResult:
         task = reconcile_scan.ScanTask(
@@ -310,7 +319,7 @@ class PythonEngine:
             job.replication_factor,
         )
         plans = reconcile_scan.scan(
-            task, workers=self.workers, parallel_min_records=self.parallel_min_records
+            task, workers=self.workers, parallel_min_records=self.parallel_min_records, scanner=self.scanner
         )
         count = sum(plan.output_count for plan in plans)
         return PlanResult([plan.stats for plan in plans], count, plans)

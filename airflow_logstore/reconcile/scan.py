@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import logging
 import multiprocessing
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -19,11 +20,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_logstore.core import reconcile as core
+from airflow_logstore.core.codec import decode_headers
 from airflow_logstore.core.control import ControlState
+from airflow_logstore.core.visibility import Decision
+from airflow_logstore.exceptions import OptionError, RecordDecodeError
 from airflow_logstore.log import kafka_client
 from airflow_logstore.log.deadletter import DeadLetterTopic
 
+log = logging.getLogger(__name__)
+
 DEAD_LETTER_FLUSH_EVERY = 5000
+#: ``auto`` reads the log in a JVM (:mod:`airflow_logstore.log.jvm_scan`) from this many records on
+JVM_MIN_RECORDS = 200_000
+SCANNERS = ("auto", "jvm", "librdkafka")
 #: below this many records in the window, scanning in this process beats starting workers
 PARALLEL_MIN_RECORDS = 200_000
 CONSUME_BATCH = 1000
@@ -71,6 +80,167 @@ def scan_task(task: ScanTask) -> list[core.PartitionPlan]:
     if dead is not None:
         dead.flush()
     return [planner.finish() for planner in planners.values()]
+
+
+def jvm_scan_task(task: ScanTask) -> list[core.PartitionPlan]:
+    """:func:`scan_task` with the records read by a JVM (:mod:`airflow_logstore.log.jvm_scan`) and fed
+    to the planners as columns: only the records whose headers must be read (outside dense commit spans,
+    and not of a committed or log-only attempt), and those of keys the planner follows, are fed one by
+    one; the others are counted in bulk."""
+    from airflow_logstore.log import jvm_scan
+
+    planners = _planners(task)
+    dead = None
+    if task.dead_letter_topic is not None:
+        dead = DeadLetterTopic(task.kafka_config, task.dead_letter_topic, task.replication_factor)
+    dense = {p: [(low, high) for low, high, _ in planner.dense] for p, planner in planners.items()}
+    scan = jvm_scan.JvmScan(
+        task.kafka_config,
+        task.topic,
+        task.starts,
+        task.ends,
+        dense=dense,
+        lookback={p: [span] for p, span in task.lookback.items()},
+    )
+    decided: dict[tuple[int, int], _SetDecision] = {}
+    for chunk in scan.chunks():
+        planner = planners[chunk.partition]
+        feed_chunk(planner, chunk, scan.header_sets, decided, task.topic, dead)
+    if dead is not None:
+        dead.flush()
+    return [planner.finish() for planner in planners.values()]
+
+
+#: per record sent in a chunk: counted as committed, counted as log-only, fed to ``observe`` (its headers
+#: decide), or in a dense span (counted with the span) and fed to ``legit`` only if its key is followed
+_COMMITTED, _LOG_ONLY, _OBSERVE, _DENSE = 0, 1, 2, 3
+_CODES = {Decision.COMMITTED: _COMMITTED, Decision.LOG_ONLY: _LOG_ONLY}
+#: a header set's records: (commit span or None, code inside the span, code outside it)
+_SetDecision = tuple["tuple[int, int] | None", int, int]
+
+
+def feed_chunk(
+    planner: core.PartitionPlanner,
+    chunk: Any,
+    header_sets: Sequence[Any],
+    decided: dict[tuple[int, int], _SetDecision],
+    topic: str,
+    dead: DeadLetterTopic | None,
+) -> None:
+    """Feed a :class:`~airflow_logstore.log.jvm_scan.Chunk` to its partition's planner: what feeding each
+    of its partition's records at offsets [first, last] with :meth:`~core.PartitionPlanner.known` or
+    :meth:`~core.PartitionPlanner.observe` does, with one step per header set and per dense span instead
+    of per record. The records of dense spans are counted by the spans' overlap with [first, last]; the
+    chunk holds only those of them whose key the planner may follow (and those in its lookback range)."""
+    import numpy as np
+
+    codes = _codes(planner, chunk, header_sets, decided)
+    counts = _dense_counts(planner, chunk.first, chunk.last)
+    counts[Decision.COMMITTED] += int(np.count_nonzero(codes == _COMMITTED))
+    counts[Decision.LOG_ONLY] += int(np.count_nonzero(codes == _LOG_ONLY))
+    planner.count_known(chunk.first, counts)
+    observe = np.flatnonzero(codes == _OBSERVE)
+    if not len(observe) and not planner.follows_keys:
+        return
+    offsets, keys, values, sets = chunk.offsets, chunk.keys, chunk.values, chunk.header_sets
+    for index in _one_by_one(planner, chunk, observe).tolist():
+        offset, key, value = int(offsets[index]), keys[index], values[index]
+        if codes[index] != _OBSERVE:
+            planner.legit(offset, key, value)
+            continue
+        headers = header_sets[sets[index]]
+        reason = planner.observe(offset, key, headers, value)
+        if reason is not None and dead is not None:
+            from airflow_logstore.log.jvm_scan import ScannedRecord
+
+            dead.add(topic, ScannedRecord(chunk, index, headers), reason)
+            if dead.count % DEAD_LETTER_FLUSH_EVERY == 0:
+                dead.flush()
+
+
+def _dense_counts(planner: core.PartitionPlanner, first: int, last: int) -> dict[Decision, int]:
+    """Per decision, how many offsets of [first, last] lie in the planner's dense spans (a dense span
+    holds one record per offset: its sizes add up to its commit's record count)."""
+    counts = {Decision.COMMITTED: 0, Decision.LOG_ONLY: 0}
+    dense = planner.dense
+    for at in range(bisect.bisect_left(dense, first, key=_span_end), len(dense)):
+        low, high, decision = dense[at]
+        if low > last:
+            break
+        counts[decision] += min(high, last) - max(low, first) + 1
+    return counts
+
+
+def _codes(
+    planner: core.PartitionPlanner,
+    chunk: Any,
+    header_sets: Sequence[Any],
+    decided: dict[tuple[int, int], _SetDecision],
+) -> Any:
+    """Per record sent: ``_DENSE`` (header set -1), else by its header set ``_COMMITTED`` or ``_LOG_ONLY``
+    (counted) or ``_OBSERVE``."""
+    import numpy as np
+
+    offsets, sets = chunk.offsets, chunk.header_sets
+    codes = np.full(len(offsets), _DENSE, dtype=np.int8)
+    for number in np.unique(sets).tolist():
+        if number < 0:
+            continue
+        chosen = sets == number
+        span, inside, outside = _set_decision(planner, header_sets, number, decided)
+        codes[chosen] = outside
+        if span is not None and inside != outside:
+            codes[chosen & (offsets >= span[0]) & (offsets <= span[1])] = inside
+    return codes
+
+
+def _span_end(span: tuple[int, int, Decision]) -> int:
+    return span[1]
+
+
+def _set_decision(
+    planner: core.PartitionPlanner,
+    header_sets: Sequence[Any],
+    number: int,
+    decided: dict[tuple[int, int], _SetDecision],
+) -> _SetDecision:
+    """How the records of one header set are fed in the planner's partition (once per scan)."""
+    found = decided.get((number, planner.partition))
+    if found is not None:
+        return found
+    try:
+        meta = decode_headers(header_sets[number])
+    except RecordDecodeError:
+        result: _SetDecision = (None, _OBSERVE, _OBSERVE)  # observe dead-letters each record
+    else:
+        _, span, inside, outside = planner.classify.entry(meta, planner.partition)
+        if inside is None or outside is None:  # decided per offset (settled ranges)
+            result = (None, _OBSERVE, _OBSERVE)
+        else:
+            result = (span, _CODES.get(inside, _OBSERVE), _CODES.get(outside, _OBSERVE))
+    decided[(number, planner.partition)] = result
+    return result
+
+
+def _one_by_one(planner: core.PartitionPlanner, chunk: Any, observe: Any) -> Any:
+    """Indexes of the records to feed one by one, in offset order: those whose headers decide, and the
+    counted records of keys the planner follows (tracked, or that a record read here may make tracked)
+    or in its lookback range."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    offsets = chunk.offsets
+    follow = np.zeros(len(offsets), dtype=bool)
+    follow[observe] = True
+    keys = {*planner.tracked_keys(), *(k for k in (chunk.keys[i] for i in observe.tolist()) if k is not None)}
+    if keys:
+        wanted = pa.array(list(keys), type=pa.large_binary())
+        follow |= pc.is_in(chunk.keys.arrow(), value_set=wanted).to_numpy(zero_copy_only=False)
+    if planner.lookback is not None:
+        low, high = planner.lookback
+        follow |= (offsets >= low) & (offsets <= high)
+    return np.flatnonzero(follow)
 
 
 def _partition_runs(messages: list[Any]) -> Iterator[tuple[int, list[Any]]]:
@@ -139,12 +309,33 @@ def split(sizes: Mapping[int, int], workers: int) -> list[list[int]]:
     return [sorted(group) for group in groups if group]
 
 
+def choose_scanner(scanner: str, records: int) -> str:
+    """``jvm`` or ``librdkafka``: ``auto`` takes the JVM for windows of at least :data:`JVM_MIN_RECORDS`
+    records when this machine has a JDK (the JVM's start costs about a second)."""
+    if scanner not in SCANNERS:
+        raise OptionError("scanner", f"'{scanner}' is not one of {', '.join(SCANNERS)}")
+    if scanner != "auto":
+        return scanner
+    from airflow_logstore.log import jvm_scan
+
+    return "jvm" if records >= JVM_MIN_RECORDS and jvm_scan.available() else "librdkafka"
+
+
 def scan(
-    task: ScanTask, *, workers: int | None = None, parallel_min_records: int = PARALLEL_MIN_RECORDS
+    task: ScanTask,
+    *,
+    workers: int | None = None,
+    parallel_min_records: int = PARALLEL_MIN_RECORDS,
+    scanner: str = "auto",
 ) -> list[core.PartitionPlan]:
-    """Scan every partition of ``task``, in worker processes when the window is large."""
+    """Scan every partition of ``task``: in a JVM (:func:`jvm_scan_task`), or with librdkafka in this
+    process or, when the window is large, in ``workers`` worker processes."""
     sizes = {p: max(0, task.ends[p] - task.starts[p]) for p in task.ends}
     busy = [p for p, size in sizes.items() if size]
+    chosen = choose_scanner(scanner, sum(sizes.values()))
+    log.info("scanning %d records of %d partitions with %s", sum(sizes.values()), len(busy), chosen)
+    if chosen == "jvm":
+        return jvm_scan_task(task)
     if workers is None:
         workers = 1
     if workers <= 1 or len(busy) <= 1 or sum(sizes.values()) < parallel_min_records:

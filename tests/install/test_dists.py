@@ -42,6 +42,7 @@ def test_wheel_has_no_top_level_spark_jobs_and_ships_the_applications(dists: tup
     assert top_levels == {"airflow_logstore", f"airflow_logstore-{airflow_logstore.__version__}.dist-info"}
     assert "airflow_logstore/py.typed" in names
     assert "airflow_logstore/spark/java/LogProducer.java" in names  # compiled once where it runs
+    assert "airflow_logstore/log/java/LogScan.java" in names  # the reconciler's JVM scan, likewise
     for app in APPLICATIONS:
         assert f"airflow_logstore/spark/apps/{app}" in names
 

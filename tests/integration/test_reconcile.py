@@ -295,9 +295,12 @@ def test_dry_run_and_scan_workers_report_the_same_and_write_nothing(env, spark, 
         cons.close()
     assert dry.status == "dry-run" and dry.dry_run and dry.lease_id is None and not dry.progress_recorded
     in_workers = reconcile(handle, dry_run=True, engine=PythonEngine(workers=2, parallel_min_records=0))
+    in_jvm = reconcile(handle, dry_run=True, engine=PythonEngine(scanner="jvm"))
     real = reconcile(handle)
     for name in ("scanned", "redundant", "reversed", "reasserted", "redundant_by_attempt", "positions_after"):
         assert getattr(in_workers, name) == getattr(real, name), name
+        assert getattr(in_jvm, name) == getattr(real, name), name
+    assert in_jvm.by_decision == real.by_decision
     for name in ("scanned", "redundant", "reversed", "reasserted", "redundant_by_attempt", "positions_after"):
         assert getattr(dry, name) == getattr(real, name), name
 
@@ -446,11 +449,12 @@ def test_records_deleted_by_retention_before_reconcile_are_reported_as_a_gap(
 
     # records deleted while a scan runs: the consumer resets to the log start, the gap is reported
     task = reconcile_scan.ScanTask(topic, kafka_config, {0: 0}, {0: end}, control_state(handle), {}, None)
-    plans = reconcile_scan.scan_task(task)
-    assert plans[0].stats.first_offset == log_start and plans[0].stats.scanned == end - log_start
-    assert [g.to_dict() for g in core.scan_gaps([plans[0].stats])] == [
-        {"partition": 0, "from": 0, "to": log_start, "count": log_start, "detected": "scan"}
-    ]
+    for scan in (reconcile_scan.scan_task, reconcile_scan.jvm_scan_task):
+        plans = scan(task)
+        assert plans[0].stats.first_offset == log_start and plans[0].stats.scanned == end - log_start
+        assert [g.to_dict() for g in core.scan_gaps([plans[0].stats])] == [
+            {"partition": 0, "from": 0, "to": log_start, "count": log_start, "detected": "scan"}
+        ]
 
 
 def test_table_creation_sets_the_topic_retention_and_warns_when_short(env) -> None:
@@ -477,8 +481,9 @@ def test_table_creation_sets_the_topic_retention_and_warns_when_short(env) -> No
 # --- dead letters ----------------------------------------------------------------------------------
 
 
-def test_undecodable_records_are_dead_lettered_and_counted(env, spark, tmp_path: Path) -> None:
-    handle, dead = _failover_table(env, spark, tmp_path, "dlq")
+@pytest.mark.parametrize("scanner", ["librdkafka", "jvm"])
+def test_undecodable_records_are_dead_lettered_and_counted(env, spark, tmp_path: Path, scanner: str) -> None:
+    handle, dead = _failover_table(env, spark, tmp_path, f"dlq{scanner[0]}")
     config = handle.config()
     kafka_config = handle.kafka_config(config)
     prod = kafka_client.producer(kafka_config)
@@ -493,7 +498,7 @@ def test_undecodable_records_are_dead_lettered_and_counted(env, spark, tmp_path:
         on_delivery=tracker,
     )
     kafka_client.flush(prod, tracker, 2, "foreign records")
-    report = reconcile(handle)
+    report = reconcile(handle, engine=PythonEngine(scanner=scanner))
     assert report.dead_lettered == 2 and report.reversed == len(dead)
     assert report.dead_letter_topic == dead_letter_topic_name(config.topic or "")
     cons = kafka_client.consumer(kafka_config)

@@ -54,7 +54,10 @@ def test_zip_holds_the_installed_package_and_is_reused(tmp_path: Path) -> None:
     expected = {
         f"airflow_logstore/{p.relative_to(root)}" for p in root.rglob("*.py") if "__pycache__" not in p.parts
     }
-    java = {"airflow_logstore/spark/java/LogProducer.java"}  # the driver compiles the log producer
+    java = {  # the driver compiles the log producer; the reconciler's scan is compiled where it runs
+        "airflow_logstore/spark/java/LogProducer.java",
+        "airflow_logstore/log/java/LogScan.java",
+    }
     assert names == expected | {"airflow_logstore/py.typed"} | java
     assert not any("__pycache__" in name or name.endswith(".pyc") for name in names)
 

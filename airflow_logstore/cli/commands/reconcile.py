@@ -15,7 +15,7 @@ def run(args: argparse.Namespace) -> int:
         open_table(args.table, args),
         dry_run=args.dry_run,
         lease_ttl_s=args.lease_ttl,
-        engine=PythonEngine(args.workers),
+        engine=PythonEngine(args.workers, scanner=args.scanner),
         stage_hook=kill_at(args.crash_at) if args.crash_at else None,
     )
     print_json(report.to_dict())
@@ -24,6 +24,7 @@ def run(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     from airflow_logstore.core.reconcile import STAGES
+    from airflow_logstore.reconcile.scan import JVM_MIN_RECORDS, SCANNERS
 
     parser = subparsers.add_parser(
         "reconcile", help="reverse failed writer attempts' records in the log; prints the JSON report"
@@ -31,6 +32,15 @@ def register(subparsers: Any) -> None:
     parser.add_argument("table")
     parser.add_argument("--dry-run", action="store_true", help="compute the report, write nothing")
     parser.add_argument("--lease-ttl", type=float, default=120.0, help="lease time-to-live, seconds")
-    parser.add_argument("--workers", type=int, default=None, help="scan processes (default: 1, this one)")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="librdkafka scan processes (default: 1, this one)"
+    )
+    parser.add_argument(
+        "--scanner",
+        default="auto",
+        choices=SCANNERS,
+        help="read the log in a JVM (needs a JDK) or with librdkafka; auto: the JVM from "
+        f"{JVM_MIN_RECORDS:,} records on when a JDK is installed",
+    )
     parser.add_argument("--crash-at", default=None, choices=STAGES, help="SIGKILL at a stage (tests)")
     parser.set_defaults(handler=run)

@@ -14,7 +14,7 @@ from airflow_logstore.reconcile.reconciler import ReconcileReport
 
 def test_operator_fields_and_no_io_in_init() -> None:
     operator = LogStoreReconcileOperator(task_id="r", table="db.t", dry_run="{{ params.dry_run }}")
-    assert set(operator.template_fields) == {"table", "dry_run_flag", "engine"}
+    assert set(operator.template_fields) == {"table", "dry_run_flag", "engine", "scanner"}
     assert operator.dry_run_flag == "{{ params.dry_run }}"
     assert callable(operator.dry_run)  # BaseOperator.dry_run() stays a method
 
@@ -27,10 +27,22 @@ def test_operator_runs_the_library_and_returns_the_report(monkeypatch: pytest.Mo
         return ReconcileReport(str(handle.name), status="dry-run", dry_run=True, reversed=3)
 
     monkeypatch.setattr("airflow_logstore.reconcile.reconciler.reconcile", fake_reconcile)
-    operator = LogStoreReconcileOperator(task_id="r", table="db.t", dry_run="True", lease_ttl_s=30)
+    operator = LogStoreReconcileOperator(
+        task_id="r", table="db.t", dry_run="True", lease_ttl_s=30, scanner="librdkafka"
+    )
     result = operator.execute(context={})
     assert result["reversed"] == 3 and result["dry_run"] is True
+    engine = calls[0].pop("engine")
     assert calls == [{"table": "db.t", "dry_run": True, "lease_ttl_s": 30}]
+    assert (engine.name, engine.scanner) == ("python", "librdkafka")
+
+
+def test_operator_refuses_an_unknown_scanner() -> None:
+    operator = LogStoreReconcileOperator(task_id="r", table="db.t", scanner="kafka-python")
+    with pytest.raises(
+        AirflowFailException, match=r"^OptionError: option 'scanner': 'kafka-python' is not one of"
+    ):
+        operator.execute(context={})
 
 
 def test_operator_refuses_an_unknown_engine() -> None:
@@ -42,5 +54,7 @@ def test_operator_refuses_an_unknown_engine() -> None:
 def test_cli_subcommand() -> None:
     args = build_parser().parse_args(["reconcile", "db.t", "--dry-run", "--lease-ttl", "30"])
     assert (args.table, args.dry_run, args.lease_ttl, args.crash_at) == ("db.t", True, 30.0, None)
+    assert build_parser().parse_args(["reconcile", "db.t", "--scanner", "jvm"]).scanner == "jvm"
+    assert args.scanner == "auto"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["reconcile", "db.t", "--crash-at", "somewhere"])

@@ -1,0 +1,428 @@
+package airflow_logstore;
+
+import java.io.BufferedOutputStream;
+import java.io.BufferedReader;
+import java.io.ByteArrayOutputStream;
+import java.io.FileOutputStream;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.io.OutputStream;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.Set;
+import java.util.HashSet;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.TreeMap;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+
+/**
+ * A bulk scan of log partitions for Python (airflow_logstore/log/jvm_scan.py has the protocol): reads
+ * [start, end) of each partition with the Java Kafka client and writes the records, as columns, to the
+ * pipe the parent names (its only argument, /dev/fd/N), one frame per partition per poll, so that Python
+ * handles buffers, not one object per record.
+ *
+ * <p>The request comes on stdin (it may carry SASL credentials, so never in the arguments): one line
+ * "key=value" per client setting, "--", the topic, the idle timeout in ms, the number of consumer
+ * threads, one line "partition start end" per partition, "--", one line "partition first last" per dense
+ * span, "--", one line "partition first last" per lookback range, and an empty line.
+ *
+ * <p>A dense span's records are known to the caller without their headers (the commit that wrote them
+ * says so): they are left out of the frames and only counted by the frame's offset range, unless they
+ * are in a lookback range or their key is <em>followed</em>: the key of a record of the partition sent
+ * earlier for its headers (a superset of the keys the caller's planner tracks). Those are sent with
+ * header set -1, their headers unread.
+ *
+ * <p>Each thread reads a group of partitions with its own consumer; frames are written whole, one at a
+ * time. Frames (little-endian):
+ *
+ * <ul>
+ *   <li>'H' id:int count:int, then per header: name (int length + UTF-8), value (int length or -1 + bytes):
+ *       a header set, sent once, before the first record that has it;
+ *   <li>'R' partition:int first:long last:long n:int offsets:long[n] headerSet:int[n] keyLength:int[n]
+ *       (-1: null) keyBytes:int + bytes valueLength:int[n] valueBytes:int + bytes: of the partition's
+ *       records at offsets [first, last], the n sent, in offset order;
+ *   <li>'E': the end (every partition reached its end); 'X' length:int message: a failure (then exit 1).
+ * </ul>
+ *
+ * Nothing is logged here: the settings may carry credentials.
+ */
+public final class LogScan {
+    private static final long[][] NO_SPANS = new long[0][];
+    /** A position is known after a seek; a reset (retention) asks the broker, for at most this long. */
+    private static final Duration TIMEOUT = Duration.ofSeconds(30);
+    private final OutputStream out;
+    private final Map<List<Object>, Integer> headerSets = new HashMap<>();
+    /** Per partition, sorted [first, last] offsets whose headers are not needed (the caller knows them). */
+    private final Map<Integer, long[][]> dense = new HashMap<>();
+    /** Per partition, sorted [first, last] offsets whose every record is sent. */
+    private final Map<Integer, long[][]> lookback = new HashMap<>();
+    /** Per partition, the keys of the records sent for their headers: the records of a dense span that
+     * have one of them are sent too (the caller may follow those keys); the others are only counted. */
+    private final Map<Integer, Set<ByteBuffer>> followed = new ConcurrentHashMap<>();
+
+    private LogScan(OutputStream out) {
+        this.out = out;
+    }
+
+    public static void main(String[] args) throws Exception {
+        // frames go to the pipe the parent passes (args[0], /dev/fd/N): the JVM's own messages (warnings,
+        // a profiler's) may go to stdout
+        OutputStream out = new BufferedOutputStream(new FileOutputStream(args[0]), 1 << 20);
+        LogScan scan = new LogScan(out);
+        try {
+            scan.run(new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8)));
+            out.write('E');
+        } catch (Throwable e) {
+            Throwable cause = e.getCause() != null && e instanceof WrappedFailure ? e.getCause() : e;
+            byte[] message = String.valueOf(cause).getBytes(StandardCharsets.UTF_8);
+            synchronized (scan) {
+                out.write('X');
+                out.write(ints(message.length));
+                out.write(message);
+                out.flush();
+            }
+            System.exit(1);
+        }
+        out.flush();
+    }
+
+    private void run(BufferedReader in) throws Exception {
+        Properties settings = new Properties();
+        String line;
+        while (!(line = in.readLine()).equals("--")) {
+            int at = line.indexOf('=');
+            settings.put(line.substring(0, at), line.substring(at + 1));
+        }
+        String topic = in.readLine();
+        long idleMs = Long.parseLong(in.readLine().trim());
+        int threads = Integer.parseInt(in.readLine().trim());
+        List<Map<TopicPartition, long[]>> groups = new ArrayList<>();
+        for (int i = 0; i < threads; i++) {
+            groups.add(new HashMap<>());
+        }
+        int next = 0;
+        while (!(line = in.readLine()).equals("--")) {
+            String[] parts = line.trim().split(" ");
+            long start = Long.parseLong(parts[1]);
+            long end = Long.parseLong(parts[2]);
+            if (start < end) {
+                TopicPartition partition = new TopicPartition(topic, Integer.parseInt(parts[0]));
+                groups.get(next++ % threads).put(partition, new long[] {start, end});
+            }
+        }
+        dense.putAll(ranges(in, "--"));
+        lookback.putAll(ranges(in, ""));
+        settings.put("enable.auto.commit", "false");
+        settings.putIfAbsent("auto.offset.reset", "earliest");
+        settings.putIfAbsent("max.poll.records", "20000");
+        settings.putIfAbsent("max.partition.fetch.bytes", String.valueOf(4 << 20));
+        settings.putIfAbsent("fetch.max.bytes", String.valueOf(12 << 20));
+        List<Thread> running = new ArrayList<>();
+        Throwable[] failure = new Throwable[1];
+        for (Map<TopicPartition, long[]> group : groups) {
+            if (group.isEmpty()) {
+                continue;
+            }
+            Thread thread = new Thread(() -> {
+                try {
+                    scanGroup(settings, group, idleMs);
+                } catch (Throwable e) {
+                    synchronized (failure) {
+                        if (failure[0] == null) {
+                            failure[0] = e;
+                        }
+                    }
+                }
+            });
+            thread.start();
+            running.add(thread);
+        }
+        for (Thread thread : running) {
+            thread.join();
+        }
+        if (failure[0] != null) {
+            throw new WrappedFailure(failure[0]);
+        }
+    }
+
+    /** Lines "partition first last" up to ``end`` (or the end of input), per partition sorted by first. */
+    private static Map<Integer, long[][]> ranges(BufferedReader in, String end) throws IOException {
+        Map<Integer, List<long[]>> found = new HashMap<>();
+        String line;
+        while ((line = in.readLine()) != null && !line.equals(end)) {
+            String[] parts = line.trim().split(" ");
+            found.computeIfAbsent(Integer.parseInt(parts[0]), p -> new ArrayList<>())
+                    .add(new long[] {Long.parseLong(parts[1]), Long.parseLong(parts[2])});
+        }
+        Map<Integer, long[][]> result = new HashMap<>();
+        for (Map.Entry<Integer, List<long[]>> entry : found.entrySet()) {
+            entry.getValue().sort((a, b) -> Long.compare(a[0], b[0]));
+            result.put(entry.getKey(), entry.getValue().toArray(new long[0][]));
+        }
+        return result;
+    }
+
+    private void scanGroup(Properties settings, Map<TopicPartition, long[]> pending, long idleMs) throws IOException {
+        try (KafkaConsumer<byte[], byte[]> consumer =
+                new KafkaConsumer<>(settings, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
+            consumer.assign(pending.keySet());
+            for (Map.Entry<TopicPartition, long[]> entry : pending.entrySet()) {
+                consumer.seek(entry.getKey(), entry.getValue()[0]);
+            }
+            long lastProgress = System.nanoTime();
+            while (!pending.isEmpty()) {
+                ConsumerRecords<byte[], byte[]> polled = consumer.poll(Duration.ofMillis(100));
+                boolean progress = false;
+                for (TopicPartition partition : polled.partitions()) {
+                    long[] range = pending.get(partition);
+                    if (range != null) {
+                        progress |= frame(partition.partition(), polled.records(partition), range[1]);
+                    }
+                }
+                progress |= settle(consumer, pending);
+                if (progress) {
+                    lastProgress = System.nanoTime();
+                } else if (System.nanoTime() - lastProgress > idleMs * 1_000_000L) {
+                    idle(consumer, pending, idleMs);
+                    lastProgress = System.nanoTime();
+                }
+            }
+        }
+    }
+
+    /** Drops the partitions whose position reached their end (gaps and markers count as reached). */
+    private static boolean settle(KafkaConsumer<byte[], byte[]> consumer, Map<TopicPartition, long[]> pending) {
+        List<TopicPartition> done = new ArrayList<>();
+        for (Map.Entry<TopicPartition, long[]> entry : pending.entrySet()) {
+            if (consumer.position(entry.getKey(), TIMEOUT) >= entry.getValue()[1]) {
+                done.add(entry.getKey());
+            }
+        }
+        if (done.isEmpty()) {
+            return false;
+        }
+        done.forEach(pending::remove);
+        consumer.assign(pending.keySet());
+        return true;
+    }
+
+    /**
+     * No record for the idle timeout: a partition whose position reached its log's end is done (the
+     * offsets left below its scan end are gone); with none such, the broker is not answering.
+     */
+    private static void idle(KafkaConsumer<byte[], byte[]> consumer, Map<TopicPartition, long[]> pending, long idleMs) {
+        Map<TopicPartition, Long> ends = consumer.endOffsets(pending.keySet(), Duration.ofMillis(idleMs));
+        List<TopicPartition> done = new ArrayList<>();
+        Map<Integer, Long> positions = new TreeMap<>();
+        for (TopicPartition partition : pending.keySet()) {
+            long position = consumer.position(partition, TIMEOUT);
+            positions.put(partition.partition(), position);
+            if (position >= ends.get(partition)) {
+                done.add(partition);
+            }
+        }
+        if (done.isEmpty()) {
+            throw new IllegalStateException("no progress for " + idleMs / 1000 + "s (positions " + positions + ")");
+        }
+        done.forEach(pending::remove);
+        consumer.assign(pending.keySet());
+    }
+
+    /**
+     * Writes the polled records below ``end`` as one 'R' frame; false when there are none. A record in a
+     * dense span is left out (the frame's offset range counts it) unless it is in a lookback range or its
+     * key is followed.
+     */
+    private boolean frame(int partition, List<ConsumerRecord<byte[], byte[]>> polled, long end) throws IOException {
+        int count = 0;
+        while (count < polled.size() && polled.get(count).offset() < end) {
+            count++;
+        }
+        if (count == 0) {
+            return false;
+        }
+        long[][] spans = dense.getOrDefault(partition, NO_SPANS);
+        long[][] recent = lookback.getOrDefault(partition, NO_SPANS);
+        Set<ByteBuffer> keys = followed.computeIfAbsent(partition, p -> new HashSet<>());
+        List<ConsumerRecord<byte[], byte[]>> sent = new ArrayList<>();
+        IntList sets = new IntList(count);
+        int keyBytes = 0;
+        int valueBytes = 0;
+        Header[] previous = null;
+        int previousId = -1;
+        int span = 0;
+        for (int i = 0; i < count; i++) {
+            ConsumerRecord<byte[], byte[]> record = polled.get(i);
+            long offset = record.offset();
+            byte[] key = record.key();
+            while (span < spans.length && spans[span][1] < offset) {
+                span++;
+            }
+            if (span < spans.length && spans[span][0] <= offset) { // its headers are not read
+                boolean follow = key != null && !keys.isEmpty() && keys.contains(ByteBuffer.wrap(key));
+                if (!follow && !inside(recent, offset)) {
+                    continue;
+                }
+                sets.add(-1);
+            } else {
+                Header[] headers = record.headers().toArray();
+                if (previous == null || !sameHeaders(headers, previous)) {
+                    previous = headers;
+                    previousId = headerSetId(headers);
+                }
+                sets.add(previousId);
+                if (key != null) {
+                    keys.add(ByteBuffer.wrap(key));
+                }
+            }
+            sent.add(record);
+            byte[] value = record.value();
+            keyBytes += key == null ? 0 : key.length;
+            valueBytes += value == null ? 0 : value.length;
+        }
+        int n = sent.size();
+        ByteBuffer header = buffer(1 + 8 + 16 + 16 * n + 8);
+        header.put((byte) 'R').putInt(partition).putLong(polled.get(0).offset()).putLong(polled.get(count - 1).offset());
+        header.putInt(n);
+        for (ConsumerRecord<byte[], byte[]> record : sent) {
+            header.putLong(record.offset());
+        }
+        for (int i = 0; i < n; i++) {
+            header.putInt(sets.get(i));
+        }
+        ByteArrayOutputStream frame = new ByteArrayOutputStream(header.position() + 8 * n + keyBytes + valueBytes + 8);
+        frame.write(header.array(), 0, header.position());
+        ByteBuffer lengths = buffer(4 * n);
+        for (ConsumerRecord<byte[], byte[]> record : sent) {
+            lengths.putInt(record.key() == null ? -1 : record.key().length);
+        }
+        frame.write(lengths.array());
+        frame.write(ints(keyBytes));
+        for (ConsumerRecord<byte[], byte[]> record : sent) {
+            if (record.key() != null) {
+                frame.write(record.key());
+            }
+        }
+        lengths.clear();
+        for (ConsumerRecord<byte[], byte[]> record : sent) {
+            lengths.putInt(record.value() == null ? -1 : record.value().length);
+        }
+        frame.write(lengths.array());
+        frame.write(ints(valueBytes));
+        for (ConsumerRecord<byte[], byte[]> record : sent) {
+            if (record.value() != null) {
+                frame.write(record.value());
+            }
+        }
+        synchronized (this) {
+            frame.writeTo(out);
+            out.flush(); // the caller works on each frame while the next is read
+        }
+        return true;
+    }
+
+    private static boolean inside(long[][] ranges, long offset) {
+        for (long[] range : ranges) {
+            if (range[0] <= offset && offset <= range[1]) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /** Whether two records' headers are the same names and bytes (no allocation: the common case). */
+    private static boolean sameHeaders(Header[] a, Header[] b) {
+        if (a.length != b.length) {
+            return false;
+        }
+        for (int i = 0; i < a.length; i++) {
+            if (!a[i].key().equals(b[i].key()) || !Arrays.equals(a[i].value(), b[i].value())) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /** The id of a header set; a new one is written ('H') before any frame that uses it. */
+    private synchronized int headerSetId(Header[] headers) throws IOException {
+        List<Object> set = new ArrayList<>(headers.length * 2);
+        for (Header header : headers) {
+            set.add(header.key());
+            set.add(header.value() == null ? null : ByteBuffer.wrap(header.value()));
+        }
+        Integer known = headerSets.get(set);
+        if (known != null) {
+            return known;
+        }
+        int id = headerSets.size();
+        headerSets.put(set, id);
+        out.write('H');
+        out.write(ints(id, headers.length));
+        for (Header header : headers) {
+            byte[] name = header.key().getBytes(StandardCharsets.UTF_8);
+            out.write(ints(name.length));
+            out.write(name);
+            byte[] value = header.value();
+            out.write(ints(value == null ? -1 : value.length));
+            if (value != null) {
+                out.write(value);
+            }
+        }
+        return id;
+    }
+
+    private static ByteBuffer buffer(int size) {
+        return ByteBuffer.allocate(size).order(ByteOrder.LITTLE_ENDIAN);
+    }
+
+    private static byte[] ints(int... values) {
+        ByteBuffer buffer = buffer(4 * values.length);
+        for (int value : values) {
+            buffer.putInt(value);
+        }
+        return buffer.array();
+    }
+
+    /** A growable int array (no boxing per record). */
+    private static final class IntList {
+        private int[] values;
+        private int size;
+
+        IntList(int capacity) {
+            values = new int[Math.max(1, capacity)];
+        }
+
+        void add(int value) {
+            if (size == values.length) {
+                values = Arrays.copyOf(values, size * 2);
+            }
+            values[size++] = value;
+        }
+
+        int get(int index) {
+            return values[index];
+        }
+    }
+
+    /** A consumer thread's failure, reported with its own message. */
+    private static final class WrappedFailure extends Exception {
+        private static final long serialVersionUID = 1L;
+
+        WrappedFailure(Throwable cause) {
+            super(cause);
+        }
+    }
+}

@@ -1,0 +1,117 @@
+"""The JVM log scan (``airflow_logstore/log/java/LogScan.java``) on the real broker: which records it sends,
+the offset ranges its frames cover, header sets, null keys and values, and its failures."""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import time
+from typing import Any
+
+import pytest
+
+from airflow_logstore.core.codec import RecordMeta, encode_headers
+from airflow_logstore.exceptions import KafkaUnavailableError, ServiceError
+from airflow_logstore.log import jvm_scan, kafka_client
+
+@pytest.fixture(autouse=True, scope="module")
+def _kafka_client_jar() -> None:
+    """The scan takes the Kafka client of the Spark jars (downloaded once, as the Spark tests do)."""
+    from airflow_logstore.jars import spark_jars
+
+    spark_jars()
+
+
+A = encode_headers(RecordMeta("w", 1, 1, "0.0"))
+B = encode_headers(RecordMeta("w", 1, 2, "0.0"))
+
+
+def _fill(env: Any, topic: str) -> dict[str, Any]:
+    config = {"bootstrap.servers": env.bootstrap}
+    kafka_client.ensure_topic(config, topic, partitions=2, replication_factor=1, topic_configs={})
+    prod = kafka_client.producer(config)
+    tracker = kafka_client.DeliveryTracker()
+    rows: list[tuple[int, bytes | None, list[Any], bytes | None]] = [
+        *[(0, f"a{i}".encode(), A, f"v{i}".encode()) for i in range(5)],  # 0-4: dense
+        (0, b"a2", B, b"redundant"),  # 5: read for its headers: a2 is followed from here on
+        (0, None, [], None),  # 6: no headers, no key, no value
+        *[
+            (0, f"a{i}".encode(), A, f"w{i}".encode()) for i in range(5)
+        ],  # 7-11: dense; a2 at 9, 11 in lookback
+        (0, b"z", B, b"last"),  # 12
+        *[(1, f"p{i}".encode(), A, b"") for i in range(3)],  # partition 1: no dense span
+    ]
+    for partition, key, headers, value in rows:
+        prod.produce(topic, value, key, partition=partition, headers=headers, on_delivery=tracker)
+    kafka_client.flush(prod, tracker, len(rows), "scan records")
+    return config
+
+
+def _scan(scan: jvm_scan.JvmScan) -> dict[int, list[Any]]:
+    found: dict[int, list[Any]] = {}
+    for chunk in scan.chunks():
+        found.setdefault(chunk.partition, []).append(chunk)
+    return found
+
+
+def test_dense_records_are_sent_only_when_followed_or_in_lookback(env) -> None:
+    topic = env.unique("jvmscan")
+    config = _fill(env, topic)
+    scan = jvm_scan.JvmScan(
+        config,
+        topic,
+        {0: 1, 1: 0},
+        {0: 13, 1: 3},
+        dense={0: [(0, 4), (7, 11)]},
+        lookback={0: [(11, 11)]},
+    )
+    chunks = _scan(scan)
+    assert sorted(chunks) == [0, 1]
+    covered = [(c.first, c.last) for c in chunks[0]]
+    assert covered[0][0] == 1 and covered[-1][1] == 12
+    assert all(after[0] == before[1] + 1 for before, after in itertools.pairwise(covered))
+    sent = [
+        (int(o), c.keys[i], c.values[i], int(c.header_sets[i]))
+        for c in chunks[0]
+        for i, o in enumerate(c.offsets)
+    ]
+    sets = scan.header_sets
+    assert [(offset, key, value) for offset, key, value, _ in sent] == [
+        (5, b"a2", b"redundant"),
+        (6, None, None),
+        (9, b"a2", b"w2"),  # dense, its key followed
+        (11, b"a4", b"w4"),  # dense, in the lookback range
+        (12, b"z", b"last"),
+    ]
+    assert [number for *_, number in sent][2:4] == [-1, -1]  # dense: headers not read
+    assert sets[sent[0][3]] == B and sets[sent[1][3]] == [] and sent[4][3] == sent[0][3]
+    partition_one = [
+        (int(o), c.keys[i], sets[c.header_sets[i]]) for c in chunks[1] for i, o in enumerate(c.offsets)
+    ]
+    assert partition_one == [(0, b"p0", A), (1, b"p1", A), (2, b"p2", A)]
+    assert len(sets) == 3  # each distinct header set once
+
+
+def test_an_end_beyond_the_log_is_reached_once_the_broker_has_nothing_more(env) -> None:
+    topic = env.unique("jvmend")
+    config = _fill(env, topic)
+    started = time.monotonic()
+    chunks = _scan(jvm_scan.JvmScan(config, topic, {0: 10}, {0: 20}, idle_timeout_s=2))
+    assert [int(o) for c in chunks[0] for o in c.offsets] == [10, 11, 12]
+    assert time.monotonic() - started < 30
+
+
+def test_an_unreachable_broker_fails_with_the_idle_timeout(env) -> None:
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    scan = jvm_scan.JvmScan({"bootstrap.servers": f"127.0.0.1:{port}"}, "t", {0: 0}, {0: 5}, idle_timeout_s=2)
+    with pytest.raises(KafkaUnavailableError, match=r"JVM log scan of 't' failed: .*(no progress|Timeout)"):
+        _scan(scan)
+
+
+def test_a_jvm_that_cannot_start_names_why(env, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jvm_scan, "JVM_OPTIONS", ("-XX:+NoSuchOption",))
+    scan = jvm_scan.JvmScan({"bootstrap.servers": env.bootstrap}, "t", {0: 0}, {0: 5})
+    with pytest.raises(ServiceError, match="NoSuchOption"):
+        _scan(scan)
