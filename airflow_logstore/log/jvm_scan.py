@@ -137,7 +137,9 @@ def kafka_client_jar() -> str | None:
 
 
 class JvmScan:
-    """One scan: ``for chunk in scan.chunks()``; :attr:`header_sets` grows as new sets arrive.
+    """One scan: ``for chunk in scan.chunks()``; :attr:`header_sets` grows as new sets arrive. At most
+    4096 are held: then the JVM starts the ids again and :attr:`generation` grows (a chunk's ids refer to
+    the sets of the generation it was read in, which is the current one while it is handled).
 
     :param kafka_config: the librdkafka connection settings (mapped to the Java client's).
     :param idle_timeout_s: fail when the broker sends nothing for this long while records are due.
@@ -151,20 +153,19 @@ class JvmScan:
         ends: Mapping[int, int],
         *,
         idle_timeout_s: float = 60.0,
-        threads: int = 1,
         dense: Mapping[int, Sequence[tuple[int, int]]] | None = None,
         lookback: Mapping[int, Sequence[tuple[int, int]]] | None = None,
         client_settings: Mapping[str, Any] | None = None,
     ) -> None:
         self.topic = topic
         self.header_sets: list[HeaderList] = []
+        self.generation = 0  # header set ids of chunks read in one generation mean the same sets
         self._request = _request(
             kafka_config,
             topic,
             starts,
             ends,
             idle_timeout_s,
-            threads,
             dense or {},
             lookback or {},
             client_settings or {},
@@ -215,6 +216,9 @@ class JvmScan:
                 if number != len(self.header_sets):
                     raise ServiceError(f"JVM log scan: header set {number} out of order")
                 self.header_sets.append(_header_set(out, count))
+            elif kind == b"C":  # the JVM forgot its header sets: ids start again
+                self.header_sets = []
+                self.generation += 1
             elif kind == b"E":
                 return
             elif kind == b"X":
@@ -232,7 +236,6 @@ def _request(
     starts: Mapping[int, int],
     ends: Mapping[int, int],
     idle_timeout_s: float,
-    threads: int,
     dense: Mapping[int, Sequence[tuple[int, int]]],
     lookback: Mapping[int, Sequence[tuple[int, int]]],
     client_settings: Mapping[str, Any],
@@ -248,7 +251,7 @@ def _request(
         if "\n" in key or "\n" in value or "=" in key:
             raise ServiceError(f"Kafka client setting {key!r} cannot be passed to the JVM scan (a newline)")
     lines = [f"{key}={value}" for key, value in settings.items()]
-    lines += ["--", topic, str(int(idle_timeout_s * 1000)), str(max(1, threads))]
+    lines += ["--", topic, str(int(idle_timeout_s * 1000))]
     lines += [f"{p} {int(starts.get(p, 0))} {int(end)}" for p, end in sorted(ends.items())]
     lines += ["--", *_ranges(dense), "--", *_ranges(lookback)]
     return "\n".join(lines) + "\n\n"

@@ -103,9 +103,12 @@ def jvm_scan_task(task: ScanTask) -> list[core.PartitionPlan]:
         lookback={p: [span] for p, span in task.lookback.items()},
     )
     decided: dict[tuple[int, int], _SetDecision] = {}
+    generation = 0
     for chunk in scan.chunks():
-        planner = planners[chunk.partition]
-        feed_chunk(planner, chunk, scan.header_sets, decided, task.topic, dead)
+        if scan.generation != generation:  # the header set ids start again
+            decided.clear()
+            generation = scan.generation
+        feed_chunk(planners[chunk.partition], chunk, scan.header_sets, decided, task.topic, dead)
     if dead is not None:
         dead.flush()
     return [planner.finish() for planner in planners.values()]
@@ -178,19 +181,27 @@ def _codes(
     decided: dict[tuple[int, int], _SetDecision],
 ) -> Any:
     """Per record sent: ``_DENSE`` (header set -1), else by its header set ``_COMMITTED`` or ``_LOG_ONLY``
-    (counted) or ``_OBSERVE``."""
+    (counted) or ``_OBSERVE``. One step per distinct header set, the rest vectorized (a chunk may hold
+    thousands of sets: each reversal has its own)."""
     import numpy as np
 
     offsets, sets = chunk.offsets, chunk.header_sets
     codes = np.full(len(offsets), _DENSE, dtype=np.int8)
-    for number in np.unique(sets).tolist():
-        if number < 0:
-            continue
-        chosen = sets == number
-        span, inside, outside = _set_decision(planner, header_sets, number, decided)
-        codes[chosen] = outside
-        if span is not None and inside != outside:
-            codes[chosen & (offsets >= span[0]) & (offsets <= span[1])] = inside
+    read = np.flatnonzero(sets >= 0)
+    if not len(read):
+        return codes
+    numbers, which = np.unique(sets[read], return_inverse=True)
+    inside = np.empty(len(numbers), dtype=np.int8)
+    outside = np.empty(len(numbers), dtype=np.int8)
+    lows = np.zeros(len(numbers), dtype=np.int64)
+    highs = np.full(len(numbers), -1, dtype=np.int64)
+    for at, number in enumerate(numbers.tolist()):
+        span, inside[at], outside[at] = _set_decision(planner, header_sets, number, decided)
+        if span is not None:
+            lows[at], highs[at] = span
+    at_offsets = offsets[read]
+    within = (at_offsets >= lows[which]) & (at_offsets <= highs[which])
+    codes[read] = np.where(within, inside[which], outside[which])
     return codes
 
 

@@ -90,15 +90,19 @@ def _chunks(
     lookback: dict[int, tuple[int, int]],
     *,
     filtered: bool = True,
-) -> tuple[list[Any], list[Any]]:
+    max_sets: int = 4096,
+) -> tuple[list[tuple[int, Any]], list[list[Any]]]:
     """The records as ``LogScan.java`` hands them: chunks of one partition, each distinct header set
     once; records of dense spans without headers (-1) and, when ``filtered``, only if their key is
-    followed (a key of a record sent with headers before) or they are in the lookback range."""
+    followed (a key of a record sent with headers before) or they are in the lookback range. Before a
+    chunk, with ``max_sets`` header sets known the ids start again (a new generation). Returns the
+    chunks with their generation, and each generation's header sets."""
     import numpy as np
 
     from airflow_logstore.log.jvm_scan import Chunk, Column
 
     sets: list[Any] = []
+    generations = [sets]
     numbers: dict[tuple[Any, ...], int] = {}
     chunks = []
     queues = {p: [r for r in records if r.partition == p] for p in sorted({r.partition for r in records})}
@@ -107,6 +111,9 @@ def _chunks(
         partition = rng.choice([p for p, queue in queues.items() if queue])
         size = rng.choice([1, 2, 7, 30, 200])
         taken, queues[partition] = queues[partition][:size], queues[partition][size:]
+        if len(sets) >= max_sets:
+            sets, numbers = [], {}
+            generations.append(sets)
         dense = R.dense_spans(state, partition)
         low, high = lookback.get(partition, (-1, -2))
         sent, ids = [], []
@@ -131,17 +138,20 @@ def _chunks(
             return Column.of(lengths, b"".join(item for item in items if item is not None))
 
         chunks.append(
-            Chunk(
-                partition,
-                taken[0].offset,
-                taken[-1].offset,
-                np.array([r.offset for r in sent], dtype=np.int64),
-                np.array(ids, dtype=np.int32),
-                column([r.key for r in sent]),
-                column([r.value for r in sent]),
+            (
+                len(generations) - 1,
+                Chunk(
+                    partition,
+                    taken[0].offset,
+                    taken[-1].offset,
+                    np.array([r.offset for r in sent], dtype=np.int64),
+                    np.array(ids, dtype=np.int32),
+                    column([r.key for r in sent]),
+                    column([r.value for r in sent]),
+                ),
             )
         )
-    return chunks, sets
+    return chunks, generations
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -163,21 +173,30 @@ def test_the_jvm_scan_plans_what_the_planner_plans_from_the_same_records(
     window = [r for p in sorted(world.log) for r in world.log[p][starts[p] : ends[p]]]
     expected, _ = R.plan_partitions(window, _copy_state(world.state), starts, ends, lookback)
 
-    chunks, sets = _chunks(window, rng, world.state, lookback, filtered=bool(seed % 3))
-
-    class _Scan:
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            self.header_sets: list[Any] = []
-
-        def chunks(self) -> Any:
-            self.header_sets.extend(sets)
-            yield from chunks
-
-    monkeypatch.setattr(jvm_scan, "JvmScan", _Scan)
+    chunks, generations = _chunks(
+        window, rng, world.state, lookback, filtered=bool(seed % 3), max_sets=rng.choice([1, 3, 4096])
+    )
+    monkeypatch.setattr(jvm_scan, "JvmScan", _fake_scan(chunks, generations))
     task = reconcile_scan.ScanTask("t", {}, starts, ends, _copy_state(world.state), lookback, None)
     plans = reconcile_scan.scan(task, scanner="jvm")
     assert [p.outputs for p in plans] == [p.outputs for p in expected]
     assert [_comparable(p.stats) for p in plans] == [_comparable(p.stats) for p in expected]
+
+
+def _fake_scan(chunks: list[tuple[int, Any]], generations: list[list[Any]]) -> type:
+    """A ``JvmScan`` that hands out the given chunks, switching header sets between generations."""
+
+    class _Scan:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self.header_sets: list[Any] = []
+            self.generation = 0
+
+        def chunks(self) -> Any:
+            for generation, chunk in chunks:
+                self.generation, self.header_sets = generation, generations[generation]
+                yield chunk
+
+    return _Scan
 
 
 def _plan_from_chunks(
@@ -188,15 +207,18 @@ def _plan_from_chunks(
     lookback: dict[int, tuple[int, int]],
     rng: random.Random,
 ) -> tuple[list[R.PartitionPlan], list[tuple[int, int, str]]]:
-    """The plans (and dead letters) of feeding the window's records as random chunks."""
+    """The plans (and dead letters) of ``jvm_scan_task`` fed the window's records as random chunks."""
+    from unittest import mock
+
     window = [r for r in records if starts[r.partition] <= r.offset < ends[r.partition]]
-    chunks, sets = _chunks(window, rng, state, lookback, filtered=rng.random() < 0.7)
-    task = reconcile_scan.ScanTask("t", {}, starts, ends, state, lookback, None)
-    planners = reconcile_scan._planners(task)
+    chunks, generations = _chunks(
+        window, rng, state, lookback, filtered=rng.random() < 0.7, max_sets=rng.choice([1, 2, 4096])
+    )
     dead: list[tuple[int, int, str]] = []
 
     class _Dead:
-        count = 0
+        def __init__(self, *args: Any) -> None:
+            self.count = 0
 
         def add(self, topic: str, message: Any, reason: str) -> None:
             dead.append((message.partition(), message.offset(), reason))
@@ -205,10 +227,12 @@ def _plan_from_chunks(
         def flush(self) -> None:
             pass
 
-    decided: dict[Any, Any] = {}
-    for chunk in chunks:
-        reconcile_scan.feed_chunk(planners[chunk.partition], chunk, sets, decided, "t", _Dead())  # type: ignore[arg-type]
-    return [planner.finish() for planner in planners.values()], dead
+    task = reconcile_scan.ScanTask("t", {}, starts, ends, state, lookback, "t.dlq")
+    with (
+        mock.patch("airflow_logstore.log.jvm_scan.JvmScan", _fake_scan(chunks, generations)),
+        mock.patch.object(reconcile_scan, "DeadLetterTopic", _Dead),
+    ):
+        return reconcile_scan.jvm_scan_task(task), dead
 
 
 @pytest.mark.parametrize("seed", range(120))
@@ -309,3 +333,22 @@ def test_committed_records_outside_dense_spans_of_followed_keys_fed_as_columns(s
     )
     stats, _ = _both_ways(world, random.Random(seed))
     assert (stats.redundant, stats.reasserted, stats.by_decision["committed"]) == (1, 1, 3)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_records_of_the_committed_attempt_outside_its_span_fed_as_columns(seed: int) -> None:
+    """One header set, two decisions: inside the commit's span committed, outside it redundant."""
+    from airflow_logstore.core.codec import RecordMeta, RowKind, encode_headers, encode_value
+    from airflow_logstore.core.summary import CommitInfo
+    from tests.unit.core.test_reconcile import World
+
+    world = World(partitions=1)
+    e1 = world.claim()
+    ok = encode_headers(RecordMeta("w", e1, 1, "0.1"))
+    for n in range(4):
+        world.append(0, f"[{n}]".encode(), ok, encode_value(RowKind.INSERT, {"id": n}))
+    world.state.commits[("w", 1)] = CommitInfo(
+        "w", 1, e1, offsets={0: (1, 2)}, tasks=frozenset({"0.1"}), record_count=3
+    )
+    stats, _ = _both_ways(world, random.Random(seed))
+    assert (stats.redundant, stats.by_decision["committed"]) == (2, 2)

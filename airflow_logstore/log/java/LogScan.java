@@ -19,7 +19,6 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
 import java.util.HashSet;
-import java.util.concurrent.ConcurrentHashMap;
 import java.util.TreeMap;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
@@ -35,9 +34,9 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * handles buffers, not one object per record.
  *
  * <p>The request comes on stdin (it may carry SASL credentials, so never in the arguments): one line
- * "key=value" per client setting, "--", the topic, the idle timeout in ms, the number of consumer
- * threads, one line "partition start end" per partition, "--", one line "partition first last" per dense
- * span, "--", one line "partition first last" per lookback range, and an empty line.
+ * "key=value" per client setting, "--", the topic, the idle timeout in ms, one line "partition start end"
+ * per partition, "--", one line "partition first last" per dense span, "--", one line "partition first
+ * last" per lookback range, and an empty line.
  *
  * <p>A dense span's records are known to the caller without their headers (the commit that wrote them
  * says so): they are left out of the frames and only counted by the frame's offset range, unless they
@@ -45,8 +44,7 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * earlier for its headers (a superset of the keys the caller's planner tracks). Those are sent with
  * header set -1, their headers unread.
  *
- * <p>Each thread reads a group of partitions with its own consumer; frames are written whole, one at a
- * time. Frames (little-endian):
+ * <p>One consumer reads every partition. Frames (little-endian):
  *
  * <ul>
  *   <li>'H' id:int count:int, then per header: name (int length + UTF-8), value (int length or -1 + bytes):
@@ -54,6 +52,7 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  *   <li>'R' partition:int first:long last:long n:int offsets:long[n] headerSet:int[n] keyLength:int[n]
  *       (-1: null) keyBytes:int + bytes valueLength:int[n] valueBytes:int + bytes: of the partition's
  *       records at offsets [first, last], the n sent, in offset order;
+ *   <li>'C': the header sets sent so far are forgotten; ids start again at 0 (at most 4096 are held);
  *   <li>'E': the end (every partition reached its end); 'X' length:int message: a failure (then exit 1).
  * </ul>
  *
@@ -61,6 +60,8 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  */
 public final class LogScan {
     private static final long[][] NO_SPANS = new long[0][];
+    /** Header sets known at once; more, and the ids start again (a 'C' frame) before the next frame. */
+    private static final int MAX_HEADER_SETS = 4096;
     /** A position is known after a seek; a reset (retention) asks the broker, for at most this long. */
     private static final Duration TIMEOUT = Duration.ofSeconds(30);
     private final OutputStream out;
@@ -71,7 +72,7 @@ public final class LogScan {
     private final Map<Integer, long[][]> lookback = new HashMap<>();
     /** Per partition, the keys of the records sent for their headers: the records of a dense span that
      * have one of them are sent too (the caller may follow those keys); the others are only counted. */
-    private final Map<Integer, Set<ByteBuffer>> followed = new ConcurrentHashMap<>();
+    private final Map<Integer, Set<ByteBuffer>> followed = new HashMap<>();
 
     private LogScan(OutputStream out) {
         this.out = out;
@@ -81,25 +82,21 @@ public final class LogScan {
         // frames go to the pipe the parent passes (args[0], /dev/fd/N): the JVM's own messages (warnings,
         // a profiler's) may go to stdout
         OutputStream out = new BufferedOutputStream(new FileOutputStream(args[0]), 1 << 20);
-        LogScan scan = new LogScan(out);
         try {
-            scan.run(new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8)));
+            new LogScan(out).run(new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8)));
             out.write('E');
-        } catch (Throwable e) {
-            Throwable cause = e.getCause() != null && e instanceof WrappedFailure ? e.getCause() : e;
-            byte[] message = String.valueOf(cause).getBytes(StandardCharsets.UTF_8);
-            synchronized (scan) {
-                out.write('X');
-                out.write(ints(message.length));
-                out.write(message);
-                out.flush();
-            }
+        } catch (Exception e) {
+            byte[] message = String.valueOf(e).getBytes(StandardCharsets.UTF_8);
+            out.write('X');
+            out.write(ints(message.length));
+            out.write(message);
+            out.flush();
             System.exit(1);
         }
         out.flush();
     }
 
-    private void run(BufferedReader in) throws Exception {
+    private void run(BufferedReader in) throws IOException {
         Properties settings = new Properties();
         String line;
         while (!(line = in.readLine()).equals("--")) {
@@ -108,19 +105,13 @@ public final class LogScan {
         }
         String topic = in.readLine();
         long idleMs = Long.parseLong(in.readLine().trim());
-        int threads = Integer.parseInt(in.readLine().trim());
-        List<Map<TopicPartition, long[]>> groups = new ArrayList<>();
-        for (int i = 0; i < threads; i++) {
-            groups.add(new HashMap<>());
-        }
-        int next = 0;
+        Map<TopicPartition, long[]> pending = new HashMap<>();
         while (!(line = in.readLine()).equals("--")) {
             String[] parts = line.trim().split(" ");
             long start = Long.parseLong(parts[1]);
             long end = Long.parseLong(parts[2]);
             if (start < end) {
-                TopicPartition partition = new TopicPartition(topic, Integer.parseInt(parts[0]));
-                groups.get(next++ % threads).put(partition, new long[] {start, end});
+                pending.put(new TopicPartition(topic, Integer.parseInt(parts[0])), new long[] {start, end});
             }
         }
         dense.putAll(ranges(in, "--"));
@@ -130,32 +121,7 @@ public final class LogScan {
         settings.putIfAbsent("max.poll.records", "20000");
         settings.putIfAbsent("max.partition.fetch.bytes", String.valueOf(4 << 20));
         settings.putIfAbsent("fetch.max.bytes", String.valueOf(12 << 20));
-        List<Thread> running = new ArrayList<>();
-        Throwable[] failure = new Throwable[1];
-        for (Map<TopicPartition, long[]> group : groups) {
-            if (group.isEmpty()) {
-                continue;
-            }
-            Thread thread = new Thread(() -> {
-                try {
-                    scanGroup(settings, group, idleMs);
-                } catch (Throwable e) {
-                    synchronized (failure) {
-                        if (failure[0] == null) {
-                            failure[0] = e;
-                        }
-                    }
-                }
-            });
-            thread.start();
-            running.add(thread);
-        }
-        for (Thread thread : running) {
-            thread.join();
-        }
-        if (failure[0] != null) {
-            throw new WrappedFailure(failure[0]);
-        }
+        scan(settings, pending, idleMs);
     }
 
     /** Lines "partition first last" up to ``end`` (or the end of input), per partition sorted by first. */
@@ -175,7 +141,7 @@ public final class LogScan {
         return result;
     }
 
-    private void scanGroup(Properties settings, Map<TopicPartition, long[]> pending, long idleMs) throws IOException {
+    private void scan(Properties settings, Map<TopicPartition, long[]> pending, long idleMs) throws IOException {
         try (KafkaConsumer<byte[], byte[]> consumer =
                 new KafkaConsumer<>(settings, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
             consumer.assign(pending.keySet());
@@ -254,6 +220,10 @@ public final class LogScan {
         if (count == 0) {
             return false;
         }
+        if (headerSets.size() >= MAX_HEADER_SETS) { // reversals carry one set each: bounded memory
+            headerSets.clear();
+            out.write('C');
+        }
         long[][] spans = dense.getOrDefault(partition, NO_SPANS);
         long[][] recent = lookback.getOrDefault(partition, NO_SPANS);
         Set<ByteBuffer> keys = followed.computeIfAbsent(partition, p -> new HashSet<>());
@@ -327,10 +297,8 @@ public final class LogScan {
                 frame.write(record.value());
             }
         }
-        synchronized (this) {
-            frame.writeTo(out);
-            out.flush(); // the caller works on each frame while the next is read
-        }
+        frame.writeTo(out);
+        out.flush(); // the caller works on each frame while the next is read
         return true;
     }
 
@@ -357,7 +325,7 @@ public final class LogScan {
     }
 
     /** The id of a header set; a new one is written ('H') before any frame that uses it. */
-    private synchronized int headerSetId(Header[] headers) throws IOException {
+    private int headerSetId(Header[] headers) throws IOException {
         List<Object> set = new ArrayList<>(headers.length * 2);
         for (Header header : headers) {
             set.add(header.key());
@@ -414,15 +382,6 @@ public final class LogScan {
 
         int get(int index) {
             return values[index];
-        }
-    }
-
-    /** A consumer thread's failure, reported with its own message. */
-    private static final class WrappedFailure extends Exception {
-        private static final long serialVersionUID = 1L;
-
-        WrappedFailure(Throwable cause) {
-            super(cause);
         }
     }
 }
