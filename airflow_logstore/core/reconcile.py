@@ -7,8 +7,13 @@ The reconciler scans each partition of the log from its last reconciled position
 - ``REDUNDANT`` records (a failed attempt's copy of a batch, a dead epoch's batch) are reversed, unless
   a ``reversal`` record in the window already names them in its ``reverses`` header (a re-run after a
   crash reverses nothing twice: reversals are appended after their originals, in the same partition);
-- ``IN_FLIGHT`` and ``DEAD_PENDING`` records are left alone ("skipped in flight") and stop the
-  partition's reconciled position at the first of them, so the next run looks at them again;
+- ``IN_FLIGHT`` and ``DEAD_PENDING`` records are left alone ("skipped in flight"); their attempts are
+  kept in the progress record as *pending* (per partition: the attempt and the offsets of its records)
+  and the position moves on to the safe point. The next run decides each pending attempt again from
+  the control state: still undecided, it stays pending; committed, it is dropped; otherwise (its
+  batch committed by another attempt: redundant) that run starts its partition's scan at the attempt's
+  first record, once (:func:`window_starts`). So a record in flight costs a rescan only when its
+  attempt turns out redundant, not on every run while it waits;
 - records whose headers do not decode, and redundant records whose value does not decode, are
   dead-lettered and counted; everything else is only counted.
 
@@ -299,6 +304,66 @@ def start_positions(
     return starts, gaps, warnings
 
 
+def window_starts(
+    state: ControlState, bounds: Mapping[int, tuple[int, int]]
+) -> tuple[dict[int, int], list[Gap], list[str], dict[int, list[list[Any]]]]:
+    """Where each partition's scan starts, the retention gaps, warnings, and the pending attempts
+    carried over (not scanned again).
+
+    The start is the reconciled position, or the first record of a pending attempt of the last
+    progress record that is no longer undecided and not wholly committed (its batch was committed by
+    another attempt: its records are redundant), if earlier. Pending attempts still undecided and
+    before the start are carried into the next progress record; the scan sees the others again.
+    """
+    saved = dict(state.reconcile_positions)
+    pending = _pending_of(state.reconcile_progress)
+    for partition, attempt in pending:
+        if _rescan(attempt, partition, state):
+            saved[partition] = min(int(saved.get(partition, 0)), attempt[5])
+    starts, gaps, warnings = start_positions(saved, bounds)
+    carried: dict[int, list[list[Any]]] = {}
+    for partition, attempt in pending:
+        undecided = classify(_attempt_meta(attempt), partition, attempt[5], state).undecided
+        if undecided and partition in starts and attempt[5] < starts[partition]:
+            carried.setdefault(partition, []).append(attempt)
+    return starts, gaps, warnings, carried
+
+
+def _pending_of(progress: Mapping[str, Any] | None) -> list[tuple[int, list[Any]]]:
+    return [
+        (int(partition), list(attempt))
+        for partition, attempts in ((progress or {}).get("pending") or {}).items()
+        for attempt in attempts
+    ]
+
+
+def _attempt_meta(attempt: Sequence[Any]) -> RecordMeta:
+    writer, epoch, batch, task, log_only = attempt[:5]
+    return RecordMeta(str(writer), int(epoch), int(batch), str(task), log_only=bool(log_only))
+
+
+def _rescan(attempt: Sequence[Any], partition: int, state: ControlState) -> bool:
+    """Whether a pending attempt's records must be scanned again: decided now, and not all committed."""
+    meta = _attempt_meta(attempt)
+    first, last = classify(meta, partition, attempt[5], state), classify(meta, partition, attempt[6], state)
+    if first.undecided and last.undecided:
+        return False
+    return not (first in _DENSE and last in _DENSE)
+
+
+def pending_attempts(
+    carried: Mapping[int, Sequence[Sequence[Any]]], stats: Iterable[PartitionStats]
+) -> dict[str, list[list[Any]]]:
+    """The ``pending`` of the progress record: the attempts carried over and those the run saw."""
+    result: dict[str, list[list[Any]]] = {}
+    for partition, attempts in carried.items():
+        result.setdefault(str(partition), []).extend(list(a) for a in attempts)
+    for s in stats:
+        if s.pending:
+            result.setdefault(str(s.partition), []).extend(list(a) for a in s.pending)
+    return dict(sorted(result.items()))
+
+
 def lookback_ranges(
     progress: Mapping[str, Any] | None, starts: Mapping[int, int]
 ) -> dict[int, tuple[int, int]]:
@@ -361,6 +426,8 @@ class PartitionStats:
     reasserts_completed: int = 0  # second halves written for pairs a crash cut in two
     skipped_in_flight: int = 0
     first_in_flight: dict[str, Any] | None = None
+    #: undecided attempts seen: [writer, epoch, batch, task, log_only, first offset, last offset]
+    pending: list[list[Any]] = field(default_factory=list)
     dead_lettered: int = 0
     dead_letter_reasons: dict[str, int] = field(default_factory=dict)
     foreign: int = 0
@@ -487,6 +554,7 @@ class PartitionPlanner:
         self._reversed: set[int] = set()
         self._recent: dict[bytes, tuple[int, bytes | None]] = {}  # lookback: last legit record per key
         self._blocked = False
+        self._pending: dict[tuple[str, int, int, str, bool], list[int]] = {}
         self._seen = 0
         self._committed = 0
         self._first: int | None = None
@@ -670,9 +738,14 @@ class PartitionPlanner:
     def _in_flight(self, offset: int, meta: RecordMeta, decision: Decision) -> None:
         stats = self.stats
         stats.skipped_in_flight += 1
+        attempt = (meta.writer_id, meta.epoch, meta.batch_id, meta.task, meta.log_only)
+        span = self._pending.get(attempt)
+        if span is None:
+            self._pending[attempt] = [offset, offset]
+        else:
+            span[1] = offset
         if not self._blocked:
             self._blocked = True
-            stats.next_position = offset
             stats.first_in_flight = {
                 "offset": offset,
                 "writer_id": meta.writer_id,
@@ -738,6 +811,7 @@ class PartitionPlanner:
             if reassert is not None:
                 actions.append(("reassert", key, *reassert))
         stats.reversed = sum(1 for action in actions if action[0] == "reversal")
+        stats.pending = [[*attempt, first, last] for attempt, (first, last) in self._pending.items()]
         self._keys.clear()
         self._keyless.clear()
         self._recent.clear()
@@ -891,6 +965,7 @@ def progress_value(
     positions: Mapping[int, int],
     safe_point: Mapping[int, int],
     output: Mapping[int, tuple[int, int]],
+    pending: Mapping[str, list[list[Any]]] | None = None,
     lease_id: int,
     run: int,
     owner: str,
@@ -902,6 +977,7 @@ def progress_value(
         "positions": {str(p): int(o) for p, o in sorted(positions.items())},
         "safe_point": {str(p): int(o) for p, o in sorted(safe_point.items())},
         "output": {str(p): [int(a), int(b)] for p, (a, b) in sorted(output.items())},
+        "pending": dict(pending or {}),
         "lease": lease_id,
         "run": run,
         "owner": owner,

@@ -105,6 +105,10 @@ class ReconcileReport:
     log_start: dict[str, int] = field(default_factory=dict)
     positions_before: dict[str, int] = field(default_factory=dict)
     positions_after: dict[str, int] = field(default_factory=dict)
+    #: undecided attempts kept for the next run (per partition: writer, epoch, batch, task, log-only,
+    #: first and last offset), and where this run started a partition early for one decided since
+    pending: dict[str, list[list[Any]]] = field(default_factory=dict)
+    rescanned_from: dict[str, int] = field(default_factory=dict)
     gaps: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     output_offsets: dict[str, list[int]] = field(default_factory=dict)
@@ -398,6 +402,7 @@ class Window:
     gaps: list[core.Gap]
     warnings: list[str]
     lookback: dict[int, tuple[int, int]]
+    carried: dict[int, list[list[Any]]] = field(default_factory=dict)  # pending attempts not rescanned
 
     @property
     def safe_point(self) -> dict[int, int]:
@@ -464,9 +469,11 @@ def _run(
     gaps = [*window.gaps, *core.scan_gaps(result.stats)]
     _warn_gaps(log_side.handle, gaps)
     summary = core.summarize(result.stats)
+    pending = core.pending_attempts(window.carried, result.stats)
     fields = {
         **summary,
         **window_fields(window, state, result.stats, gaps),
+        "pending": pending,
         "ledger_added": ledger_added,
         "scan_seconds": scan_seconds,
         "records_per_second": round(summary["scanned"] / scan_seconds) if scan_seconds else 0.0,
@@ -478,9 +485,9 @@ def _run(
     output = produce(engine, job, result, lease, window.run, hook)
     record_gaps(log_side.ctl, gaps, window.run, lease)
     positions = next_positions(result.stats)
-    recorded = progress_changed(state, positions, output, gaps)
+    recorded = progress_changed(state, positions, output, gaps, pending)
     if recorded:
-        record_progress(log_side.ctl, lease, window, positions, output, summary, hook)
+        record_progress(log_side.ctl, lease, window, positions, output, pending, summary, hook)
     return {**fields, "output_offsets": _span_keys(output), "progress_recorded": recorded}
 
 
@@ -537,9 +544,9 @@ def control_state(log_side: TableLog, *, record_ledger: bool) -> tuple[control.C
 def plan_window(state: control.ControlState, bounds: Mapping[int, tuple[int, int]]) -> Window:
     """Where each partition's scan starts, the retention gaps and the lookback ranges (step 4)."""
     progress = state.reconcile_progress
-    starts, gaps, warnings = core.start_positions(state.reconcile_positions, bounds)
+    starts, gaps, warnings, carried = core.window_starts(state, bounds)
     lookback = core.lookback_ranges(progress, starts)
-    return Window(core.run_number(progress), dict(bounds), starts, gaps, warnings, lookback)
+    return Window(core.run_number(progress), dict(bounds), starts, gaps, warnings, lookback, carried)
 
 
 def scan_job(log_side: TableLog, window: Window, state: control.ControlState, *, dry_run: bool) -> ScanJob:
@@ -567,14 +574,26 @@ def scan_and_plan(engine: Engine, job: ScanJob) -> tuple[PlanResult, float]:
 
 
 def progress_changed(
-    state: control.ControlState, positions: Mapping[int, int], output: Offsets, gaps: Sequence[core.Gap]
+    state: control.ControlState,
+    positions: Mapping[int, int],
+    output: Offsets,
+    gaps: Sequence[core.Gap],
+    pending: Mapping[str, Any] | None = None,
 ) -> bool:
-    """Whether the run has anything to record: output written, gaps found or positions moved."""
-    return bool(output or gaps or positions != {p: state.reconcile_positions.get(p) for p in positions})
+    """Whether the run has anything to record: output written, gaps found, positions moved or the
+    pending attempts changed."""
+    before = (state.reconcile_progress or {}).get("pending") or {}
+    return bool(
+        output
+        or gaps
+        or positions != {p: state.reconcile_positions.get(p) for p in positions}
+        or (pending or {}) != before
+    )
 
 
 def next_positions(stats: Iterable[core.PartitionStats]) -> dict[int, int]:
-    """Per partition the next offset to scan: the first record still in flight, or the safe point."""
+    """Per partition the next offset to scan: the safe point (records in flight are kept as pending
+    attempts, :func:`core.window_starts`)."""
     return {s.partition: s.next_position for s in stats}
 
 
@@ -591,6 +610,13 @@ def window_fields(
         "log_start": _str_keys({p: low for p, (low, _) in window.bounds.items()}),
         "positions_before": _str_keys({p: int(state.reconcile_positions.get(p, 0)) for p in window.bounds}),
         "positions_after": _str_keys(next_positions(stats)),
+        "rescanned_from": _str_keys(
+            {
+                p: start
+                for p, start in window.starts.items()
+                if start < state.reconcile_positions.get(p, start)
+            }
+        ),
         "gaps": [gap.to_dict() for gap in gaps],
         "warnings": list(window.warnings),
     }
@@ -627,6 +653,7 @@ def record_progress(
     window: Window,
     positions: Mapping[int, int],
     output: Offsets,
+    pending: Mapping[str, list[list[Any]]],
     summary: Mapping[str, Any],
     hook: StageHook,
 ) -> None:
@@ -639,6 +666,7 @@ def record_progress(
             positions=positions,
             safe_point=window.safe_point,
             output=output,
+            pending=pending,
             lease_id=lease.lease_id or 0,
             run=window.run,
             owner=lease.owner,

@@ -197,6 +197,42 @@ def test_one_failover_reversed_exactly_and_eventual_reader_converges(env, spark,
     assert reversals(read_log(handle, consistency="eventual")) == Counter({record: 1 for record in dead})
 
 
+def test_an_attempt_in_flight_is_kept_pending_then_reversed_by_one_rescan(env, spark, tmp_path: Path) -> None:
+    """A writer killed after producing leaves its records in flight (its epoch is still the latest): the
+    reconciler's position moves on and the attempt is kept pending; runs while it waits scan only new
+    records; once the restart commits the batch, one run scans again from the attempt's first record
+    and reverses it; the next starts after it again."""
+    handle = new_table(env, "pending")
+    paths = [write_jsonl(tmp_path / f"p{n}.jsonl", rows) for n, rows in enumerate(BATCHES[:3], start=1)]
+    writer_for(spark, handle, "w").write_path(str(paths[0]), 1)
+    dead_epoch = crash_writer(env, handle, "w", paths[1], 2, "after-log:2")
+    dead = data_records(read_log(handle, consistency="eventual"), batch=2, epochs={dead_epoch})
+    first = reconcile(handle)
+    assert first.skipped_in_flight == len(dead) == 15 and first.reversed == 0
+    assert first.positions_after == first.safe_point  # not pinned at the records in flight
+    pending = [attempt for attempts in first.pending.values() for attempt in attempts]
+    assert {(a[0], a[1], a[2]) for a in pending} == {("w", dead_epoch, 2)}
+    assert {(int(p), a[5]) for p, attempts in first.pending.items() for a in attempts} <= dead
+    assert sum(a[6] - a[5] + 1 for a in pending) >= len(dead)
+
+    waiting = reconcile(handle)  # still in flight: nothing scanned again
+    assert waiting.scanned == 0 and waiting.pending == first.pending and waiting.rescanned_from == {}
+
+    restarted = env.run_job("dual_write.py", write_args(handle, "w", paths[1], 2))
+    assert restarted.returncode == 0, restarted.stderr[-3000:]
+    decided = reconcile(handle)
+    firsts = {p: min(a[5] for a in attempts) for p, attempts in first.pending.items()}
+    assert decided.rescanned_from == firsts and decided.pending == {}
+    assert decided.redundant == decided.reversed == len(dead)
+    assert reversals(assert_views_agree(handle, expected(*BATCHES[:2]))) == Counter({r: 1 for r in dead})
+
+    writer_for(spark, handle, "w").write_path(str(paths[2]), 3)
+    after = reconcile(handle)
+    assert after.rescanned_from == {} and after.reversed == 0
+    assert after.positions_before == decided.positions_after
+    assert_views_agree(handle, expected(*BATCHES[:3]))
+
+
 # --- several failovers, updates and deletes of the same keys ---------------------------------------
 
 

@@ -20,6 +20,7 @@ from airflow_logstore.hooks.logstore import LogStoreHook
 from airflow_logstore.operators.create_table import LogStoreCreateTableOperator
 from airflow_logstore.operators.dual_write import LogStoreDualWriteOperator
 from airflow_logstore.operators.publish import LogStorePublishVisibleOffsetsOperator
+from airflow_logstore.operators.reconcile import LogStoreReconcileOperator
 from airflow_logstore.read.reader import read_log
 from airflow_logstore.services.local import BrokerOptions, LocalBroker, free_ports
 from airflow_logstore.testing.tables import write_jsonl
@@ -151,6 +152,9 @@ def test_pipeline_over_sasl_leaks_no_secret(
             structlog.testing.capture_logs() as structured,
         ):  # the hook logs through structlog
             xcom = write.execute({})
+            reconciled = LogStoreReconcileOperator(  # the JVM scan gets the credentials on its stdin
+                task_id="r", table=table, scanner="jvm", kafka_config_id="kafka_sasl"
+            ).execute({})
         published = LogStorePublishVisibleOffsetsOperator(
             task_id="p", table=table, kafka_config_id="kafka_sasl"
         ).execute({})
@@ -159,7 +163,8 @@ def test_pipeline_over_sasl_leaks_no_secret(
 
     assert watch.samples > 5 and watch.found == [], watch.found
     assert xcom["log_records"] == 10 and xcom["snapshot_id"] is not None
-    for value in (created, xcom, published):
+    assert reconciled["status"] == "reconciled" and reconciled["scanned"] == 10
+    for value in (created, xcom, published, reconciled):
         assert SECRET not in json.dumps(value, default=str)
     assert not any(SECRET in message for message in capture.messages)
     submit_output = [str(entry.get("event", "")) for entry in structured]  # spark-submit's output, logged

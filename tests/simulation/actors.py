@@ -86,6 +86,9 @@ class Bugs:
     # an error (auto.offset.reset=earliest), so records deleted between the bounds and the scan were
     # skipped, and scan_watermark's settled range still covered them as committed data
     publish_skips_deleted: bool = False
+    # issue 18: the reconciler's position moves past records in flight; its progress record must keep
+    # their attempts (pending) so that the run after their batch commits elsewhere reverses them
+    forget_pending: bool = False
 
     def any(self) -> bool:
         return any(getattr(self, f.name) for f in fields(self))
@@ -540,6 +543,9 @@ def reconciler(world: World) -> Steps:
     plans, _ = rec.plan_partitions(records, state, window.starts, window.safe_point, window.lookback)
     gaps = [*window.gaps, *rec.scan_gaps(plan.stats for plan in plans)]
     positions = reconciler_steps.next_positions(plan.stats for plan in plans)
+    pending = rec.pending_attempts(window.carried, (plan.stats for plan in plans))
+    if world.bugs.forget_pending:
+        pending = {}
     output: dict[int, tuple[int, int]] = {}
     for plan in plans:  # produce
         for out in plan.iter_outputs():
@@ -553,12 +559,13 @@ def reconciler(world: World) -> Steps:
             control.gap_key(gap.partition), rec.gap_value(gap, run=window.run, lease_id=1, now_ms=0)
         )
         world.note(f"reconciler run {window.run}: gap {gap.to_dict()}", f"retention gap ({gap.detected})")
-    if reconciler_steps.progress_changed(state, positions, output, gaps):
+    if reconciler_steps.progress_changed(state, positions, output, gaps, pending):
         yield "reconcile:before-progress"
         value = rec.progress_value(
             positions=positions,
             safe_point=window.safe_point,
             output=output,
+            pending=pending,
             lease_id=1,
             run=window.run,
             owner="sim",

@@ -19,6 +19,7 @@ from .oracle import (
     CONSISTENT_DUPLICATE,
     CONSISTENT_LOST,
     CONSISTENT_UNCOMMITTED,
+    EVENTUAL_FOLD,
     FENCED_COMMIT,
     HYBRID,
     HYBRID_SPLIT_PAIR,
@@ -128,6 +129,8 @@ PLANTED = [
     ("follower_drops_undecided", {CONSISTENT_LOST}, 1000),
     # found by this simulation and fixed (README, Findings): the old publish consumer's silent reset
     ("publish_skips_deleted", {CONSISTENT_UNCOMMITTED}, 300),
+    # issue 18: in-flight records no longer pin the reconciled position; their attempts are kept pending
+    ("forget_pending", {EVENTUAL_FOLD}, 1000),
 ]
 
 

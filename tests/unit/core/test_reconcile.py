@@ -150,7 +150,7 @@ class World:
         partition (a crash in the middle of producing: each partition's delivered prefix).
         """
         bounds = {p: (0, len(records)) for p, records in self.log.items()}
-        starts, gaps, _ = R.start_positions(self.state.reconcile_positions, bounds)
+        starts, gaps, _, carried = R.window_starts(self.state, bounds)
         assert not gaps
         ends = {p: hi for p, (_, hi) in bounds.items()}
         lookback = R.lookback_ranges(self.state.reconcile_progress, starts)
@@ -181,6 +181,7 @@ class World:
             positions=positions,
             safe_point=ends,
             output=output,
+            pending=R.pending_attempts(carried, (plan.stats for plan in plans)),
             lease_id=lease,
             run=run,
             owner="test",
@@ -628,7 +629,7 @@ def test_spark_task_retry_within_the_committed_epoch() -> None:
 # --- in flight, dead pending, positions ----------------------------------------------------------
 
 
-def test_in_flight_records_stop_the_position_and_are_left_alone() -> None:
+def test_in_flight_records_are_left_alone_kept_pending_and_not_scanned_again_once_committed() -> None:
     world = World(partitions=1)
     e1 = world.claim()
     world.write("w", e1, 1, ins(1, 2))
@@ -639,7 +640,10 @@ def test_in_flight_records_stop_the_position_and_are_left_alone() -> None:
     in_flight_offset = len(world.log[0]) - 2
     world.reconcile()
     stats = world.runs[-1][0].stats
-    assert stats.skipped_in_flight == 2 and stats.next_position == in_flight_offset
+    assert stats.skipped_in_flight == 2 and stats.next_position == stats.end  # the position moves on
+    assert stats.pending == [["w", e2, 3, "0.0", False, in_flight_offset, in_flight_offset + 1]]
+    assert world.state.reconcile_progress is not None
+    assert world.state.reconcile_progress["pending"] == {"0": stats.pending}
     assert stats.first_in_flight == {
         "offset": in_flight_offset,
         "writer_id": "w",
@@ -648,9 +652,38 @@ def test_in_flight_records_stop_the_position_and_are_left_alone() -> None:
         "state": "in-flight",
     }
     assert stats.reversed == 2
+    world.reconcile()  # still in flight: carried over, nothing scanned again
+    assert world.runs[-1][0].stats.start == stats.end  # only what the first run wrote after its end
+    assert world.state.reconcile_progress["pending"] == {"0": stats.pending}
     world.commit_pending("w", e2, 3)
-    assert world.reconcile() == []  # rescans from the in-flight record: nothing new, nothing twice
-    assert total(world, "already_reversed") == 0  # the reversed records are before the new start
+    assert world.reconcile() == []  # committed: dropped, no rescan
+    assert world.runs[-1][0].stats.start == world.runs[-2][0].stats.end
+    assert world.state.reconcile_progress["pending"] == {}
+    world.assert_log_equals_table()
+
+
+def test_a_pending_attempt_that_turns_redundant_is_scanned_again_once() -> None:
+    world = World(partitions=1)
+    e1 = world.claim()
+    world.write("w", e1, 1, ins(1, 2))
+    first_pending = len(world.log[0])
+    world.produce_in_flight("w", e1, 2, upd(1, v="zombie"))  # e1's attempt of batch 2, in flight
+    world.write("x", world.claim("x"), 1, ins(10, 11))  # other writers keep the log growing
+    world.reconcile()
+    assert world.runs[-1][0].stats.pending[0][5] == first_pending
+    world.write("x", world.state.epochs["x"], 2, upd(10, v="later"))
+    world.reconcile()  # still pending: only the new records are scanned
+    assert world.runs[-1][0].stats.start > first_pending
+    e2 = world.claim()  # the writer restarts and commits batch 2 itself: e1's attempt is redundant
+    world.write("w", e2, 2, upd(1, v="b"))
+    written = world.reconcile()
+    stats = world.runs[-1][0].stats
+    assert stats.start == first_pending and stats.redundant == 2  # scanned again from its first record
+    reversed_ = sorted(o.source for o in written if o.record_type is RecordType.REVERSAL)
+    assert reversed_ == [first_pending, first_pending + 1]
+    assert world.state.reconcile_progress is not None and world.state.reconcile_progress["pending"] == {}
+    world.reconcile()
+    assert world.runs[-1][0].stats.start > first_pending  # once
     world.assert_log_equals_table()
 
 
