@@ -118,10 +118,12 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     if spec["what"] == "run_read":
         with open(os.devnull, "w", encoding="utf-8") as sink:
-            summary = run_read(handle, mode="log", consistency=spec["consistency"], output=sink)
+            scanner = {"scanner": spec["scanner"]} if "scanner" in spec else {}
+            summary = run_read(handle, mode="log", consistency=spec["consistency"], output=sink, **scanner)
         returned, scanned = summary["records"], summary["report"]["scanned"]
     else:
-        reader = LogReader(handle, consistency=spec["consistency"])
+        scanner = {"scanner": spec["scanner"]} if "scanner" in spec else {}
+        reader = LogReader(handle, consistency=spec["consistency"], **scanner)
         report = reader.new_report() if hasattr(reader, "new_report") else None
         if hasattr(reader, "iterate_batches"):
             returned = sum(t.num_rows for t in reader.iterate_batches("earliest", report=report))
@@ -180,6 +182,11 @@ def main() -> None:
     parser.add_argument(
         "--before-run-read-up-to", type=int, default=1_000_000, help="largest size of run_read before"
     )
+    parser.add_argument(
+        "--scanners",
+        default=None,
+        help="e.g. librdkafka,jvm: compare these scanners of the current code (instead of before/after)",
+    )
     parser.add_argument("--child", default=None)
     args = parser.parse_args()
     if args.child:
@@ -191,9 +198,15 @@ def main() -> None:
     from bench.common import machine, save
 
     sizes = [int(s) for s in args.records.split(",")]
-    ref = args.before or before_ref()
+    scanners = args.scanners.split(",") if args.scanners else []
+    ref = "HEAD" if scanners else args.before or before_ref()
     worktree = Path(tempfile.mkdtemp(prefix="read-bench-before-"))
-    subprocess.run(["git", "worktree", "add", "--detach", str(worktree), ref], cwd=ROOT, check=True)
+    if not scanners:
+        subprocess.run(["git", "worktree", "add", "--detach", str(worktree), ref], cwd=ROOT, check=True)
+    versions = [(f"scanner {s}", ROOT, {"scanner": s}) for s in scanners] or [
+        ("before", worktree, {}),
+        ("after", ROOT, {}),
+    ]
     results: list[dict[str, Any]] = []
     try:
         with logstore_environment() as env:
@@ -209,7 +222,7 @@ def main() -> None:
                     for consistency in ("eventual", "transactional"):
                         if what == "run_read" and consistency == "transactional":
                             continue
-                        for version, root in (("before", worktree), ("after", ROOT)):
+                        for version, root, extra in versions:
                             if (
                                 version == "before"
                                 and what == "run_read"
@@ -222,11 +235,13 @@ def main() -> None:
                                 "what": what,
                                 "consistency": consistency,
                                 "version": version,
+                                **extra,
                             }
                             results.append(run_child(root, env.env, spec))
                             print(json.dumps(results[-1]), flush=True)
     finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=ROOT, check=False)
+        if not scanners:
+            subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=ROOT, check=False)
     payload = {"machine": machine(), "before": ref, "load": os.getloadavg(), "results": results}
     save("read", payload)
     print(json.dumps(payload, indent=2))

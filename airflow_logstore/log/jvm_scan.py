@@ -29,7 +29,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from airflow_logstore.exceptions import KafkaUnavailableError, ServiceError
+from airflow_logstore.exceptions import KafkaUnavailableError, OptionError, ServiceError
 
 SCAN_CLASS = "airflow_logstore.LogScan"
 #: a small heap is enough (a poll's records at a time); the parallel collector keeps up with the scan
@@ -117,6 +117,21 @@ class ScannedRecord:
 
     def headers(self) -> HeaderList:
         return self._headers
+
+
+#: ``auto`` reads in a JVM from this many records on (below, the JVM's start, about 0.7 s, costs more)
+JVM_MIN_RECORDS = 200_000
+SCANNERS = ("auto", "jvm", "librdkafka")
+
+
+def choose_scanner(scanner: str, records: int) -> str:
+    """``jvm`` or ``librdkafka``: ``auto`` takes the JVM for windows of at least :data:`JVM_MIN_RECORDS`
+    records when this machine has a JDK (the JVM's start costs about a second)."""
+    if scanner not in SCANNERS:
+        raise OptionError("scanner", f"'{scanner}' is not one of {', '.join(SCANNERS)}")
+    if scanner != "auto":
+        return scanner
+    return "jvm" if records >= JVM_MIN_RECORDS and available() else "librdkafka"
 
 
 def available() -> bool:

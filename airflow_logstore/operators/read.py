@@ -23,9 +23,20 @@ class LogStoreReadOperator(BaseOperator):
     :param snapshot_id: the snapshot of a file or hybrid read (default: current; templated)
     :param output_path: when set, the rows are written there as JSON lines (templated)
     :param options: per-read hints, e.g. ``{"log-store.consistency-guarantee.enabled": "true"}``
+    :param scanner: how a log read takes the records: ``jvm`` (a Java consumer hands them over as
+        columns; needs a JDK), ``librdkafka``, or ``auto`` (the JVM from 200,000 records on, when a JDK is
+        installed) (templated)
     """
 
-    template_fields: Sequence[str] = ("table", "mode", "consistency", "start", "snapshot_id", "output_path")
+    template_fields: Sequence[str] = (
+        "table",
+        "mode",
+        "consistency",
+        "start",
+        "snapshot_id",
+        "output_path",
+        "scanner",
+    )
     ui_color = "#dfe7fd"
 
     def __init__(
@@ -40,6 +51,7 @@ class LogStoreReadOperator(BaseOperator):
         output_path: str | None = None,
         options: Mapping[str, str] | None = None,
         normalize: bool = False,
+        scanner: str = "auto",
         logstore_conn_id: str = LogStoreHook.default_conn_name,
         kafka_config_id: str | None = "kafka_default",
         **kwargs: Any,
@@ -54,6 +66,7 @@ class LogStoreReadOperator(BaseOperator):
         self.output_path = output_path
         self.options = dict(options or {})
         self.normalize = normalize
+        self.scanner = scanner
         self.logstore_conn_id = logstore_conn_id
         self.kafka_config_id = kafka_config_id
 
@@ -86,4 +99,5 @@ class LogStoreReadOperator(BaseOperator):
             options=self.options,
             normalize=self.normalize,
             output_path=self.output_path,
+            scanner=self.scanner,
         )

@@ -15,7 +15,7 @@ topic: never dropped silently.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -96,21 +96,87 @@ def decode_chunk(
     """Decode and classify a chunk of Kafka messages (``partition()``, ``offset()``, ``headers()``,
     ``value()``); equal, record by record, to ``LogReader._decode`` (tested)."""
     import numpy as np
-    import pyarrow as pa
 
     codes_list, firsts = group_headers(messages)
-    metas, reasons = _decode_header_sets(firsts)
-    codes = np.asarray(codes_list, dtype=np.int64)
     kind = type(messages[0]) if messages else None
     partitions = np.fromiter(map(kind.partition, messages), np.int64, len(messages)) if kind else _none()
     offsets = np.fromiter(map(kind.offset, messages), np.int64, len(messages)) if kind else _none()
+
+    def values(kept: np.ndarray) -> list[bytes | None]:
+        if len(kept) == len(messages):
+            return list(map(kind.value, messages)) if kind else []
+        return [messages[i].value() for i in kept.tolist()]
+
+    return _decode(
+        np.asarray(codes_list, dtype=np.int64),
+        firsts,
+        partitions,
+        offsets,
+        values,
+        messages.__getitem__,
+        read_filter,
+        field_types,
+    )
+
+
+def decode_columns(
+    chunk: Any, header_sets: Sequence[Any], read_filter: ReadFilter, field_types: Mapping[str, str]
+) -> DecodedChunk:
+    """:func:`decode_chunk` for the records of a JVM scan's chunk
+    (:class:`~airflow_logstore.log.jvm_scan.Chunk`, every record sent: a read passes no dense spans), whose
+    header set ids index ``header_sets``; dead letters are
+    :class:`~airflow_logstore.log.jvm_scan.ScannedRecord`."""
+    import numpy as np
+
+    from airflow_logstore.log.jvm_scan import ScannedRecord
+
+    numbers, codes = np.unique(chunk.header_sets, return_inverse=True)
+    if len(numbers) and numbers[0] < 0:
+        raise ValueError("a read's JVM scan must send every record with its headers")
+    firsts = [header_sets[number] for number in numbers.tolist()]
+    column = chunk.values
+
+    def values(kept: np.ndarray) -> list[bytes | None]:
+        return [column[i] for i in kept.tolist()]
+
+    def record(index: int) -> ScannedRecord:
+        return ScannedRecord(chunk, index, header_sets[chunk.header_sets[index]])
+
+    return _decode(
+        codes.astype(np.int64),
+        firsts,
+        np.full(len(chunk.offsets), chunk.partition, dtype=np.int64),
+        chunk.offsets.astype(np.int64),
+        values,
+        record,
+        read_filter,
+        field_types,
+    )
+
+
+def _decode(
+    codes: np.ndarray,
+    firsts: Sequence[Any],
+    partitions: np.ndarray,
+    offsets: np.ndarray,
+    values_of: Callable[[np.ndarray], list[bytes | None]],
+    record_at: Callable[[int], Any],
+    read_filter: ReadFilter,
+    field_types: Mapping[str, str],
+) -> DecodedChunk:
+    """The one bulk decoding: ``codes`` index the distinct header sets ``firsts``; ``values_of`` gives the
+    values at some record indexes, ``record_at`` a record (for dead letters)."""
+    import numpy as np
+    import pyarrow as pa
+
+    metas, reasons = _decode_header_sets(firsts)
     dead: list[tuple[Any, str]] = []
     bad_codes = [code for code, reason in enumerate(reasons) if reason is not None]
-    good = np.ones(len(messages), dtype=bool)
+    good = np.ones(len(codes), dtype=bool)
     if bad_codes:
         bad = np.isin(codes, bad_codes)
         good = ~bad
-        dead.extend((messages[int(i)], str(reasons[codes[i]])) for i in np.flatnonzero(bad))
+        dead.extend((record_at(int(i)), str(reasons[codes[i]])) for i in np.flatnonzero(bad))
     candidates = np.flatnonzero(good)
     keep, decision_index, decision_of = read_filter.decide_many(
         metas,  # type: ignore[arg-type]  # only indexed at good codes
@@ -126,13 +192,9 @@ def decode_chunk(
                 by_decision[decision.value] = by_decision.get(decision.value, 0) + int(count)
     kept = candidates[keep]
     kept_decisions = decision_index[keep]
-    if len(kept) == len(messages):
-        values = list(map(kind.value, messages)) if kind else []
-    else:
-        values = [messages[i].value() for i in kept.tolist()]
-    decoded = decode_values_bulk(values, field_types)
+    decoded = decode_values_bulk(values_of(kept), field_types)
     if decoded.failed:
-        dead.extend((messages[kept[position]], reason) for position, reason in decoded.failed)
+        dead.extend((record_at(int(kept[position])), reason) for position, reason in decoded.failed)
     chosen = np.asarray(decoded.kept, dtype=np.int64)
     positions = kept[chosen] if len(chosen) else np.zeros(0, dtype=np.int64)
     meta_codes = codes[positions]

@@ -28,9 +28,15 @@ from airflow_logstore.core.properties import ChangelogMode, Consistency, resolve
 from airflow_logstore.core.summary import S_POSITIONS, CommitInfo, positions_from_json
 from airflow_logstore.core.visibility import Decision, ReadFilter
 from airflow_logstore.exceptions import OptionError, RecordDecodeError
-from airflow_logstore.log import kafka_client
+from airflow_logstore.log import jvm_scan, kafka_client
 from airflow_logstore.log.deadletter import DeadLetterTopic
-from airflow_logstore.read.batches import CHUNK_RECORDS, META_COLUMNS, DecodedChunk, decode_chunk
+from airflow_logstore.read.batches import (
+    CHUNK_RECORDS,
+    META_COLUMNS,
+    DecodedChunk,
+    decode_chunk,
+    decode_columns,
+)
 from airflow_logstore.table.schema import field_types, primary_key_of
 from airflow_logstore.table.tables import LogStoreTable, merged_state
 
@@ -102,6 +108,7 @@ class ReadReport:
     normalized_dropped: int = 0
     snapshot_id: int | None = None
     file_rows: int | None = None
+    scanner: str = "librdkafka"  # or "jvm": the records came as columns from the JVM scan
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -212,7 +219,10 @@ class LogReader:
         changelog_mode: ChangelogMode | str | None = None,
         dead_letter: DeadLetterTopic | None = None,
         normalize: bool = False,
+        scanner: str = "auto",
     ) -> None:
+        jvm_scan.choose_scanner(scanner, 0)  # a bad name fails here
+        self.scanner = scanner
         self.handle = handle
         self.table = handle.load()
         self.config = handle.config(self.table)
@@ -332,7 +342,7 @@ class LogReader:
         """
         report = report or self.new_report()
         normalizer = Normalizer() if self.normalize else None
-        chunks = self._chunks(start, end, report, hybrid)
+        chunks = self._chunks(start, end, report, hybrid, columns=normalizer is None)
         try:
             for messages, chunk in chunks:
                 if normalizer is not None:  # keyed state, record by record (see BENCHMARKS.md)
@@ -382,8 +392,15 @@ class LogReader:
         end: Mapping[int, int] | None,
         report: ReadReport,
         hybrid: SnapshotStart | None,
+        *,
+        columns: bool = False,
     ) -> Generator[tuple[list[Any], DecodedChunk], None, None]:
-        """The read's records, decoded and classified a chunk at a time; dead letters sent on the way."""
+        """The read's records, decoded and classified a chunk at a time; dead letters sent on the way.
+
+        :param columns: the caller needs only the decoded rows (no messages): a read of at least
+            :data:`~airflow_logstore.log.jvm_scan.JVM_MIN_RECORDS` records may then come from the JVM
+            scan (``scanner``), and the messages yielded are empty.
+        """
         if isinstance(start, str):
             start = StartPosition.parse(start)
         report.dead_letter_topic = self.dead_letter.topic
@@ -406,9 +423,15 @@ class LogReader:
                 last = visible_end
             report.start = {str(p): o for p, o in sorted(first.items())}
             report.end = {str(p): o for p, o in sorted(last.items())}
-            for messages in kafka_client.scan(cons, self.topic, first, last, batch_size=CHUNK_RECORDS):
-                report.scanned += len(messages)
-                chunk = decode_chunk(messages, read_filter, self.field_types)
+            size = sum(max(0, last[p] - first[p]) for p in last)
+            scanner = jvm_scan.choose_scanner(self.scanner, size) if columns else "librdkafka"
+            report.scanner = scanner
+            if scanner == "jvm":
+                decoded = self._jvm_chunks(first, last, read_filter)
+            else:
+                decoded = self._librdkafka_chunks(cons, first, last, read_filter)
+            for messages, chunk, scanned in decoded:
+                report.scanned += scanned
                 for decision, count in chunk.by_decision.items():
                     report.by_decision[decision] = report.by_decision.get(decision, 0) + count
                 for message, reason in chunk.dead:
@@ -418,6 +441,22 @@ class LogReader:
             cons.close()
             self.dead_letter.flush()
             report.dead_lettered = self.dead_letter.count
+
+    def _librdkafka_chunks(
+        self, cons: Any, first: Mapping[int, int], last: Mapping[int, int], read_filter: ReadFilter
+    ) -> Iterator[tuple[list[Any], DecodedChunk, int]]:
+        for messages in kafka_client.scan(cons, self.topic, first, last, batch_size=CHUNK_RECORDS):
+            yield messages, decode_chunk(messages, read_filter, self.field_types), len(messages)
+
+    def _jvm_chunks(
+        self, first: Mapping[int, int], last: Mapping[int, int], read_filter: ReadFilter
+    ) -> Iterator[tuple[list[Any], DecodedChunk, int]]:
+        """The records as columns from the JVM scan (every record sent: no dense spans)."""
+        scan = jvm_scan.JvmScan(
+            self.kafka_config, self.topic, first, last, client_settings={"max.poll.records": CHUNK_RECORDS}
+        )
+        for chunk in scan.chunks():
+            yield [], decode_columns(chunk, scan.header_sets, read_filter, self.field_types), len(chunk)
 
     def _decode(self, message: Any, read_filter: ReadFilter, report: ReadReport) -> LogRecord | None:
         """One record, decoded and classified on its own: the follower's path, and the reference the
@@ -541,6 +580,7 @@ def run_read(
     output_path: str | None = None,
     output: Any = None,
     limit: int | None = None,
+    scanner: str = "auto",
 ) -> dict[str, Any]:
     """One read in any mode; rows go as JSON lines to ``output_path`` or the ``output`` stream.
 
@@ -561,6 +601,7 @@ def run_read(
                 changelog_mode=changelog_mode,
                 options=options,
                 normalize=normalize,
+                scanner=scanner,
             )
             report = reader.new_report()
             summary["records"] = _write_rows(reader.iterate_batches(start, report=report, limit=limit), sink)
@@ -572,6 +613,7 @@ def run_read(
                 changelog_mode=changelog_mode,
                 options=options,
                 normalize=normalize,
+                scanner=scanner,
             )
             chosen, positions = snapshot_positions(reader.table, snapshot_id)
             files = _file_batches(reader.table, chosen, None) if chosen is not None else iter(())

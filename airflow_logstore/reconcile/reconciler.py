@@ -52,7 +52,7 @@ from airflow_logstore.core import control
 from airflow_logstore.core import reconcile as core
 from airflow_logstore.core.ledger import missing_commits, with_commits
 from airflow_logstore.exceptions import FencedError, OptionError
-from airflow_logstore.log import control_topic, kafka_client
+from airflow_logstore.log import control_topic, jvm_scan, kafka_client
 from airflow_logstore.log.deadletter import dead_letter_topic_name
 from airflow_logstore.publish.publisher import record_commits
 from airflow_logstore.reconcile import scan as reconcile_scan
@@ -295,7 +295,7 @@ class PythonEngine:
     :param workers: librdkafka scan processes for large windows (default 1: scan in this process).
     :param scanner: ``jvm`` (:mod:`airflow_logstore.log.jvm_scan`: the records reach Python as columns),
         ``librdkafka``, or ``auto`` (the JVM for windows of at least
-        :data:`~airflow_logstore.reconcile.scan.JVM_MIN_RECORDS` records when a JDK is installed).
+        :data:`~airflow_logstore.log.jvm_scan.JVM_MIN_RECORDS` records when a JDK is installed).
     """
 
     name = "python"
@@ -306,7 +306,7 @@ class PythonEngine:
         parallel_min_records: int = reconcile_scan.PARALLEL_MIN_RECORDS,
         scanner: str = "auto",
     ) -> None:
-        reconcile_scan.choose_scanner(scanner, 0)  # a bad name fails here, before the lease
+        jvm_scan.choose_scanner(scanner, 0)  # a bad name fails here, before the lease
         self.workers = workers
         self.parallel_min_records = parallel_min_records
         self.scanner = scanner

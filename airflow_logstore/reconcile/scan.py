@@ -23,16 +23,13 @@ from airflow_logstore.core import reconcile as core
 from airflow_logstore.core.codec import decode_headers
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.visibility import Decision
-from airflow_logstore.exceptions import OptionError, RecordDecodeError
-from airflow_logstore.log import kafka_client
+from airflow_logstore.exceptions import RecordDecodeError
+from airflow_logstore.log import jvm_scan, kafka_client
 from airflow_logstore.log.deadletter import DeadLetterTopic
 
 log = logging.getLogger(__name__)
 
 DEAD_LETTER_FLUSH_EVERY = 5000
-#: ``auto`` reads the log in a JVM (:mod:`airflow_logstore.log.jvm_scan`) from this many records on
-JVM_MIN_RECORDS = 200_000
-SCANNERS = ("auto", "jvm", "librdkafka")
 #: below this many records in the window, scanning in this process beats starting workers
 PARALLEL_MIN_RECORDS = 200_000
 CONSUME_BATCH = 1000
@@ -87,8 +84,6 @@ def jvm_scan_task(task: ScanTask) -> list[core.PartitionPlan]:
     to the planners as columns: only the records whose headers must be read (outside dense commit spans,
     and not of a committed or log-only attempt), and those of keys the planner follows, are fed one by
     one; the others are counted in bulk."""
-    from airflow_logstore.log import jvm_scan
-
     planners = _planners(task)
     dead = None
     if task.dead_letter_topic is not None:
@@ -320,18 +315,6 @@ def split(sizes: Mapping[int, int], workers: int) -> list[list[int]]:
     return [sorted(group) for group in groups if group]
 
 
-def choose_scanner(scanner: str, records: int) -> str:
-    """``jvm`` or ``librdkafka``: ``auto`` takes the JVM for windows of at least :data:`JVM_MIN_RECORDS`
-    records when this machine has a JDK (the JVM's start costs about a second)."""
-    if scanner not in SCANNERS:
-        raise OptionError("scanner", f"'{scanner}' is not one of {', '.join(SCANNERS)}")
-    if scanner != "auto":
-        return scanner
-    from airflow_logstore.log import jvm_scan
-
-    return "jvm" if records >= JVM_MIN_RECORDS and jvm_scan.available() else "librdkafka"
-
-
 def scan(
     task: ScanTask,
     *,
@@ -343,7 +326,7 @@ def scan(
     process or, when the window is large, in ``workers`` worker processes."""
     sizes = {p: max(0, task.ends[p] - task.starts[p]) for p in task.ends}
     busy = [p for p, size in sizes.items() if size]
-    chosen = choose_scanner(scanner, sum(sizes.values()))
+    chosen = jvm_scan.choose_scanner(scanner, sum(sizes.values()))
     log.info("scanning %d records of %d partitions with %s", sum(sizes.values()), len(busy), chosen)
     if chosen == "jvm":
         return jvm_scan_task(task)

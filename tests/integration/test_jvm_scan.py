@@ -14,6 +14,7 @@ from airflow_logstore.core.codec import RecordMeta, encode_headers
 from airflow_logstore.exceptions import KafkaUnavailableError, ServiceError
 from airflow_logstore.log import jvm_scan, kafka_client
 
+
 @pytest.fixture(autouse=True, scope="module")
 def _kafka_client_jar() -> None:
     """The scan takes the Kafka client of the Spark jars (downloaded once, as the Spark tests do)."""

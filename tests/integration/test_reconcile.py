@@ -551,6 +551,40 @@ def test_undecodable_records_are_dead_lettered_and_counted(env, spark, tmp_path:
     assert any("not an integer" in e["reason"] for e in entries)
 
 
+def test_log_reads_in_the_jvm_equal_reads_with_librdkafka(env, spark, tmp_path: Path) -> None:
+    """Eventual, consistent and hybrid reads of a log with a failover, its reversals and an undecodable
+    record: the JVM scan's columns give the rows, reports and dead letters of the librdkafka reader."""
+    import io
+
+    from airflow_logstore.read.reader import run_read
+
+    handle, dead = _failover_table(env, spark, tmp_path, "jvmread")
+    reconcile(handle)
+    config = handle.config()
+    prod = kafka_client.producer(handle.kafka_config(config))
+    tracker = kafka_client.DeliveryTracker()
+    prod.produce(config.topic, key=b"[1]", value=b"not a logstore record", partition=0, on_delivery=tracker)
+    kafka_client.flush(prod, tracker, 1, "a foreign record")
+    publish_visible_offsets(handle)
+    for mode, consistency in (("log", "eventual"), ("log", "transactional"), ("hybrid", "eventual")):
+        found = {}
+        for scanner in ("librdkafka", "jvm"):
+            out = io.StringIO()
+            summary = run_read(handle, mode=mode, consistency=consistency, output=out, scanner=scanner)
+            report = summary.pop("report")
+            assert report.pop("scanner") == scanner
+            lines = [json.loads(line) for line in out.getvalue().splitlines()]
+            log_rows = [row for row in lines if "_offset" in row]
+            for partition in {row["_partition"] for row in log_rows}:  # each partition in log order
+                offsets = [row["_offset"] for row in log_rows if row["_partition"] == partition]
+                assert offsets == sorted(offsets)
+            # partitions may interleave differently: the same rows, not the same order across them
+            found[scanner] = (sorted(json.dumps(row, sort_keys=True) for row in lines), summary, report)
+        assert found["jvm"] == found["librdkafka"], (mode, consistency)
+        rows, _, report = found["jvm"]
+        assert rows and report["dead_lettered"] == 1 and report["scanned"] > len(dead)
+
+
 # --- the operator and the CLI ----------------------------------------------------------------------
 
 

@@ -22,6 +22,7 @@ def run(args: argparse.Namespace) -> int:
         options=parse_properties(args.option, "--option"),
         normalize=args.normalize,
         limit=args.limit,
+        scanner=args.scanner,
         output=sys.stdout if args.format == "jsonl" else None,
     )
     if args.format == "summary":
@@ -32,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
+    from airflow_logstore.log.jvm_scan import JVM_MIN_RECORDS, SCANNERS
+
     parser = subparsers.add_parser("read", help="read a table: file, log (consistent/eventual) or hybrid")
     parser.add_argument("table")
     parser.add_argument("--mode", choices=("file", "log", "hybrid"), default="log")
@@ -58,5 +61,12 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--normalize", action="store_true", help="deduplicate an eventual read per key")
     parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument(
+        "--scanner",
+        default="auto",
+        choices=SCANNERS,
+        help="read the log in a JVM (needs a JDK) or with librdkafka; "
+        f"auto: the JVM from {JVM_MIN_RECORDS:,} records on",
+    )
     parser.add_argument("--format", choices=("jsonl", "summary"), default="jsonl")
     parser.set_defaults(handler=run)

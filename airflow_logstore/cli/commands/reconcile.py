@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     from airflow_logstore.core.reconcile import STAGES
-    from airflow_logstore.reconcile.scan import JVM_MIN_RECORDS, SCANNERS
+    from airflow_logstore.log.jvm_scan import JVM_MIN_RECORDS, SCANNERS
 
     parser = subparsers.add_parser(
         "reconcile", help="reverse failed writer attempts' records in the log; prints the JSON report"

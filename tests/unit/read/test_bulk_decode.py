@@ -310,3 +310,61 @@ def test_chunk_boundaries_do_not_change_what_is_read() -> None:
             for decision, count in part[2].items():
                 counts[decision] = counts.get(decision, 0) + count
         assert (records, dead, counts) == whole, size
+
+
+def _as_columns(messages: list[Message], scan_sets: list[Any]) -> list[Any]:
+    """The messages as the JVM scan hands them: per partition, chunks of columns; header set ids index
+    ``scan_sets`` (shared by all chunks, as in one scan)."""
+    import numpy as np
+
+    from airflow_logstore.log.jvm_scan import Chunk, Column
+
+    numbers: dict[tuple[Any, ...], int] = {}
+    chunks = []
+    for partition in sorted({m.p for m in messages}):
+        mine = [m for m in messages if m.p == partition]
+        ids = []
+        for m in mine:
+            key = tuple(m.h or ())
+            if key not in numbers:
+                numbers[key] = len(scan_sets)
+                scan_sets.append(list(m.h or []))
+            ids.append(numbers[key])
+
+        def column(items: list[bytes | None]) -> Column:
+            lengths = np.array([-1 if item is None else len(item) for item in items], dtype=np.int32)
+            return Column.of(lengths, b"".join(item for item in items if item is not None))
+
+        chunks.append(
+            Chunk(
+                partition,
+                mine[0].o,
+                mine[-1].o,
+                np.array([m.o for m in mine], dtype=np.int64),
+                np.array(ids, dtype=np.int32),
+                column([m.k for m in mine]),
+                column([m.v for m in mine]),
+            )
+        )
+    return chunks
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_decoding_columns_equals_decoding_messages(seed: int) -> None:
+    """``decode_columns`` (the JVM scan's chunks) gives the rows, decisions and dead letters that
+    ``decode_chunk`` gives for the same records, partition by partition."""
+    from airflow_logstore.read.batches import decode_columns
+
+    rng = random.Random(seed)
+    messages = random_chunk(rng, rng.randint(1, 400))
+    read_filter = random_filter(rng, random_state(rng, 80))
+    scan_sets: list[Any] = [[("unused", b"set")]]  # ids need not start at 0
+    for chunk in _as_columns(messages, scan_sets):
+        mine = [m for m in messages if m.p == chunk.partition]
+        want = decode_chunk(mine, read_filter, TYPES)
+        got = decode_columns(chunk, scan_sets, read_filter, TYPES)
+        assert got.rows.to_pylist() == want.rows.to_pylist()
+        assert got.by_decision == want.by_decision and got.decisions == want.decisions
+        assert [(m.partition(), m.offset(), m.value(), r) for m, r in got.dead] == [
+            (m.partition(), m.offset(), m.value(), r) for m, r in want.dead
+        ]
