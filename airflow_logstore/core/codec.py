@@ -471,7 +471,8 @@ def _bulk_piece(values: Sequence[bytes | None], field_types: Mapping[str, str], 
 
     if not values or None in values:
         return None
-    text = b"\n".join(values)  # type: ignore[arg-type]
+    joined = getattr(values, "joined", None)  # a sequence that can join itself without bytes objects
+    text = joined() if joined is not None else b"\n".join(values)  # type: ignore[arg-type]
     # one line per value, nothing Arrow could read as a line break or skip as an empty line
     if text.count(b"\n") != len(values) - 1 or b"\r" in text or b"" in values:
         return None

@@ -15,7 +15,7 @@ topic: never dropped silently.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -134,10 +134,9 @@ def decode_columns(
     if len(numbers) and numbers[0] < 0:
         raise ValueError("a read's JVM scan must send every record with its headers")
     firsts = [header_sets[number] for number in numbers.tolist()]
-    column = chunk.values
 
-    def values(kept: np.ndarray) -> list[bytes | None]:
-        return [column[i] for i in kept.tolist()]
+    def values(kept: np.ndarray) -> ColumnValues:
+        return ColumnValues(chunk.values, kept)
 
     def record(index: int) -> ScannedRecord:
         return ScannedRecord(chunk, index, header_sets[chunk.header_sets[index]])
@@ -159,7 +158,7 @@ def _decode(
     firsts: Sequence[Any],
     partitions: np.ndarray,
     offsets: np.ndarray,
-    values_of: Callable[[np.ndarray], list[bytes | None]],
+    values_of: Callable[[np.ndarray], Sequence[bytes | None]],
     record_at: Callable[[int], Any],
     read_filter: ReadFilter,
     field_types: Mapping[str, str],
@@ -205,6 +204,49 @@ def _decode(
     decisions = [decision_of[i] for i in kept_decisions[chosen]] if decision_of != [None] else []
     dead.sort(key=lambda item: (item[0].partition(), item[0].offset()))
     return DecodedChunk(table, positions, meta_codes, metas, decisions, by_decision, dead)
+
+
+class ColumnValues(Sequence[bytes | None]):
+    """Some values of a JVM scan's column (``indexes``, ascending) as the sequence
+    :func:`~airflow_logstore.core.codec.decode_values_bulk` reads, joined in bulk by :meth:`joined`
+    instead of one ``bytes`` object per value."""
+
+    def __init__(self, column: Any, indexes: np.ndarray) -> None:
+        self.column = column
+        self.indexes = indexes
+
+    def __len__(self) -> int:
+        return len(self.indexes)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return ColumnValues(self.column, self.indexes[index])
+        return self.column[int(self.indexes[index])]
+
+    def __iter__(self) -> Iterator[bytes | None]:
+        column = self.column
+        return (column[i] for i in self.indexes.tolist())
+
+    def __contains__(self, value: object) -> bool:
+        lengths = self.column.lengths[self.indexes]
+        if value is None:
+            return bool((lengths < 0).any())
+        if value == b"":
+            return bool((lengths == 0).any())
+        return any(item == value for item in self)
+
+    def joined(self) -> bytes:
+        """The values joined by newlines (none may be null)."""
+        import numpy as np
+
+        lengths = self.column.lengths[self.indexes].astype(np.int64)
+        starts = self.column.starts[self.indexes]
+        data = np.frombuffer(self.column.data, dtype=np.uint8)
+        marks = np.zeros(len(data) + 1, dtype=np.int64)  # +1 where a kept value starts, -1 after it
+        np.add.at(marks, starts, 1)
+        np.add.at(marks, starts + lengths, -1)
+        kept = data[np.cumsum(marks[:-1]) > 0]
+        return np.insert(kept, np.cumsum(lengths)[:-1], ord("\n")).tobytes()  # type: ignore[no-any-return]
 
 
 def _none() -> np.ndarray:

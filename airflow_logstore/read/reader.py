@@ -430,13 +430,16 @@ class LogReader:
                 decoded = self._jvm_chunks(first, last, read_filter)
             else:
                 decoded = self._librdkafka_chunks(cons, first, last, read_filter)
-            for messages, chunk, scanned in decoded:
-                report.scanned += scanned
-                for decision, count in chunk.by_decision.items():
-                    report.by_decision[decision] = report.by_decision.get(decision, 0) + count
-                for message, reason in chunk.dead:
-                    self.dead_letter.add(self.topic, message, reason)
-                yield messages, chunk
+            try:
+                for messages, chunk, scanned in decoded:
+                    report.scanned += scanned
+                    for decision, count in chunk.by_decision.items():
+                        report.by_decision[decision] = report.by_decision.get(decision, 0) + count
+                    for message, reason in chunk.dead:
+                        self.dead_letter.add(self.topic, message, reason)
+                    yield messages, chunk
+            finally:
+                decoded.close()  # a read stopped early (a limit) stops the JVM at once
         finally:
             cons.close()
             self.dead_letter.flush()
@@ -444,13 +447,13 @@ class LogReader:
 
     def _librdkafka_chunks(
         self, cons: Any, first: Mapping[int, int], last: Mapping[int, int], read_filter: ReadFilter
-    ) -> Iterator[tuple[list[Any], DecodedChunk, int]]:
+    ) -> Generator[tuple[list[Any], DecodedChunk, int], None, None]:
         for messages in kafka_client.scan(cons, self.topic, first, last, batch_size=CHUNK_RECORDS):
             yield messages, decode_chunk(messages, read_filter, self.field_types), len(messages)
 
     def _jvm_chunks(
         self, first: Mapping[int, int], last: Mapping[int, int], read_filter: ReadFilter
-    ) -> Iterator[tuple[list[Any], DecodedChunk, int]]:
+    ) -> Generator[tuple[list[Any], DecodedChunk, int], None, None]:
         """The records as columns from the JVM scan (every record sent: no dense spans)."""
         scan = jvm_scan.JvmScan(
             self.kafka_config, self.topic, first, last, client_settings={"max.poll.records": CHUNK_RECORDS}

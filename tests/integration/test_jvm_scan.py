@@ -25,6 +25,7 @@ def _kafka_client_jar() -> None:
 
 A = encode_headers(RecordMeta("w", 1, 1, "0.0"))
 B = encode_headers(RecordMeta("w", 1, 2, "0.0"))
+RENAMED = [(f"{name}.x", value) for name, value in A]  # A's values under other names: another set
 
 
 def _fill(env: Any, topic: str) -> dict[str, Any]:
@@ -41,6 +42,7 @@ def _fill(env: Any, topic: str) -> dict[str, Any]:
         ],  # 7-11: dense; a2 at 9, 11 in lookback
         (0, b"z", B, b"last"),  # 12
         *[(1, f"p{i}".encode(), A, b"") for i in range(3)],  # partition 1: no dense span
+        (1, b"p3", RENAMED, b""),
     ]
     for partition, key, headers, value in rows:
         prod.produce(topic, value, key, partition=partition, headers=headers, on_delivery=tracker)
@@ -62,7 +64,7 @@ def test_dense_records_are_sent_only_when_followed_or_in_lookback(env) -> None:
         config,
         topic,
         {0: 1, 1: 0},
-        {0: 13, 1: 3},
+        {0: 13, 1: 4},
         dense={0: [(0, 4), (7, 11)]},
         lookback={0: [(11, 11)]},
     )
@@ -89,8 +91,8 @@ def test_dense_records_are_sent_only_when_followed_or_in_lookback(env) -> None:
     partition_one = [
         (int(o), c.keys[i], sets[c.header_sets[i]]) for c in chunks[1] for i, o in enumerate(c.offsets)
     ]
-    assert partition_one == [(0, b"p0", A), (1, b"p1", A), (2, b"p2", A)]
-    assert len(sets) == 3  # each distinct header set once
+    assert partition_one == [(0, b"p0", A), (1, b"p1", A), (2, b"p2", A), (3, b"p3", RENAMED)]
+    assert len(sets) == 4  # each distinct header set once
 
 
 def test_an_end_beyond_the_log_is_reached_once_the_broker_has_nothing_more(env) -> None:

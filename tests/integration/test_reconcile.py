@@ -583,6 +583,16 @@ def test_log_reads_in_the_jvm_equal_reads_with_librdkafka(env, spark, tmp_path: 
         assert found["jvm"] == found["librdkafka"], (mode, consistency)
         rows, _, report = found["jvm"]
         assert rows and report["dead_lettered"] == 1 and report["scanned"] > len(dead)
+    limited = run_read(
+        handle, mode="log", consistency="eventual", output=io.StringIO(), scanner="jvm", limit=3
+    )
+    assert limited["records"] == 3
+    import psutil
+
+    scans = [
+        p for p in psutil.process_iter(["cmdline"]) if "airflow_logstore.LogScan" in (p.info["cmdline"] or [])
+    ]
+    assert scans == []  # a read stopped early stops its JVM
 
 
 # --- the operator and the CLI ----------------------------------------------------------------------

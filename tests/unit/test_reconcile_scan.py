@@ -129,8 +129,8 @@ def _chunks(
                     numbers[headers] = len(sets)
                     sets.append(list(headers))
                 ids.append(numbers[headers])
-                if record.key is not None:
-                    followed[partition].add(record.key)
+                if record.key is not None and any(first > record.offset for first, _, _ in dense):
+                    followed[partition].add(record.key)  # as the JVM: only while dense spans lie ahead
             sent.append(record)
 
         def column(items: list[bytes | None]) -> Column:

@@ -7,6 +7,7 @@ import java.io.FileOutputStream;
 import java.io.IOException;
 import java.io.InputStreamReader;
 import java.io.OutputStream;
+import java.lang.reflect.Field;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
@@ -25,6 +26,7 @@ import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeader;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
 /**
@@ -42,7 +44,9 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * says so): they are left out of the frames and only counted by the frame's offset range, unless they
  * are in a lookback range or their key is <em>followed</em>: the key of a record of the partition sent
  * earlier for its headers (a superset of the keys the caller's planner tracks). Those are sent with
- * header set -1, their headers unread.
+ * header set -1, their headers unread. Keys are followed only while dense spans lie ahead, so a scan
+ * without dense spans (a read) holds none; otherwise they are as many as the records read for their
+ * headers (failed attempts, records in flight, reversals), not the log's.
  *
  * <p>One consumer reads every partition. Frames (little-endian):
  *
@@ -60,6 +64,8 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  */
 public final class LogScan {
     private static final long[][] NO_SPANS = new long[0][];
+    private static final Field KEY_BUFFER = rawField("keyBuffer");
+    private static final Field VALUE_BUFFER = rawField("valueBuffer");
     /** Header sets known at once; more, and the ids start again (a 'C' frame) before the next frame. */
     private static final int MAX_HEADER_SETS = 4096;
     /** A position is known after a seek; a reset (retention) asks the broker, for at most this long. */
@@ -231,7 +237,7 @@ public final class LogScan {
         IntList sets = new IntList(count);
         int keyBytes = 0;
         int valueBytes = 0;
-        Header[] previous = null;
+        ByteBuffer[] previous = null;
         int previousId = -1;
         int span = 0;
         for (int i = 0; i < count; i++) {
@@ -249,12 +255,12 @@ public final class LogScan {
                 sets.add(-1);
             } else {
                 Header[] headers = record.headers().toArray();
-                if (previous == null || !sameHeaders(headers, previous)) {
-                    previous = headers;
+                if (!sameHeaders(headers, previous)) {
+                    previous = copy(headers);
                     previousId = headerSetId(headers);
                 }
                 sets.add(previousId);
-                if (key != null) {
+                if (key != null && span < spans.length) { // followed in the dense spans still ahead
                     keys.add(ByteBuffer.wrap(key));
                 }
             }
@@ -311,17 +317,66 @@ public final class LogScan {
         return false;
     }
 
-    /** Whether two records' headers are the same names and bytes (no allocation: the common case). */
-    private static boolean sameHeaders(Header[] a, Header[] b) {
-        if (a.length != b.length) {
+    /**
+     * Whether a record's headers are the names and bytes of ``previous`` (alternating name, value; a copy).
+     * The client's headers hold their raw bytes until asked for a name (decoded from UTF-8) or a value
+     * (copied): read here without either, per record the costly part of a scan.
+     */
+    private static boolean sameHeaders(Header[] headers, ByteBuffer[] previous) {
+        if (previous == null || 2 * headers.length != previous.length) {
             return false;
         }
-        for (int i = 0; i < a.length; i++) {
-            if (!a[i].key().equals(b[i].key()) || !Arrays.equals(a[i].value(), b[i].value())) {
+        for (int i = 0; i < headers.length; i++) {
+            if (!raw(headers[i], KEY_BUFFER).equals(previous[2 * i])) {
+                return false;
+            }
+            ByteBuffer value = raw(headers[i], VALUE_BUFFER);
+            if (value == null ? previous[2 * i + 1] != null : !value.equals(previous[2 * i + 1])) {
                 return false;
             }
         }
         return true;
+    }
+
+    /** A copy of the headers' names and values, for {@link #sameHeaders}. */
+    private static ByteBuffer[] copy(Header[] headers) {
+        ByteBuffer[] copied = new ByteBuffer[2 * headers.length];
+        for (int i = 0; i < headers.length; i++) {
+            copied[2 * i] = ByteBuffer.wrap(headers[i].key().getBytes(StandardCharsets.UTF_8));
+            byte[] value = headers[i].value();
+            copied[2 * i + 1] = value == null ? null : ByteBuffer.wrap(value);
+        }
+        return copied;
+    }
+
+    /** A header's name (``KEY_BUFFER``) or value (``VALUE_BUFFER``) bytes, without decoding or copying
+     * them when the client still holds them raw; else from ``key()`` / ``value()``. */
+    private static ByteBuffer raw(Header header, Field field) {
+        if (field != null && header instanceof RecordHeader) {
+            try {
+                Object found = field.get(header);
+                if (found != null) {
+                    return (ByteBuffer) found;
+                }
+            } catch (IllegalAccessException e) {
+                // fall through: decode
+            }
+        }
+        if (field == KEY_BUFFER) {
+            return ByteBuffer.wrap(header.key().getBytes(StandardCharsets.UTF_8));
+        }
+        byte[] value = header.value();
+        return value == null ? null : ByteBuffer.wrap(value);
+    }
+
+    private static Field rawField(String name) {
+        try {
+            Field field = RecordHeader.class.getDeclaredField(name);
+            field.setAccessible(true);
+            return field;
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            return null; // another client version: decode instead
+        }
     }
 
     /** The id of a header set; a new one is written ('H') before any frame that uses it. */
