@@ -54,6 +54,12 @@ class Column:
         np.cumsum(np.maximum(lengths, 0), out=starts[1:])
         return cls(lengths, starts, data)
 
+    @classmethod
+    def of_values(cls, values: Sequence[bytes | None]) -> Column:
+        """A column of these values (tests, and callers that have Python values)."""
+        lengths = np.array([-1 if value is None else len(value) for value in values], dtype=np.int32)
+        return cls.of(lengths, b"".join(value for value in values if value is not None))
+
     def __getitem__(self, index: int) -> bytes | None:
         index = range(len(self.lengths))[index]
         if self.lengths[index] < 0:

@@ -59,11 +59,8 @@ def _polls(records: list[R.LogRecordIn], rng: random.Random) -> list[list[_Recor
     return polls
 
 
-@pytest.mark.parametrize("seed", range(30))
-def test_the_scan_plans_what_the_planner_plans_from_the_same_records(
-    seed: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    rng = random.Random(seed)
+def _scan_window(seed: int) -> tuple[Any, dict[int, int], dict[int, int], Any, list[Any], Any]:
+    """A random history with a dead attempt at the end: its window and what the planner plans from it."""
     world = _random_history(seed)
     world.write("w", world.state.epochs["w"], 999, [{"id": 1, "v": "x", "op": "update"}], die=True)
     world.claim()
@@ -73,6 +70,15 @@ def test_the_scan_plans_what_the_planner_plans_from_the_same_records(
     lookback = R.lookback_ranges(world.state.reconcile_progress, starts)
     window = [r for p in sorted(world.log) for r in world.log[p][starts[p] : ends[p]]]
     expected, _ = R.plan_partitions(window, _copy_state(world.state), starts, ends, lookback)
+    return world, starts, ends, lookback, window, expected
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_scan_plans_what_the_planner_plans_from_the_same_records(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(seed)
+    world, starts, ends, lookback, window, expected = _scan_window(seed)
 
     cons = _Consumer(_polls(window, rng))
     monkeypatch.setattr(kafka_client, "consumer", lambda config, **settings: cons)
@@ -133,10 +139,6 @@ def _chunks(
                     followed[partition].add(record.key)  # as the JVM: only while dense spans lie ahead
             sent.append(record)
 
-        def column(items: list[bytes | None]) -> Column:
-            lengths = np.array([-1 if item is None else len(item) for item in items], dtype=np.int32)
-            return Column.of(lengths, b"".join(item for item in items if item is not None))
-
         chunks.append(
             (
                 len(generations) - 1,
@@ -146,8 +148,8 @@ def _chunks(
                     taken[-1].offset,
                     np.array([r.offset for r in sent], dtype=np.int64),
                     np.array(ids, dtype=np.int32),
-                    column([r.key for r in sent]),
-                    column([r.value for r in sent]),
+                    Column.of_values([r.key for r in sent]),
+                    Column.of_values([r.value for r in sent]),
                 ),
             )
         )
@@ -163,15 +165,7 @@ def test_the_jvm_scan_plans_what_the_planner_plans_from_the_same_records(
     from airflow_logstore.log import jvm_scan
 
     rng = random.Random(seed)
-    world = _random_history(seed)
-    world.write("w", world.state.epochs["w"], 999, [{"id": 1, "v": "x", "op": "update"}], die=True)
-    world.claim()
-    bounds = {p: (0, len(records)) for p, records in world.log.items()}
-    starts, _, _ = R.start_positions({} if seed % 2 else world.state.reconcile_positions, bounds)
-    ends = {p: high for p, (_, high) in bounds.items()}
-    lookback = R.lookback_ranges(world.state.reconcile_progress, starts)
-    window = [r for p in sorted(world.log) for r in world.log[p][starts[p] : ends[p]]]
-    expected, _ = R.plan_partitions(window, _copy_state(world.state), starts, ends, lookback)
+    world, starts, ends, lookback, window, expected = _scan_window(seed)
 
     chunks, generations = _chunks(
         window, rng, world.state, lookback, filtered=bool(seed % 3), max_sets=rng.choice([1, 3, 4096])

@@ -331,10 +331,6 @@ def _as_columns(messages: list[Message], scan_sets: list[Any]) -> list[Any]:
                 scan_sets.append(list(m.h or []))
             ids.append(numbers[key])
 
-        def column(items: list[bytes | None]) -> Column:
-            lengths = np.array([-1 if item is None else len(item) for item in items], dtype=np.int32)
-            return Column.of(lengths, b"".join(item for item in items if item is not None))
-
         chunks.append(
             Chunk(
                 partition,
@@ -342,8 +338,8 @@ def _as_columns(messages: list[Message], scan_sets: list[Any]) -> list[Any]:
                 mine[-1].o,
                 np.array([m.o for m in mine], dtype=np.int64),
                 np.array(ids, dtype=np.int32),
-                column([m.k for m in mine]),
-                column([m.v for m in mine]),
+                Column.of_values([m.k for m in mine]),
+                Column.of_values([m.v for m in mine]),
             )
         )
     return chunks
