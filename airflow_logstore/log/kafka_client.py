@@ -249,7 +249,9 @@ class TopicInfo:
 
 
 def describe_topic(config: Mapping[str, Any], topic: str, timeout: float | None = None) -> TopicInfo | None:
-    """The topic's partition count and settings, or None when it does not exist."""
+    """The topic's partition count and settings, or None when it does not exist (yet, for the broker
+    that answered)."""
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import ConfigResource
 
     timeout = request_timeout(timeout)
@@ -258,7 +260,12 @@ def describe_topic(config: Mapping[str, Any], topic: str, timeout: float | None 
     if found is None or found.error is not None:
         return None
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    described = admin.describe_configs([resource])[resource].result(timeout=timeout)
+    try:
+        described = admin.describe_configs([resource])[resource].result(timeout=timeout)
+    except KafkaException as exc:
+        if exc.args and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            return None  # a new topic the answering broker has not learned yet (several brokers)
+        raise
     return TopicInfo(topic, len(found.partitions), {k: v.value for k, v in described.items()})
 
 

@@ -196,3 +196,32 @@ def test_recorded_epochs_are_the_highest_per_writer_over_every_snapshot() -> Non
         None,
     )
     assert recorded_epochs(table) == {"a": 12, "b": 3}  # type: ignore[arg-type]
+
+
+def test_a_new_topic_a_broker_does_not_know_yet_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On several brokers the one answering ``describe_configs`` may not know a just-created topic yet
+    (seen on the cluster test): that is "not there yet", and the wait asks again."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from confluent_kafka import KafkaError, KafkaException
+
+    from airflow_logstore.log import kafka_client
+
+    answers = [KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)), None]
+
+    class _Admin:
+        def describe_configs(self, resources: list[Any]) -> dict[Any, Future[Any]]:
+            future: Future[Any] = Future()
+            answer = answers.pop(0)
+            if answer is None:
+                future.set_result({"retention.ms": SimpleNamespace(value="1000")})
+            else:
+                future.set_exception(answer)
+            return {resources[0]: future}
+
+    topic = SimpleNamespace(error=None, partitions={0: None, 1: None})
+    metadata = SimpleNamespace(topics={"t": topic})
+    monkeypatch.setattr(kafka_client, "_metadata", lambda config, name, timeout: (metadata, _Admin()))
+    info = kafka_client._wait_for_topic({}, "t", 5.0)
+    assert info == kafka_client.TopicInfo("t", 2, {"retention.ms": "1000"}) and answers == []
