@@ -701,7 +701,7 @@ class PartitionPlanner:
             else:
                 by = self.stats.by_decision
                 by[decision.value] = by.get(decision.value, 0) + count
-        if self._first is None or first_offset < self._first:
+        if self._first is None:
             self._first = first_offset
 
     def legit(self, offset: int, key: bytes | None, value: bytes | None) -> None:
@@ -713,10 +713,7 @@ class PartitionPlanner:
     def observe_committed(self, count: int, first_offset: int) -> None:
         """Count ``count`` committed records of keys this planner does not track, outside the lookback
         range, without feeding them one by one (what :meth:`observe` would do with them: count them)."""
-        self._seen += count
-        self._committed += count
-        if self._first is None:
-            self._first = first_offset
+        self.count_known(first_offset, {_COMMITTED: count})
 
     def tracked_keys(self) -> Iterable[bytes]:
         """Keys whose committed records must still be fed one by one (they have per-key state)."""

@@ -149,9 +149,7 @@ def feed_chunk(
         headers = header_sets[sets[index]]
         reason = planner.observe(offset, key, headers, value)
         if reason is not None and dead is not None:
-            from airflow_logstore.log.jvm_scan import ScannedRecord
-
-            dead.add(topic, ScannedRecord(chunk, index, headers), reason)
+            dead.add(topic, jvm_scan.ScannedRecord(chunk, index, headers), reason)
             if dead.count % DEAD_LETTER_FLUSH_EVERY == 0:
                 dead.flush()
 
