@@ -51,9 +51,9 @@ def produce_partition(batches: Iterable[Any], ctx: ProduceContext) -> Iterator[A
     yield pa.RecordBatch.from_pylist([{"task": task, "count": sent, "offsets": offsets}])
 
 
-def produce_records(records: Any, ctx: ProduceContext, tasks: int, keyed: bool) -> Produced:
+def produce_records(records: Any, ctx: ProduceContext) -> Produced:
     reports = (
-        in_produce_order(records, tasks, keyed)
+        in_produce_order(records)
         .mapInArrow(lambda batches: produce_partition(batches, ctx), REPORT_SCHEMA)
         .collect()
     )

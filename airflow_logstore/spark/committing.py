@@ -25,7 +25,7 @@ from airflow_logstore.pause import pause_point
 from airflow_logstore.spark import staged_commit
 from airflow_logstore.spark.commit_retry import backoff_seconds, is_commit_conflict
 from airflow_logstore.spark.inputs import OP_COLUMN
-from airflow_logstore.spark.planning import KeyFilter
+from airflow_logstore.spark.planning import KeyFilter, KeysAbsent, table_rows
 from airflow_logstore.table.tables import merged_state
 
 if TYPE_CHECKING:
@@ -55,12 +55,19 @@ class CommitTarget:
 
 
 def commit_batch(
-    target: CommitTarget, final: DataFrame, commit: CommitInfo, keys: KeyFilter | None = None
+    target: CommitTarget,
+    final: DataFrame,
+    commit: CommitInfo,
+    keys: KeyFilter | None = None,
+    absent: KeysAbsent | None = None,
 ) -> CommitInfo:
     """Commit the batch by compare-and-set on ``main``; return the commit of this batch that is in the
     table afterwards (an older attempt's, if that one won).
 
     :param keys: where the batch's keys can be in the table: the MERGE reads only those rows.
+    :param absent: the plan found none of the batch's keys in the table: an attempt whose base that
+        still holds for appends the rows instead of merging them (the same result, without reading the
+        table).
     :raises FencedError: a newer epoch of the writer was claimed or has committed.
     :raises CommitConflictError: ``main`` moved during every attempt.
     """
@@ -68,7 +75,7 @@ def commit_batch(
         base = staged_commit.load_base(target.handle)
         refs = attempt_refs(target.writer_id, commit.batch_id, target.epoch, attempt)
         opened = staged_commit.open_attempt(base, refs)  # before deciding: a fence now stops this attempt
-        landed = run_attempt(target, final, opened, commit, keys)
+        landed = run_attempt(target, final, opened, commit, keys, absent)
         if landed is not None:
             return landed
         wait_before_deciding_again(commit.batch_id, attempt)
@@ -113,6 +120,7 @@ def run_attempt(
     attempt: staged_commit.Attempt,
     commit: CommitInfo,
     keys: KeyFilter | None = None,
+    absent: KeysAbsent | None = None,
 ) -> CommitInfo | None:
     """Decide, then write and publish: the batch's commit in the table, None when ``main`` moved.
 
@@ -126,7 +134,7 @@ def run_attempt(
         pause_point("commit:decided")
         existing = settled_by(decision, target.writer_id, target.epoch, commit.batch_id)
         if existing is None:
-            return write_and_publish(target, final, attempt, with_positions(commit, state), keys)
+            return write_and_publish(target, final, attempt, with_positions(commit, state), keys, absent)
     except Exception as exc:
         fenced = not staged_commit.drop_attempt(target.handle, attempt.refs)
         if staged_commit.is_lost_race(exc) or is_commit_conflict(exc):
@@ -147,10 +155,19 @@ def write_and_publish(
     attempt: staged_commit.Attempt,
     commit: CommitInfo,
     keys: KeyFilter | None,
+    absent: KeysAbsent | None = None,
 ) -> CommitInfo:
-    """Write the batch to the attempt's branch and publish it (:func:`.staged_commit.publish`)."""
+    """Write the batch to the attempt's branch and publish it (:func:`.staged_commit.publish`).
+
+    The batch is appended when the plan found none of its keys in this base (``absent``), else merged.
+    """
     branch = attempt.refs.branch
-    write_branch(final, branch_table(target.handle.spark_name(), branch), target.primary_key, commit, keys)
+    base = attempt.base
+    append = absent is not None and absent.hold_for(base.snapshot_id, table_rows(base.table))
+    if append:
+        log.info("batch %s: none of its keys is in base %s: appended", commit.batch_id, base.snapshot_id)
+    table_name = branch_table(target.handle.spark_name(), branch)
+    write_branch(final, table_name, target.primary_key, commit, keys, append)
     table, head = staged_commit.branch_head(target.handle, attempt.refs)
     snapshot = table.snapshot_by_id(head)
     check_staged_head(
@@ -188,8 +205,10 @@ def write_branch(
     primary_key: Sequence[str],
     commit: CommitInfo,
     keys: KeyFilter | None = None,
+    append: bool = False,
 ) -> None:
-    """Write the batch to ``table`` (a branch) with its ``logstore.*`` summary, in a session of its own.
+    """Write the batch to ``table`` (a branch) with its ``logstore.*`` summary, in a session of its own
+    (:func:`write_sql`'s statement).
 
     Summary properties are session settings in Iceberg's Spark writes: a session used by this one
     write alone keeps a concurrent write of the application (another stream, a thread) from
@@ -202,9 +221,8 @@ def write_branch(
     final.createOrReplaceGlobalTempView(view)
     try:
         columns = [f.name for f in final.schema.fields if f.name != OP_COLUMN]
-        statement = write_sql(
-            table, f"global_temp.{view}", columns, primary_key, keys.sql("t") if keys else None
-        )
+        scope = keys.sql("t") if keys else None
+        statement = write_sql(table, f"global_temp.{view}", columns, primary_key, scope, append)
         session.sql(statement).collect()
     finally:
         final.sparkSession.catalog.dropGlobalTempView(view)
@@ -216,16 +234,25 @@ def branch_table(table_name: str, branch: str) -> str:
 
 
 def write_sql(
-    target: str, view: str, columns: Sequence[str], primary_key: Sequence[str], scope: str | None = None
+    target: str,
+    view: str,
+    columns: Sequence[str],
+    primary_key: Sequence[str],
+    scope: str | None = None,
+    append: bool = False,
 ) -> str:
     """``INSERT`` (no key) or ``MERGE`` of ``view`` into ``target``: per key, the last change wins.
 
     :param scope: a condition on the target (``t``) that every row of the batch's keys meets: it goes
         into the MERGE's condition, where Iceberg and Spark push it into the target's scan.
+    :param append: the target holds none of the batch's keys: ``INSERT`` the rows but deletes (of
+        nothing), which is what the ``MERGE`` would do.
     """
     quoted = [f"`{c}`" for c in columns]
     if not primary_key:
         return f"INSERT INTO {target} SELECT {', '.join(quoted)} FROM {view}"
+    if append:
+        return f"INSERT INTO {target} SELECT {', '.join(quoted)} FROM {view} WHERE {OP_COLUMN} <> 'D'"
     on = " AND ".join([*(f"t.`{c}` = s.`{c}`" for c in primary_key), *([scope] if scope else [])])
     updates = ", ".join(f"t.{c} = s.{c}" for c in quoted)
     values = ", ".join(f"s.{c}" for c in quoted)

@@ -35,8 +35,10 @@ from airflow_logstore.spark.inputs import read_raw, validated_changes
 from airflow_logstore.spark.planning import (
     BatchPlan,
     KeyFilter,
+    KeysAbsent,
     key_filter,
     plan_row_kinds,
+    planned_snapshot,
     table_rows,
     worth_a_key_filter,
 )
@@ -53,6 +55,7 @@ from airflow_logstore.table.schema import primary_key_of
 from airflow_logstore.table.tables import LogStoreTable, merged_state
 
 if TYPE_CHECKING:
+    from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["BatchResult", "CrashPoint", "DualWriter", "open_writer", "task_identity"]
@@ -195,33 +198,52 @@ class DualWriter:
         done = self.state().committed(self.writer_id, batch_id)  # 1
         if done is not None:
             return result.skipped_for(done)
-        target = self.spark.table(self.handle.spark_name())  # main as it is now (the catalog is uncached)
-        changes = validated_changes(raw, target.schema, self.primary_key, self.change_column)  # 2
+        table = self.handle.load()  # main as it is now: the batch is planned against this snapshot
+        schema = self.spark.table(self.handle.spark_name()).schema
+        changes = validated_changes(raw, schema, self.primary_key, self.change_column)  # 2
         try:
-            produce = EMIT_LOG in self.emit_mode
-            plan = self._plan(changes, target, self._keys(changes)).persisted(produce=produce)  # 3
+            plan = self._plan(changes, self._target(table), self._keys(changes, table)).persisted()  # 3
             try:
-                written = self._write_planned(plan, changes, result)  # 4 to 6
+                written = self._write_planned(plan, result, planned_snapshot(table))  # 4 to 6
             finally:
                 plan.unpersist()
         finally:
             changes.unpersist()
         return replace(written, seconds=round(time.monotonic() - started, 3))
 
-    def _keys(self, changes: DataFrame) -> KeyFilter | None:
+    def _target(self, table: Table) -> DataFrame | None:
+        """The table's rows as of ``table``'s current snapshot (None: it holds none)."""
+        snapshot_id = planned_snapshot(table)
+        if snapshot_id is None or table_rows(table) == 0:
+            return None
+        return self.spark.sql(f"SELECT * FROM {self.handle.spark_name()} VERSION AS OF {snapshot_id}")
+
+    def _keys(self, changes: DataFrame, table: Table) -> KeyFilter | None:
         """Where the batch's keys can be in the table (None: anywhere, or not worth finding out)."""
-        if not self.primary_key or not worth_a_key_filter(table_rows(self.handle.load()), changes.count()):
+        if not self.primary_key or not worth_a_key_filter(table_rows(table), changes.count()):
             return None
         return key_filter(changes, self.primary_key)
 
-    def _plan(self, changes: DataFrame, target: DataFrame, keys: KeyFilter | None) -> BatchPlan:
+    def _plan(self, changes: DataFrame, target: DataFrame | None, keys: KeyFilter | None) -> BatchPlan:
         """Plan the row kinds (a method so that a test can hold the MERGE by wrapping its source)."""
-        return plan_row_kinds(changes, target, self.primary_key, keys)
+        return plan_row_kinds(changes, target, self.primary_key, keys, self._tasks())
 
-    def _write_planned(self, plan: BatchPlan, changes: DataFrame, result: BatchResult) -> BatchResult:
-        """Produce the planned records, commit the batch to the table, record the commit."""
+    def _tasks(self) -> int:
+        """The Spark tasks of the plan: one per log partition (at most the cluster's parallelism) when
+        the batch is produced, the cluster's parallelism otherwise."""
+        parallelism = self.spark.sparkContext.defaultParallelism
+        if EMIT_LOG not in self.emit_mode:
+            return parallelism
+        return produce_tasks(self.config.partitions, parallelism)
+
+    def _write_planned(self, plan: BatchPlan, result: BatchResult, planned_at: int | None) -> BatchResult:
+        """Produce the planned records, commit the batch to the table, record the commit.
+
+        :param planned_at: the snapshot the batch was planned against (None: the table had none).
+        """
         batch_id = result.batch_id
-        counted = result.counted(changes.count(), plan.count_noop_deletes())
+        counts = plan.count()
+        counted = result.counted(counts.changes, counts.noop_deletes)
         produced = self._produce(plan.records, batch_id) if EMIT_LOG in self.emit_mode else NOTHING_PRODUCED
         logged = counted.produced(produced)
         log.info("batch %s: %s log records flushed, offsets %s", batch_id, produced.count, logged.offsets)
@@ -229,7 +251,8 @@ class DualWriter:
         commit = self._commit_info(batch_id, produced)
         if EMIT_FILE not in self.emit_mode:
             return self._record(logged, commit)
-        landed = commit_batch(self._commit_target(), plan.final, commit, plan.keys)
+        absent = None if counts.keys_in_table else KeysAbsent(planned_at)
+        landed = commit_batch(self._commit_target(), plan.final, commit, plan.keys, absent)
         self._crash_point("after-commit", batch_id)
         return self._record(replace(logged, snapshot_id=landed.snapshot_id), landed)
 
@@ -268,8 +291,7 @@ class DualWriter:
             batch_id,
             log_only=EMIT_FILE not in self.emit_mode,
         )
-        tasks = produce_tasks(self.config.partitions, self.spark.sparkContext.defaultParallelism)
-        return produce_records(records, ctx, tasks, keyed=bool(self.primary_key))
+        return produce_records(records, ctx)
 
     # -- the table -----------------------------------------------------------------------------------
 

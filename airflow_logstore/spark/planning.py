@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from airflow_logstore.spark.inputs import OP_COLUMN, ROW_COLUMN
+from airflow_logstore.spark.inputs import FILE_COLUMN, OP_COLUMN, ROW_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -27,6 +27,9 @@ BEFORE_COLUMN = "_logstore_before"
 AFTER_COLUMN = "_after"
 TABLE_ROW_COLUMN = "_table_row"
 SEQ_IN_KEY_COLUMN = "_seq_in_key"
+LAST_COLUMN = "_last_in_key"
+IN_TABLE_COLUMN = "_in_table"
+RECORD_COLUMN = "_record"
 CURRENT_PREFIX = "_cur_"
 JSON_OPTIONS = {
     "ignoreNullFields": "false",
@@ -96,6 +99,12 @@ def table_rows(table: Any) -> int | None:
     return int(total) if total is not None else None
 
 
+def planned_snapshot(table: Any) -> int | None:
+    """A pyiceberg table's current snapshot id (None: it has none)."""
+    snapshot = table.current_snapshot()
+    return snapshot.snapshot_id if snapshot is not None else None
+
+
 def key_filter(changes: DataFrame, primary_key: Sequence[str]) -> KeyFilter | None:
     """The batch's :class:`KeyFilter` (None without a key, or with more than KEY_FILTER_LIMIT values)."""
     if not primary_key:
@@ -111,14 +120,15 @@ def key_filter(changes: DataFrame, primary_key: Sequence[str]) -> KeyFilter | No
 class BatchPlan:
     """A planned batch as Spark frames (lazy until an action runs).
 
-    :param records: the log records: key, value, input row, place in the row's change.
+    :param records: the log records: key, value, input row, place in the row's change; spread over the
+        Spark partitions that produce them (all of a key in one), so they reach the producers unshuffled.
     :param final: the last change of each key (the table's columns and the change kind): the MERGE's source.
     :param noop_deletes: deletes of keys the table does not hold (None for tables without a key).
     :param lookup: the table's current rows of the batch's keys (None for tables without a key): read
         once, then both the before-images and the no-op deletes come from it.
     :param keys: where the batch's keys can be in the table (None: anywhere).
-    :param planned: what both ``records`` and ``noop_deletes`` are computed from (each change with its
-        before- and after-image; the records themselves for tables without a key): cached by
+    :param planned: what ``records``, ``final`` and ``noop_deletes`` are computed from (each change with
+        its before- and after-image; the records themselves for tables without a key): cached by
         :meth:`persisted`, so the join with the lookup and the per-key window run once per batch.
     """
 
@@ -129,17 +139,12 @@ class BatchPlan:
     keys: KeyFilter | None = None
     planned: DataFrame | None = None
 
-    def persisted(self, *, produce: bool = True) -> BatchPlan:
+    def persisted(self) -> BatchPlan:
         """The same plan with its lookup and planned changes cached: the table is read once per batch,
-        the no-op deletes are counted and the records produced from one computation of the plan
-        (Spark uses a cached frame wherever its plan appears in a later query).
-
-        :param produce: whether the records will be produced; if not, only the no-op deletes read the
-            plan, so caching it would only cost (its lookup is still cached).
+        and the no-op deletes (counted), the records (produced) and the final rows (committed) come from
+        one computation of the plan (Spark uses a cached frame wherever its plan appears in a later query).
         """
         lookup = self.lookup.persist() if self.lookup is not None else None
-        if not produce:
-            return replace(self, planned=None, lookup=lookup)
         planned = (self.planned if self.planned is not None else self.records).persist()
         return replace(self, planned=planned, lookup=lookup)
 
@@ -149,28 +154,78 @@ class BatchPlan:
         if self.lookup is not None:
             self.lookup.unpersist()
 
-    def count_noop_deletes(self) -> int:
-        return 0 if self.noop_deletes is None else self.noop_deletes.count()
+    def count(self) -> PlanCounts:
+        """The batch's changes, its no-op deletes and whether the table holds any of its keys, in one
+        pass over the plan (cached by :meth:`persisted`)."""
+        from pyspark.sql import functions as F
+
+        planned = self.planned if self.planned is not None else self.records
+        if self.noop_deletes is None:  # no key: every change is one record, an append
+            return PlanCounts(planned.count(), 0, keys_in_table=False)
+        row = planned.select(
+            F.count(F.lit(1)),
+            F.count(F.when(noop_delete(), F.lit(1))),
+            F.coalesce(F.max(F.col(IN_TABLE_COLUMN)), F.lit(False)),
+        ).first()
+        assert row is not None  # an aggregate without grouping has one row
+        changes, noops, found = row
+        return PlanCounts(changes, noops, keys_in_table=found)
+
+
+@dataclass(frozen=True)
+class PlanCounts:
+    """What :meth:`BatchPlan.count` found.
+
+    :param keys_in_table: whether the table (as planned) holds a row of any of the batch's keys. When
+        it does not, the batch's final rows are all new (or deletes of nothing): appending them is the
+        MERGE's result, if the commit's base is the snapshot planned against.
+    """
+
+    changes: int
+    noop_deletes: int
+    keys_in_table: bool
+
+
+@dataclass(frozen=True)
+class KeysAbsent:
+    """The plan found none of the batch's keys in the table as of ``snapshot_id`` (None: the table had
+    no snapshot)."""
+
+    snapshot_id: int | None
+
+    def hold_for(self, base_snapshot_id: int, base_rows: int | None) -> bool:
+        """Whether a commit on this base may append the batch: the base is the snapshot planned
+        against, or it holds no rows at all."""
+        return base_snapshot_id == self.snapshot_id or base_rows == 0
 
 
 def plan_row_kinds(
-    changes: DataFrame, target: DataFrame, primary_key: Sequence[str], keys: KeyFilter | None = None
+    changes: DataFrame,
+    target: DataFrame | None,
+    primary_key: Sequence[str],
+    keys: KeyFilter | None = None,
+    tasks: int = 1,
 ) -> BatchPlan:
     """Plan the log records, final per-key state and no-op deletes of validated ``changes``.
 
-    :param target: the table as it is now (``main``): where before-images come from.
+    :param target: the table as it is now (``main``): where before-images come from; None when the
+        table holds no rows (nothing to look up).
     :param keys: the batch's :func:`key_filter`, pushed into the lookup of the table.
+    :param tasks: the Spark tasks that will produce the records. The plan is spread over that many
+        partitions, all of a key in one (the per-key window needs no other shuffle), and the records are
+        produced from those partitions as they are.
     """
-    columns = [f.name for f in target.schema.fields]
+    columns = [f.name for f in changes.schema.fields if f.name not in (OP_COLUMN, ROW_COLUMN, FILE_COLUMN)]
     if not primary_key:
-        return BatchPlan(append_records(changes, columns), table_columns(changes, columns), None)
-    lookup = current_rows(changes, target, primary_key, keys)
-    with_before = before_and_after(
-        with_table_rows(changes, lookup, columns, primary_key), columns, primary_key
-    )
+        spread = changes.repartition(tasks)
+        return BatchPlan(append_records(spread, columns), table_columns(changes, columns), None)
+    lookup = current_rows(changes, target, primary_key, keys) if target is not None else None
+    joined = with_table_rows(changes, lookup, columns, primary_key)
+    spread = joined.repartition(tasks, *[quoted(c) for c in primary_key])
+    with_before = before_and_after(spread, columns, primary_key)
     return BatchPlan(
         row_kind_records(with_before),
-        last_change_per_key(changes, columns, primary_key),
+        final_rows(with_before, columns, primary_key),
         noop_deletes(with_before),
         lookup,
         keys,
@@ -211,14 +266,18 @@ def table_columns(frame: DataFrame, columns: Sequence[str]) -> DataFrame:
 
 
 def with_table_rows(
-    changes: DataFrame, target: DataFrame, columns: Sequence[str], primary_key: Sequence[str]
+    changes: DataFrame, target: DataFrame | None, columns: Sequence[str], primary_key: Sequence[str]
 ) -> DataFrame:
     """Each change with its key's current row (``_table_row``; null when there is none).
 
-    :param target: the table's rows, or only those of the batch's keys (:func:`current_rows`).
+    :param target: the table's rows, or only those of the batch's keys (:func:`current_rows`); None
+        when the table holds no rows.
     """
     from pyspark.sql import functions as F
 
+    kept = [*[quoted(c) for c in columns], F.col(OP_COLUMN), F.col(ROW_COLUMN)]
+    if target is None:
+        return changes.select(*kept, F.lit(None).cast(row_type(changes, columns)).alias(TABLE_ROW_COLUMN))
     current = target.select(*[quoted(c).alias(CURRENT_PREFIX + c) for c in columns])
     condition = None
     for c in primary_key:
@@ -226,16 +285,22 @@ def with_table_rows(
         condition = clause if condition is None else condition & clause
     current_row = F.struct(*[F.col(CURRENT_PREFIX + c).alias(c) for c in columns])
     return changes.join(current, condition, "left").select(
-        *[quoted(c) for c in columns],
-        F.col(OP_COLUMN),
-        F.col(ROW_COLUMN),
+        *kept,
         F.when(F.col(CURRENT_PREFIX + primary_key[0]).isNotNull(), current_row).alias(TABLE_ROW_COLUMN),
     )
 
 
+def row_type(frame: DataFrame, columns: Sequence[str]) -> Any:
+    """The struct type of ``columns`` of ``frame`` (a row of the table)."""
+    from pyspark.sql.types import StructType
+
+    return StructType([frame.schema[c] for c in columns])
+
+
 def before_and_after(joined: DataFrame, columns: Sequence[str], primary_key: Sequence[str]) -> DataFrame:
     """Each change's before-image (the table's row for a key's first change, else the previous change's
-    after-image) and after-image (null for a delete), with the encoded key."""
+    after-image) and after-image (null for a delete), with the encoded key, the key's columns, whether
+    the table holds the key and whether it is the key's last change."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -247,54 +312,74 @@ def before_and_after(joined: DataFrame, columns: Sequence[str], primary_key: Seq
         F.when(F.col(SEQ_IN_KEY_COLUMN) == 1, F.col(TABLE_ROW_COLUMN)).otherwise(
             F.lag(AFTER_COLUMN).over(by_key)
         ),
-    )
+    ).withColumn(LAST_COLUMN, F.lead(ROW_COLUMN).over(by_key).isNull())
     return staged.select(
+        F.col(TABLE_ROW_COLUMN).isNotNull().alias(IN_TABLE_COLUMN),
         key_json(primary_key),
+        *[quoted(c) for c in primary_key],
         F.col(ROW_COLUMN),
         F.col(OP_COLUMN),
         F.col(BEFORE_COLUMN),
         F.col(AFTER_COLUMN),
+        F.col(LAST_COLUMN),
     )
 
 
 def row_kind_records(with_before: DataFrame) -> DataFrame:
-    """The log records: ``-U``/``-D`` of each before-image, then ``+U``/``+I`` of each after-image."""
+    """The log records: ``-U``/``-D`` of each before-image, then ``+U``/``+I`` of each after-image.
+
+    Both come from one row (an array of the two, exploded), so the records stay in the partitions of
+    ``with_before``: no union, no shuffle.
+    """
     from pyspark.sql import functions as F
 
     before, after, op = F.col(BEFORE_COLUMN), F.col(AFTER_COLUMN), F.col(OP_COLUMN)
-    retractions = with_before.where(before.isNotNull()).select(
-        F.col(KEY_COLUMN),
-        value_json(F.when(op == "D", F.lit("-D")).otherwise(F.lit("-U")), before).alias(VALUE_COLUMN),
-        F.col(ROW_COLUMN),
-        F.lit(0).alias(SUB_COLUMN),
+    retraction = F.when(
+        before.isNotNull(),
+        record_struct(value_json(F.when(op == "D", F.lit("-D")).otherwise(F.lit("-U")), before), 0),
     )
-    additions = with_before.where(op != "D").select(
-        F.col(KEY_COLUMN),
-        value_json(F.when(before.isNull(), F.lit("+I")).otherwise(F.lit("+U")), after).alias(VALUE_COLUMN),
-        F.col(ROW_COLUMN),
-        F.lit(1).alias(SUB_COLUMN),
+    addition = F.when(
+        op != "D",
+        record_struct(value_json(F.when(before.isNull(), F.lit("+I")).otherwise(F.lit("+U")), after), 1),
     )
-    return retractions.unionByName(additions)
+    both = F.filter(F.array(retraction, addition), lambda record: record.isNotNull())
+    exploded = with_before.select(F.col(KEY_COLUMN), F.col(ROW_COLUMN), F.explode(both).alias(RECORD_COLUMN))
+    return exploded.select(
+        F.col(KEY_COLUMN),
+        F.col(f"{RECORD_COLUMN}.{VALUE_COLUMN}").alias(VALUE_COLUMN),
+        F.col(ROW_COLUMN),
+        F.col(f"{RECORD_COLUMN}.{SUB_COLUMN}").alias(SUB_COLUMN),
+    )
+
+
+def record_struct(value: Column, sub: int) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.struct(value.alias(VALUE_COLUMN), F.lit(sub).alias(SUB_COLUMN))
+
+
+def final_rows(with_before: DataFrame, columns: Sequence[str], primary_key: Sequence[str]) -> DataFrame:
+    """The last change of each key: the table's columns (the key's alone for a delete) and the change
+    kind. The MERGE's source."""
+    from pyspark.sql import functions as F
+
+    after = F.col(AFTER_COLUMN)
+    return with_before.where(F.col(LAST_COLUMN)).select(
+        *[quoted(c) if c in primary_key else after.getField(c).alias(c) for c in columns],
+        F.col(OP_COLUMN),
+    )
 
 
 def noop_deletes(with_before: DataFrame) -> DataFrame:
     """Deletes of keys that have no row (neither in the table nor from an earlier change of the batch)."""
+    return with_before.where(noop_delete())
+
+
+def noop_delete() -> Column:
+    """Whether a planned change is a delete of a key that has no row."""
     from pyspark.sql import functions as F
 
-    return with_before.where((F.col(OP_COLUMN) == "D") & F.col(BEFORE_COLUMN).isNull())
-
-
-def last_change_per_key(changes: DataFrame, columns: Sequence[str], primary_key: Sequence[str]) -> DataFrame:
-    """The last change of each key: the table's columns and the change kind (the MERGE's source)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    last = Window.partitionBy(*[quoted(c) for c in primary_key]).orderBy(F.col(ROW_COLUMN).desc())
-    return (
-        changes.withColumn("_last", F.row_number().over(last))
-        .where(F.col("_last") == 1)
-        .select(*[quoted(c) for c in columns], F.col(OP_COLUMN))
-    )
+    return (F.col(OP_COLUMN) == "D") & F.col(BEFORE_COLUMN).isNull()
 
 
 def row_struct(columns: Sequence[str]) -> Column:

@@ -122,15 +122,19 @@ def produce_tasks(log_partitions: int, parallelism: int) -> int:
     return max(1, min(log_partitions, parallelism))
 
 
-def in_produce_order(records: DataFrame, tasks: int, keyed: bool) -> DataFrame:
-    """The records spread over ``tasks`` (all of a key in one task) and in input order within each."""
-    spread = records.repartition(tasks, KEY_COLUMN) if keyed else records.repartition(tasks)
-    return spread.sortWithinPartitions(ROW_COLUMN, SUB_COLUMN).select(KEY_COLUMN, VALUE_COLUMN)
+def in_produce_order(records: DataFrame) -> DataFrame:
+    """The records in input order within each Spark partition (a local sort, no shuffle).
+
+    ``records`` come spread over the producing tasks, all of a key in one
+    (:func:`airflow_logstore.spark.planning.plan_row_kinds`'s ``tasks``).
+    """
+    return records.sortWithinPartitions(ROW_COLUMN, SUB_COLUMN).select(KEY_COLUMN, VALUE_COLUMN)
 
 
-def produce_records(records: DataFrame, ctx: ProduceContext, tasks: int, keyed: bool) -> Produced:
-    """Produce every planned record (one Spark job) and merge what its tasks report."""
-    ordered = in_produce_order(records, tasks, keyed)
+def produce_records(records: DataFrame, ctx: ProduceContext) -> Produced:
+    """Produce every planned record, one Spark task per partition of ``records`` (one Spark job), and
+    merge what its tasks report."""
+    ordered = in_produce_order(records)
     spark = ordered.sparkSession
     jvm = spark.sparkContext._jvm
     assert jvm is not None

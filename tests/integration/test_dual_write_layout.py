@@ -148,9 +148,109 @@ def test_records_and_no_op_deletes_come_from_one_computation_of_the_plan(env, sp
                 if "InMemoryTableScan" in line
             ]
             assert any(BEFORE_COLUMN in line for line in scans), scans  # the planned changes, cached
-        assert plan.count_noop_deletes() == 1  # id 99
+        assert plan.count().noop_deletes == 1  # id 99
         kinds = Counter(json.loads(row[VALUE_COLUMN])["kind"] for row in plan.records.collect())
         assert kinds == {"-U": 3, "+U": 3, "-D": 1, "+I": 1}  # -U/+U of 1, 17 and 41; -D of 2; +I of 41
     finally:
         plan.unpersist()
         changes.unpersist()
+
+
+def test_the_records_reach_the_producers_without_a_shuffle_after_the_plan(env, spark, tmp_path: Path) -> None:
+    """Issue 18, item 2: the plan is spread over the producing tasks (all of a key in one) before its
+    per-key window, so the produced records and the MERGE's source both read the cached plan, with no
+    exchange between the cache and the producers."""
+    from airflow_logstore.spark.inputs import read_raw, validated_changes
+    from airflow_logstore.spark.planning import plan_row_kinds
+    from airflow_logstore.spark.producing import in_produce_order
+
+    handle = make_table(env)
+    _write(spark, handle, tmp_path, BATCHES[:1], "spread")
+    target = spark.table(handle.spark_name())
+    raw = read_raw(spark, str(write_jsonl(tmp_path / "b2.jsonl", BATCHES[1])), None)
+    changes = validated_changes(raw, target.schema, ["id"], "op")
+    plan = plan_row_kinds(changes, target, ["id"], tasks=3).persisted()
+    try:
+        ordered = in_produce_order(plan.records)
+        lines = ordered._jdf.queryExecution().executedPlan().toString().splitlines()
+        cached = [i for i, line in enumerate(lines) if "InMemoryTableScan" in line]
+        assert cached, lines
+        assert not any("Exchange" in line for line in lines[: cached[0]]), lines
+        assert ordered.rdd.getNumPartitions() == 3
+        keys_per_task = [
+            {json.loads(row[0])[0] for row in part} for part in ordered.rdd.glom().collect() if part
+        ]
+        assert sum(len(keys) for keys in keys_per_task) == len(set().union(*keys_per_task))  # disjoint
+        final = {row["id"]: (row["name"], row["_logstore_op"]) for row in plan.final.collect()}
+        assert final == {
+            1: ("n1-b", "U"),
+            2: (None, "D"),
+            41: ("n41-b", "U"),
+            99: (None, "D"),
+            17: ("n17-b", "U"),
+        }
+        final_plan = plan.final._jdf.queryExecution().executedPlan().toString()
+        assert "InMemoryTableScan" in final_plan  # the MERGE's source is the cached plan too
+        assert plan.count().keys_in_table  # ids 1, 2 and 17 are in the table
+    finally:
+        plan.unpersist()
+        changes.unpersist()
+
+
+class _Interleaved:
+    """Runs another writer's batch between this writer's plan and its commit (deterministically: in
+    the same thread, before ``_write_planned`` commits)."""
+
+    @staticmethod
+    def writer(spark: Any, handle: Any, writer_id: str, between: Any) -> Any:
+        from airflow_logstore.spark.dual_write import DualWriter
+
+        class InterleavedWriter(DualWriter):
+            def _write_planned(self, plan: Any, result: Any, planned_at: Any) -> Any:
+                between()
+                return super()._write_planned(plan, result, planned_at)
+
+        return InterleavedWriter(spark, handle, writer_id=writer_id)
+
+
+@pytest.mark.parametrize("planted", [False, True], ids=["as-built", "planted-append-on-any-base"])
+def test_a_batch_of_new_keys_is_appended_only_on_the_snapshot_it_was_planned_against(
+    env, spark, tmp_path: Path, caplog: Any, monkeypatch: Any, planted: bool
+) -> None:
+    """Issue 18: a batch whose keys the table does not hold is appended instead of merged (no read of
+    the table). That is the MERGE's result only on the snapshot planned against: when another writer
+    commits one of the keys in between, the commit merges. The planted bug (append on any base) leaves
+    that key twice in the table, which the check below catches."""
+    import logging
+
+    from airflow_logstore.spark.planning import KeysAbsent
+
+    if planted:
+        monkeypatch.setattr(KeysAbsent, "hold_for", lambda self, base, rows: True)
+    handle = make_table(env)
+    _write(spark, handle, tmp_path, BATCHES[:1], "first")  # ids 1..40
+    new_keys = [{"id": 50, "name": "a50", "amount": 1}, {"id": 51, "name": "a51", "amount": 2}]
+    other = [{"id": 51, "name": "b51", "amount": 3}]
+
+    def other_writer_commits() -> None:
+        _write(spark, handle, tmp_path, [other], "other")
+        caplog.clear()  # what follows is the interleaved writer's commit
+
+    writer = _Interleaved.writer(spark, handle, "interleaved", other_writer_commits)
+    with caplog.at_level(logging.INFO, logger="airflow_logstore.spark.committing"):
+        result = writer.write_path(str(write_jsonl(tmp_path / "new.jsonl", new_keys)), 1)
+    appended = [r for r in caplog.records if "appended" in r.getMessage()]
+    rows = spark.table(handle.spark_name()).where("id >= 50").collect()
+    ids = sorted(row["id"] for row in rows)
+    if planted:
+        assert appended and ids == [50, 51, 51]  # the checker catches the planted bug
+        return
+    assert not appended  # main moved between the plan and the commit: merged
+    assert ids == [50, 51] and result.snapshot_id is not None
+    assert {row["id"]: row["name"] for row in rows} == {50: "a50", 51: "a51"}  # the later commit wins
+
+    caplog.clear()  # nothing in between now: the same kind of batch is appended
+    with caplog.at_level(logging.INFO, logger="airflow_logstore.spark.committing"):
+        _write(spark, handle, tmp_path, [[{"id": 60, "name": "n60", "amount": 6}]], "plain")
+    assert any("appended" in r.getMessage() for r in caplog.records)
+    assert spark.table(handle.spark_name()).where("id = 60").count() == 1

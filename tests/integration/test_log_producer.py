@@ -55,7 +55,8 @@ def test_keys_land_where_librdkafka_murmur2_puts_them_and_reports_match_the_log(
     topic, _, _ = handle.config().require_log()
     keys = [f'{{"id":{i}}}'.encode() for i in range(300)] + ["ключ ü".encode(), b"\x00\xff"]
     rows = [(key, b'{"kind":"+I","row":{}}', i, 0) for i, key in enumerate(keys)]
-    produced = produce_records(spark.createDataFrame(rows, SCHEMA), _context(env, topic), 3, keyed=True)
+    spread = spark.createDataFrame(rows, SCHEMA).repartition(3, KEY_COLUMN)  # as a plan is spread
+    produced = produce_records(spread, _context(env, topic))
 
     assert produced.count == len(keys) and len(produced.tasks or ()) == 3
     # the same keys through the Python client, to a topic of as many partitions
@@ -84,4 +85,4 @@ def test_a_task_fails_when_its_records_are_not_acknowledged(env, spark) -> None:
     ctx = _context(env, "no-such-topic-anywhere", **{"message.timeout.ms": 2000})
     frame = spark.createDataFrame([(b"k", b"v", 1, 0)], SCHEMA)
     with pytest.raises(Py4JJavaError, match="were not acknowledged"):
-        produce_records(frame, ctx, 1, keyed=True)
+        produce_records(frame.repartition(1), ctx)

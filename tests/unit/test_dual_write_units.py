@@ -170,6 +170,34 @@ def test_a_table_without_a_key_appends() -> None:
     assert sql == "INSERT INTO cat.db.t.`branch_stage_1` SELECT `a`, `b` FROM global_temp.v"
 
 
+def test_a_batch_of_keys_the_base_does_not_hold_is_appended_without_its_deletes() -> None:
+    sql = write_sql(
+        "cat.db.t.`branch_b`", "global_temp.v", ["id", "name"], ["id"], "t.`id` IN (1)", append=True
+    )
+    assert (
+        sql
+        == "INSERT INTO cat.db.t.`branch_b` SELECT `id`, `name` FROM global_temp.v WHERE _logstore_op <> 'D'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("planned_at", "base", "base_rows", "appends"),
+    [
+        (7, 7, 100, True),  # the base is the snapshot planned against
+        (7, 8, 100, False),  # main moved since: a commit in between may hold a key
+        (7, 8, None, False),  # ... and its rows are unknown
+        (None, 8, 0, True),  # planned on a table without a snapshot; the base holds no rows
+        (7, 8, 0, True),  # whatever moved main, the base holds no rows
+    ],
+)
+def test_a_batch_is_appended_only_on_the_base_it_was_planned_against_or_an_empty_one(
+    planned_at: int | None, base: int, base_rows: int | None, appends: bool
+) -> None:
+    from airflow_logstore.spark.planning import KeysAbsent
+
+    assert KeysAbsent(planned_at).hold_for(base, base_rows) is appends
+
+
 def test_a_decision_already_committed_returns_the_commit_in_the_table() -> None:
     existing = CommitInfo("w", 4, epoch=2, snapshot_id=99)
     decision = CommitDecision(Verdict.ALREADY_COMMITTED, "committed by epoch 2", existing)
