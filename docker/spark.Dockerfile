@@ -21,7 +21,7 @@ ENV UV_PYTHON_INSTALL_DIR=/opt/uv-python
 RUN cd /opt/airflow-logstore \
  && pip install --no-cache-dir -c constraints.txt uv \
  && uv venv --no-cache --managed-python --python 3.11 /opt/logstore-executors \
- && uv pip install --no-cache --python /opt/logstore-executors/bin/python -c constraints.txt \
+ && uv pip install --no-cache --compile-bytecode --python /opt/logstore-executors/bin/python -c constraints.txt \
       $(/opt/logstore-executors/bin/python -m airflow_logstore.spark.executors)
 ENV PYSPARK_PYTHON=/opt/logstore-executors/bin/python PATH=/opt/logstore-executors/bin:$PATH
 USER spark

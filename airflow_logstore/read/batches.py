@@ -236,17 +236,17 @@ class ColumnValues(Sequence[bytes | None]):
         return any(item == value for item in self)
 
     def joined(self) -> bytes:
-        """The values joined by newlines (none may be null)."""
-        import numpy as np
+        """The values joined by newlines (none may be null), by Arrow: a take of the kept values from the
+        column's zero-copy array, then one join."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
 
-        lengths = self.column.lengths[self.indexes].astype(np.int64)
-        starts = self.column.starts[self.indexes]
-        data = np.frombuffer(self.column.data, dtype=np.uint8)
-        marks = np.zeros(len(data) + 1, dtype=np.int64)  # +1 where a kept value starts, -1 after it
-        np.add.at(marks, starts, 1)
-        np.add.at(marks, starts + lengths, -1)
-        kept = data[np.cumsum(marks[:-1]) > 0]
-        return np.insert(kept, np.cumsum(lengths)[:-1], ord("\n")).tobytes()  # type: ignore[no-any-return]
+        values = self.column.arrow()
+        if len(self.indexes) != len(values):
+            values = values.take(pa.array(self.indexes, type=pa.int64()))
+        one_list = pa.LargeListArray.from_arrays(pa.array([0, len(values)], type=pa.int64()), values)
+        joined = pc.binary_join(one_list, pa.scalar(b"\n", type=pa.large_binary()))
+        return joined[0].as_py()  # type: ignore[no-any-return]
 
 
 def _none() -> np.ndarray:

@@ -104,7 +104,7 @@ def test_the_spark_image_installs_that_list_with_the_constraints() -> None:
     assert printed == list(EXECUTOR_REQUIREMENTS)
     dockerfile = _dockerfile("spark")
     python = f"{_executors_environment(dockerfile)[1]}/bin/python"
-    install = f"uv pip install --no-cache --python {python} -c constraints.txt"
+    install = f"uv pip install --no-cache --compile-bytecode --python {python} -c constraints.txt"
     assert f"{install} $({python} -m airflow_logstore.spark.executors)" in dockerfile
     assert "COPY constraints.txt" in dockerfile
 

@@ -364,3 +364,20 @@ def test_decoding_columns_equals_decoding_messages(seed: int) -> None:
         assert [(m.partition(), m.offset(), m.value(), r) for m, r in got.dead] == [
             (m.partition(), m.offset(), m.value(), r) for m, r in want.dead
         ]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_column_values_join_the_kept_values_as_python_would(seed: int) -> None:
+    """``ColumnValues.joined`` (Arrow's take and join over the JVM chunk's buffers) equals
+    ``b"\\n".join`` of the same values, for every kept subset: all, some, one, empty values too."""
+    import numpy as np
+
+    from airflow_logstore.log.jvm_scan import Column
+    from airflow_logstore.read.batches import ColumnValues
+
+    rng = random.Random(seed)
+    values = [bytes(rng.choice(b'{}":,ab\xc3\xa9 09') for _ in range(rng.randint(0, 40))) for _ in range(300)]
+    column = Column.of_values(values)
+    for kept in (list(range(300)), sorted(rng.sample(range(300), rng.randint(1, 299))), [rng.randrange(300)]):
+        joined = ColumnValues(column, np.array(kept, dtype=np.int64)).joined()
+        assert joined == b"\n".join(values[i] for i in kept)
