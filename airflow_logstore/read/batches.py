@@ -41,7 +41,9 @@ class DecodedChunk:
     :param positions: per row, the index of its message in the chunk.
     :param metas: per row, the index of its header set in ``header_sets``.
     :param header_sets: the chunk's distinct decoded header sets (None: undecodable).
-    :param decisions: per row its decision (None when the read needed no control state).
+    :param decision_codes: per row the index of its decision in ``decision_of`` (None when the read
+        needed no control state).
+    :param decision_of: the chunk's distinct decisions.
     :param by_decision: how many records of the chunk got each decision (kept or not).
     :param dead: (message, reason) of each record that could not be decoded.
     """
@@ -50,9 +52,16 @@ class DecodedChunk:
     positions: np.ndarray
     metas: np.ndarray
     header_sets: list[RecordMeta | None]
-    decisions: list[Decision | None]
+    decision_codes: np.ndarray | None
+    decision_of: list[Decision | None]
     by_decision: dict[str, int] = field(default_factory=dict)
     dead: list[tuple[Any, str]] = field(default_factory=list)
+
+    def decision(self, row: int) -> Decision | None:
+        """Row ``row``'s decision (None when the read needed no control state)."""
+        if self.decision_codes is None:
+            return None
+        return self.decision_of[int(self.decision_codes[row])]
 
 
 def group_headers(messages: Sequence[Any]) -> tuple[list[int], list[Any]]:
@@ -201,9 +210,9 @@ def _decode(
     columns = {name: rows.column(name) for name in rows.column_names}
     columns.update(_meta_columns(metas, meta_codes, partitions[positions], offsets[positions]))
     table = pa.table({name: columns[name] for name in [*field_types, *META_COLUMNS]})
-    decisions = [decision_of[i] for i in kept_decisions[chosen]] if decision_of != [None] else []
+    decision_codes = kept_decisions[chosen] if decision_of != [None] else None
     dead.sort(key=lambda item: (item[0].partition(), item[0].offset()))
-    return DecodedChunk(table, positions, meta_codes, metas, decisions, by_decision, dead)
+    return DecodedChunk(table, positions, meta_codes, metas, decision_codes, decision_of, by_decision, dead)
 
 
 class ColumnValues(Sequence[bytes | None]):

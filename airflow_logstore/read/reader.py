@@ -531,7 +531,7 @@ def _chunk_records(messages: list[Any], chunk: DecodedChunk, types: Mapping[str,
             RowKind(kinds[i]),
             row,
             chunk.header_sets[chunk.metas[i]],  # type: ignore[arg-type]  # kept rows have headers
-            chunk.decisions[i] if chunk.decisions else None,
+            chunk.decision(i),
         )
 
 
