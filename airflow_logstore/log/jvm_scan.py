@@ -55,14 +55,6 @@ class Column:
         return cls(lengths, starts, data)
 
     @classmethod
-    def concat(cls, columns: Sequence[Column]) -> Column:
-        """One column of these columns' values, in order (one copy of their data)."""
-        if len(columns) == 1:
-            return columns[0]
-        lengths = np.concatenate([c.lengths for c in columns]) if columns else np.zeros(0, np.int32)
-        return cls.of(lengths, b"".join(c.data for c in columns))
-
-    @classmethod
     def of_values(cls, values: Sequence[bytes | None]) -> Column:
         """A column of these values (tests, and callers that have Python values)."""
         lengths = np.array([-1 if value is None else len(value) for value in values], dtype=np.int32)

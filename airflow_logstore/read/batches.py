@@ -129,39 +129,33 @@ def decode_chunk(
 
 
 def decode_columns(
-    chunks: Sequence[Any], header_sets: Sequence[Any], read_filter: ReadFilter, field_types: Mapping[str, str]
+    chunk: Any, header_sets: Sequence[Any], read_filter: ReadFilter, field_types: Mapping[str, str]
 ) -> DecodedChunk:
-    """:func:`decode_chunk` for the records of consecutive JVM scan chunks
-    (:class:`~airflow_logstore.log.jvm_scan.Chunk`, every record sent: a read passes no dense spans),
-    decoded as one: in the chunks' order, their header set ids indexing ``header_sets``. Dead letters
-    are :class:`~airflow_logstore.log.jvm_scan.ScannedRecord`."""
+    """:func:`decode_chunk` for the records of a JVM scan's chunk
+    (:class:`~airflow_logstore.log.jvm_scan.Chunk`, every record sent: a read passes no dense spans), whose
+    header set ids index ``header_sets``; dead letters are
+    :class:`~airflow_logstore.log.jvm_scan.ScannedRecord`."""
     import numpy as np
 
-    from airflow_logstore.log.jvm_scan import Column, ScannedRecord
+    from airflow_logstore.log.jvm_scan import ScannedRecord
 
-    sizes = [len(chunk) for chunk in chunks]
-    bounds = np.cumsum([0, *sizes])
-    set_ids = np.concatenate([chunk.header_sets for chunk in chunks]) if chunks else np.zeros(0, np.int32)
-    numbers, codes = np.unique(set_ids, return_inverse=True)
+    numbers, codes = np.unique(chunk.header_sets, return_inverse=True)
     if len(numbers) and numbers[0] < 0:
         raise ValueError("a read's JVM scan must send every record with its headers")
     firsts = [header_sets[number] for number in numbers.tolist()]
-    values = Column.concat([chunk.values for chunk in chunks])
 
-    def values_at(kept: np.ndarray) -> ColumnValues:
-        return ColumnValues(values, kept)
+    def values(kept: np.ndarray) -> ColumnValues:
+        return ColumnValues(chunk.values, kept)
 
     def record(index: int) -> ScannedRecord:
-        which = int(np.searchsorted(bounds, index, side="right")) - 1
-        chunk, at = chunks[which], index - int(bounds[which])
-        return ScannedRecord(chunk, at, header_sets[chunk.header_sets[at]])
+        return ScannedRecord(chunk, index, header_sets[chunk.header_sets[index]])
 
     return _decode(
         codes.astype(np.int64),
         firsts,
-        np.repeat(np.array([chunk.partition for chunk in chunks], dtype=np.int64), sizes),
-        np.concatenate([chunk.offsets for chunk in chunks]).astype(np.int64) if chunks else _none(),
-        values_at,
+        np.full(len(chunk.offsets), chunk.partition, dtype=np.int64),
+        chunk.offsets.astype(np.int64),
+        values,
         record,
         read_filter,
         field_types,

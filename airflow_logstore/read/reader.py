@@ -454,31 +454,12 @@ class LogReader:
     def _jvm_chunks(
         self, first: Mapping[int, int], last: Mapping[int, int], read_filter: ReadFilter
     ) -> Generator[tuple[list[Any], DecodedChunk, int], None, None]:
-        """The records as columns from the JVM scan (every record sent: no dense spans), decoded
-        together once at least :data:`CHUNK_RECORDS` of them arrived: the scan sends one chunk per
-        partition and poll, and each decoding has a fixed cost. Memory: at most twice
-        :data:`CHUNK_RECORDS` records (a poll returns at most that many)."""
+        """The records as columns from the JVM scan (every record sent: no dense spans)."""
         scan = jvm_scan.JvmScan(
             self.kafka_config, self.topic, first, last, client_settings={"max.poll.records": CHUNK_RECORDS}
         )
-        pending: list[jvm_scan.Chunk] = []
-        sets = scan.header_sets
         for chunk in scan.chunks():
-            if scan.header_sets is not sets:  # the JVM restarted its header set ids: decode the older first
-                yield from self._decoded_columns(pending, sets, read_filter)
-                pending, sets = [], scan.header_sets
-            pending.append(chunk)
-            if sum(map(len, pending)) >= CHUNK_RECORDS:
-                yield from self._decoded_columns(pending, sets, read_filter)
-                pending = []
-        yield from self._decoded_columns(pending, sets, read_filter)
-
-    def _decoded_columns(
-        self, chunks: list[jvm_scan.Chunk], header_sets: list[Any], read_filter: ReadFilter
-    ) -> Iterator[tuple[list[Any], DecodedChunk, int]]:
-        if chunks:
-            decoded = decode_columns(chunks, header_sets, read_filter, self.field_types)
-            yield [], decoded, sum(map(len, chunks))
+            yield [], decode_columns(chunk, scan.header_sets, read_filter, self.field_types), len(chunk)
 
     def _decode(self, message: Any, read_filter: ReadFilter, report: ReadReport) -> LogRecord | None:
         """One record, decoded and classified on its own: the follower's path, and the reference the

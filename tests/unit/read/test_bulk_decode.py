@@ -348,32 +348,24 @@ def _as_columns(messages: list[Message], scan_sets: list[Any]) -> list[Any]:
 @pytest.mark.parametrize("seed", range(60))
 def test_decoding_columns_equals_decoding_messages(seed: int) -> None:
     """``decode_columns`` (the JVM scan's chunks) gives the rows, decisions and dead letters that
-    ``decode_chunk`` gives for the same records: one chunk at a time, and consecutive chunks of several
-    partitions decoded together."""
+    ``decode_chunk`` gives for the same records, partition by partition."""
     from airflow_logstore.read.batches import decode_columns
 
     rng = random.Random(seed)
     messages = random_chunk(rng, rng.randint(1, 400))
     read_filter = random_filter(rng, random_state(rng, 80))
     scan_sets: list[Any] = [[("unused", b"set")]]  # ids need not start at 0
-    chunks = _as_columns(messages, scan_sets)
-    for chunk in chunks:
+    for chunk in _as_columns(messages, scan_sets):
         mine = [m for m in messages if m.p == chunk.partition]
-        alone = decode_columns([chunk], scan_sets, read_filter, TYPES)
-        _assert_same(alone, decode_chunk(mine, read_filter, TYPES))
-    in_chunk_order = [m for chunk in chunks for m in messages if m.p == chunk.partition]
-    together = decode_columns(chunks, scan_sets, read_filter, TYPES)
-    _assert_same(together, decode_chunk(in_chunk_order, read_filter, TYPES))
-
-
-def _assert_same(got: Any, want: Any) -> None:
-    assert got.rows.to_pylist() == want.rows.to_pylist()
-    assert got.by_decision == want.by_decision
-    rows = range(got.rows.num_rows)
-    assert [got.decision(i) for i in rows] == [want.decision(i) for i in rows]
-    assert [(m.partition(), m.offset(), m.value(), r) for m, r in got.dead] == [
-        (m.partition(), m.offset(), m.value(), r) for m, r in want.dead
-    ]
+        want = decode_chunk(mine, read_filter, TYPES)
+        got = decode_columns(chunk, scan_sets, read_filter, TYPES)
+        assert got.rows.to_pylist() == want.rows.to_pylist()
+        assert got.by_decision == want.by_decision
+        rows = range(got.rows.num_rows)
+        assert [got.decision(i) for i in rows] == [want.decision(i) for i in rows]
+        assert [(m.partition(), m.offset(), m.value(), r) for m, r in got.dead] == [
+            (m.partition(), m.offset(), m.value(), r) for m, r in want.dead
+        ]
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -391,54 +383,3 @@ def test_column_values_join_the_kept_values_as_python_would(seed: int) -> None:
     for kept in (list(range(300)), sorted(rng.sample(range(300), rng.randint(1, 299))), [rng.randrange(300)]):
         joined = ColumnValues(column, np.array(kept, dtype=np.int64)).joined()
         assert joined == b"\n".join(values[i] for i in kept)
-
-
-def test_a_read_decodes_jvm_chunks_together_but_never_across_a_restart_of_header_set_ids(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The reader decodes consecutive chunks of the JVM scan together (up to ``CHUNK_RECORDS``), but
-    chunks from before a ``C`` frame (the JVM forgot its header sets, ids start again) are decoded with
-    the sets of their own generation: id 0 is writer a's before it and writer b's after it."""
-    import types
-
-    import numpy as np
-
-    from airflow_logstore.core.codec import RecordMeta, encode_headers
-    from airflow_logstore.core.control import ControlState
-    from airflow_logstore.log import jvm_scan
-    from airflow_logstore.log.jvm_scan import Chunk, Column
-    from airflow_logstore.read import reader as reader_module
-
-    def chunk(partition: int, first: int, n: int) -> Chunk:
-        values = [b'{"kind":"+I","row":{"id":%d,"name":"x","amount":1}}' % i for i in range(first, first + n)]
-        offsets = np.arange(first, first + n, dtype=np.int64)
-        return Chunk(
-            partition,
-            first,
-            first + n - 1,
-            offsets,
-            np.zeros(n, np.int32),
-            Column.of_values(values),
-            Column.of_values(values),
-        )
-
-    class FakeScan:
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            self.header_sets: list[Any] = [encode_headers(RecordMeta("a", 1, 1, "0.1"))]
-
-        def chunks(self) -> Any:
-            yield chunk(0, 0, 3)
-            yield chunk(1, 0, 2)
-            self.header_sets = [encode_headers(RecordMeta("b", 1, 1, "0.2"))]  # a C frame, then an H frame
-            yield chunk(0, 3, 4)
-
-    monkeypatch.setattr(jvm_scan, "JvmScan", FakeScan)
-    monkeypatch.setattr(reader_module, "CHUNK_RECORDS", 1000)
-    stub = types.SimpleNamespace(kafka_config={}, topic="t", field_types=TYPES)
-    stub._decoded_columns = lambda *args: reader_module.LogReader._decoded_columns(stub, *args)
-    read_filter = ReadFilter(ControlState(), False)
-    decoded = list(reader_module.LogReader._jvm_chunks(stub, {}, {}, read_filter))  # type: ignore[arg-type]
-    assert [count for _, _, count in decoded] == [5, 4]  # two chunks together, the later generation apart
-    writers = [d.rows.column("_writer_id").to_pylist() for _, d, _ in decoded]
-    assert writers == [["a"] * 5, ["b"] * 4]
-    assert decoded[0][1].rows.column("_partition").to_pylist() == [0, 0, 0, 1, 1]
