@@ -38,7 +38,6 @@ from airflow_logstore.spark.planning import (
     KeysAbsent,
     key_filter,
     plan_row_kinds,
-    planned_snapshot,
     table_rows,
     worth_a_key_filter,
 )
@@ -195,16 +194,16 @@ class DualWriter:
         result = BatchResult(
             str(self.handle.name), self.writer_id, batch_id, self.epoch, format_emit_mode(self.emit_mode)
         )
-        done = self.state().committed(self.writer_id, batch_id)  # 1
+        table = self.handle.load()  # main as it is now: the batch is checked and planned against it
+        done = merged_state(table, self.read_control()).committed(self.writer_id, batch_id)  # 1
         if done is not None:
             return result.skipped_for(done)
-        table = self.handle.load()  # main as it is now: the batch is planned against this snapshot
         schema = self.spark.table(self.handle.spark_name()).schema
         changes = validated_changes(raw, schema, self.primary_key, self.change_column)  # 2
         try:
             plan = self._plan(changes, self._target(table), self._keys(changes, table)).persisted()  # 3
             try:
-                written = self._write_planned(plan, result, planned_snapshot(table))  # 4 to 6
+                written = self._write_planned(plan, result, table.metadata.current_snapshot_id)  # 4 to 6
             finally:
                 plan.unpersist()
         finally:
@@ -213,9 +212,9 @@ class DualWriter:
 
     def _target(self, table: Table) -> DataFrame | None:
         """The table's rows as of ``table``'s current snapshot (None: it holds none)."""
-        snapshot_id = planned_snapshot(table)
-        if snapshot_id is None or table_rows(table) == 0:
+        if table_rows(table) == 0:  # also when it has no snapshot
             return None
+        snapshot_id = table.metadata.current_snapshot_id
         return self.spark.sql(f"SELECT * FROM {self.handle.spark_name()} VERSION AS OF {snapshot_id}")
 
     def _keys(self, changes: DataFrame, table: Table) -> KeyFilter | None:

@@ -99,12 +99,6 @@ def table_rows(table: Any) -> int | None:
     return int(total) if total is not None else None
 
 
-def planned_snapshot(table: Any) -> int | None:
-    """A pyiceberg table's current snapshot id (None: it has none)."""
-    snapshot = table.current_snapshot()
-    return snapshot.snapshot_id if snapshot is not None else None
-
-
 def key_filter(changes: DataFrame, primary_key: Sequence[str]) -> KeyFilter | None:
     """The batch's :class:`KeyFilter` (None without a key, or with more than KEY_FILTER_LIMIT values)."""
     if not primary_key:
