@@ -197,20 +197,17 @@ def test_the_records_reach_the_producers_without_a_shuffle_after_the_plan(env, s
         changes.unpersist()
 
 
-class _Interleaved:
-    """Runs another writer's batch between this writer's plan and its commit (deterministically: in
-    the same thread, before ``_write_planned`` commits)."""
+def _interleaved_writer(spark: Any, handle: Any, writer_id: str, between: Any) -> Any:
+    """A writer that runs ``between`` (another writer's batch) between its plan and its commit
+    (deterministically: in the same thread, before ``_write_planned`` commits)."""
+    from airflow_logstore.spark.dual_write import DualWriter
 
-    @staticmethod
-    def writer(spark: Any, handle: Any, writer_id: str, between: Any) -> Any:
-        from airflow_logstore.spark.dual_write import DualWriter
+    class InterleavedWriter(DualWriter):
+        def _write_planned(self, plan: Any, result: Any, planned_at: Any) -> Any:
+            between()
+            return super()._write_planned(plan, result, planned_at)
 
-        class InterleavedWriter(DualWriter):
-            def _write_planned(self, plan: Any, result: Any, planned_at: Any) -> Any:
-                between()
-                return super()._write_planned(plan, result, planned_at)
-
-        return InterleavedWriter(spark, handle, writer_id=writer_id)
+    return InterleavedWriter(spark, handle, writer_id=writer_id)
 
 
 @pytest.mark.parametrize("planted", [False, True], ids=["as-built", "planted-append-on-any-base"])
@@ -236,7 +233,7 @@ def test_a_batch_of_new_keys_is_appended_only_on_the_snapshot_it_was_planned_aga
         _write(spark, handle, tmp_path, [other], "other")
         caplog.clear()  # what follows is the interleaved writer's commit
 
-    writer = _Interleaved.writer(spark, handle, "interleaved", other_writer_commits)
+    writer = _interleaved_writer(spark, handle, "interleaved", other_writer_commits)
     with caplog.at_level(logging.INFO, logger="airflow_logstore.spark.committing"):
         result = writer.write_path(str(write_jsonl(tmp_path / "new.jsonl", new_keys)), 1)
     appended = [r for r in caplog.records if "appended" in r.getMessage()]
