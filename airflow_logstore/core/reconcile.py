@@ -104,15 +104,29 @@ def with_kind(value: bytes | None, kind: RowKind) -> bytes:
     for that layout only the two kind characters change, so a reversal's row is byte-identical to its
     original's (no float round trip of decimals). Other layouts are decoded and encoded again.
     """
-    if (
+    if _writers_layout(value):
+        assert value is not None
+        return _PREFIX + kind.value.encode() + value[_ROW_AT:]
+    _, row = decode_value(value)
+    return encode_value(kind, row)
+
+
+def _writers_layout(value: bytes | None) -> bool:
+    return (
         value is not None
         and value.startswith(_PREFIX)
         and value[len(_PREFIX) : _ROW_AT] in _KINDS
         and value[_ROW_AT : _ROW_AT + len(_ROW_TAG)] == _ROW_TAG
-    ):
-        return _PREFIX + kind.value.encode() + value[_ROW_AT:]
-    _, row = decode_value(value)
-    return encode_value(kind, row)
+    )
+
+
+def kind_of(value: bytes | None) -> RowKind:
+    """The row kind of a change that decoded before (the planner decodes each value it plans to reverse
+    or reassert): read from its first bytes in the writers' layout, else decoded again."""
+    if _writers_layout(value):
+        assert value is not None
+        return _KINDS[value[len(_PREFIX) : _ROW_AT]]
+    return decode_value(value)[0]
 
 
 def upsert_image(kind: RowKind, row: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -121,14 +135,12 @@ def upsert_image(kind: RowKind, row: Mapping[str, Any]) -> dict[str, Any] | None
 
 
 def reversal_value(value: bytes | None) -> bytes:
-    kind, _ = decode_value(value)
-    return with_kind(value, kind.reversed())
+    return with_kind(value, kind_of(value).reversed())
 
 
 def reassert_values(value: bytes | None) -> tuple[tuple[RowKind, bytes], tuple[RowKind, bytes]]:
     """The reassert pair restoring the image of ``value``: [-U r, +U r] or [+I r, -D r]."""
-    kind, _ = decode_value(value)
-    if kind.is_addition:
+    if kind_of(value).is_addition:
         return (
             (RowKind.UPDATE_BEFORE, with_kind(value, RowKind.UPDATE_BEFORE)),
             (RowKind.UPDATE_AFTER, with_kind(value, RowKind.UPDATE_AFTER)),
@@ -470,8 +482,7 @@ class PartitionPlan:
                 for number, (_, half) in enumerate(reassert_values(value), start=1):
                     yield Output(partition, key, half, RecordType.REASSERT, offset, pair_half=number)
             else:
-                kind, _ = decode_value(value)
-                second = with_kind(value, _FIRST_HALF[kind])
+                second = with_kind(value, _FIRST_HALF[kind_of(value)])
                 yield Output(partition, key, second, RecordType.REASSERT, -1, pair_half=2)
 
     @property
@@ -820,30 +831,36 @@ class PartitionPlanner:
         if legit is None:
             return None  # no legitimate record of the key in the window: the reversal chain restores it
         legit_offset, legit_value = legit
-        try:
-            if new:  # the key ends with our last reversal: the reversal of its earliest new redundant
-                kind, row = decode_value(new[0][1])
-                tail_image: tuple[bool, dict[str, Any] | None] = (True, upsert_image(kind.reversed(), row))
-                tail_is_reassert = False
-            else:
-                tail = state.tail
-                if tail is None or tail.offset == legit_offset:
-                    return None  # the key's last record is its last legitimate one: nothing to restore
-                tail_image = _image(tail.value)
-                tail_is_reassert = tail.record_type is RecordType.REASSERT
-        except RecordDecodeError:
-            tail_image, tail_is_reassert = (False, None), False
+        tail = None if new else state.tail  # with new reversals, the key ends with our last one
+        if not new and (tail is None or tail.offset == legit_offset):
+            return None  # the key's last record is its last legitimate one: nothing to restore
         try:
             wanted = _image(legit_value)
         except RecordDecodeError:
             self.stats.reassert_skipped += 1
             return None
         after_first = state.first_redundant is not None and legit_offset > state.first_redundant
-        if not ((after_first and not tail_is_reassert) or tail_image != wanted):
+        tail_is_reassert = tail is not None and tail.record_type is RecordType.REASSERT
+        # a legitimate record after a redundant one is restored (unless a reassert already ends the key);
+        # otherwise only when the key's last image differs from the legitimate one
+        if not (after_first and not tail_is_reassert) and _tail_image(new, tail) == wanted:
             return None
         self.stats.reasserted += 1
         assert legit_value is not None  # _image refused None
         return legit_offset, legit_value
+
+
+def _tail_image(new: list[tuple[int, bytes]], tail: _Tail | None) -> tuple[bool, dict[str, Any] | None]:
+    """The image a key is left with: after our reversals (``new``), the reversal of its earliest new
+    redundant record; else its last record's (``tail``). (False, None) when that record does not decode."""
+    try:
+        if new:
+            kind, row = decode_value(new[0][1])
+            return (True, upsert_image(kind.reversed(), row))
+        assert tail is not None
+        return _image(tail.value)
+    except RecordDecodeError:
+        return (False, None)
 
 
 # --- a whole run, in memory (tests, small logs) --------------------------------------------------------

@@ -34,6 +34,7 @@ from airflow_logstore.core.codec import (
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.core.visibility import Decision, classify
+from airflow_logstore.exceptions import RecordDecodeError
 
 PK = ["id"]
 
@@ -303,6 +304,17 @@ def test_other_layouts_are_decoded_and_encoded_again() -> None:
     assert R.with_kind(value, RowKind.UPDATE_BEFORE) == encode_value(
         RowKind.UPDATE_BEFORE, {"id": 1, "v": "x"}
     )
+
+
+@pytest.mark.parametrize("kind", list(RowKind))
+def test_kind_of_reads_the_kind_that_decoding_finds(kind: RowKind) -> None:
+    """The kind read from the writers' layout's first bytes, and from other layouts by decoding."""
+    written = b'{"kind":"' + kind.value.encode() + b'","row":{"id":7}}'
+    other = b'{ "row": {"id": 7}, "kind": "' + kind.value.encode() + b'" }'
+    for value in (written, other, encode_value(kind, {"id": 7})):
+        assert R.kind_of(value) is decode_value(value)[0] is kind
+    with pytest.raises(RecordDecodeError):
+        R.kind_of(b'{"kind": "?", "row": {}}')
 
 
 @pytest.mark.parametrize(
