@@ -66,6 +66,14 @@ class Column:
             return None
         return self.data[self.starts[index] : self.starts[index + 1]]
 
+    def pick(self, indexes: np.ndarray) -> list[bytes | None]:
+        """The values at ``indexes``, as Python bytes (None for nulls): one step for all of them."""
+        data = self.data
+        lows = self.starts[indexes].tolist()
+        highs = self.starts[indexes + 1].tolist()
+        lengths = self.lengths[indexes].tolist()
+        return [None if n < 0 else data[low:high] for low, high, n in zip(lows, highs, lengths, strict=True)]
+
     def arrow(self) -> Any:
         """The column as a pyarrow binary array (zero copy of the data)."""
         import pyarrow as pa
@@ -193,8 +201,13 @@ class JvmScan:
         )
 
     def chunks(self) -> Iterator[Chunk]:
+        from airflow_logstore.javac import class_archive
+        from airflow_logstore.settings import local_settings
+
+        java, classpath = _java(), scan_classpath()
+        archive = class_archive("log-scan", classpath, java, local_settings())
         read, write = os.pipe()  # the frames (the JVM's stdout may carry its own messages)
-        command = [_java(), *JVM_OPTIONS, "-cp", scan_classpath(), SCAN_CLASS, f"/dev/fd/{write}"]
+        command = [java, *JVM_OPTIONS, *archive.options, "-cp", classpath, SCAN_CLASS, f"/dev/fd/{write}"]
         try:
             process = subprocess.Popen(
                 command,
@@ -222,10 +235,12 @@ class JvmScan:
                     raise ServiceError(
                         f"the JVM log scan of {self.topic} exited with {code}: {_stderr(process)}"
                     )
+                archive.keep()
             finally:
                 if process.poll() is None:
                     process.kill()
                     process.wait()
+                archive.discard()
 
     def _frames(self, process: subprocess.Popen[bytes], out: IO[bytes]) -> Iterator[Chunk]:
         while True:
@@ -338,7 +353,7 @@ _CLASSPATH: dict[str, str] = {}
 def scan_classpath() -> str:
     """``LogScan`` (compiled once) and the Kafka client: the jar the Spark jobs use, with the compression
     codecs and logging of the pyspark wheel."""
-    from airflow_logstore.javac import compiled_classes
+    from airflow_logstore.javac import compiled_jar
     from airflow_logstore.settings import local_settings
 
     settings = local_settings()
@@ -351,9 +366,7 @@ def scan_classpath() -> str:
     cached = _CLASSPATH.get(client)
     if cached is not None:
         return cached
-    import pyspark
-
-    wheel_jars = Path(pyspark.__file__).parent / "jars"
+    wheel_jars = _pyspark_jars()
     libraries = [
         str(jar)
         for jar in sorted(wheel_jars.glob("*.jar"))
@@ -361,8 +374,18 @@ def scan_classpath() -> str:
     ]
     jars = os.pathsep.join([client, *libraries])
     source = resources.files("airflow_logstore.log").joinpath("java/LogScan.java").read_text()
-    classes = compiled_classes(
+    jar = compiled_jar(  # a jar, not a class folder: the class-data archive takes jars only
         "log-scan", SCAN_CLASS, source, jars, settings, purpose="the JVM log scan (reconciliation)"
     )
-    _CLASSPATH[client] = found = os.pathsep.join([str(classes), jars])
+    _CLASSPATH[client] = found = os.pathsep.join([str(jar), jars])
     return found
+
+
+def _pyspark_jars() -> Path:
+    """The jars folder of the pyspark wheel, found without importing pyspark (about 0.1 s)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise ServiceError("the JVM log scan needs the pyspark wheel's jars (pyspark is not installed)")
+    return Path(next(iter(spec.submodule_search_locations))) / "jars"

@@ -140,13 +140,21 @@ def feed_chunk(
     observe = np.flatnonzero(codes == _OBSERVE)
     if not len(observe) and not planner.follows_keys:
         return
-    offsets, keys, values, sets = chunk.offsets, chunk.keys, chunk.values, chunk.header_sets
-    for index in _one_by_one(planner, chunk, observe).tolist():
-        offset, key, value = int(offsets[index]), keys[index], values[index]
-        if codes[index] != _OBSERVE:
+    picked = _one_by_one(planner, chunk, codes, observe)
+    records = zip(
+        picked.tolist(),
+        chunk.offsets[picked].tolist(),
+        codes[picked].tolist(),
+        chunk.header_sets[picked].tolist(),
+        chunk.keys.pick(picked),
+        chunk.values.pick(picked),
+        strict=True,
+    )
+    for index, offset, code, number, key, value in records:
+        if code != _OBSERVE:
             planner.legit(offset, key, value)
             continue
-        headers = header_sets[sets[index]]
+        headers = header_sets[number]
         reason = planner.observe(offset, key, headers, value)
         if reason is not None and dead is not None:
             dead.add(topic, jvm_scan.ScannedRecord(chunk, index, headers), reason)
@@ -226,21 +234,25 @@ def _set_decision(
     return result
 
 
-def _one_by_one(planner: core.PartitionPlanner, chunk: Any, observe: Any) -> Any:
-    """Indexes of the records to feed one by one, in offset order: those whose headers decide, and the
-    counted records of keys the planner follows (tracked, or that a record read here may make tracked)
-    or in its lookback range."""
+def _one_by_one(planner: core.PartitionPlanner, chunk: Any, codes: Any, observe: Any) -> Any:
+    """Indexes of the records to feed one by one, in offset order: those whose headers decide
+    (``observe``), those sent from dense spans (the JVM sends them only when their key is followed, a
+    superset of the keys the planner tracks, or in the lookback range), and the counted records of keys
+    the planner follows (tracked, or that a record read here may make tracked) or in its lookback range.
+    A record fed whose key the planner does not track is only looked at."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
     offsets = chunk.offsets
-    follow = np.zeros(len(offsets), dtype=bool)
-    follow[observe] = True
-    keys = {*planner.tracked_keys(), *(k for k in (chunk.keys[i] for i in observe.tolist()) if k is not None)}
-    if keys:
-        wanted = pa.array(list(keys), type=pa.large_binary())
-        follow |= pc.is_in(chunk.keys.arrow(), value_set=wanted).to_numpy(zero_copy_only=False)
+    follow = codes >= _OBSERVE
+    counted = np.flatnonzero(~follow)
+    if len(counted):
+        keys = {*planner.tracked_keys(), *(k for k in chunk.keys.pick(observe) if k is not None)}
+        if keys:
+            wanted = pa.array(list(keys), type=pa.large_binary())
+            counted_keys = chunk.keys.arrow().take(pa.array(counted))
+            follow[counted] = pc.is_in(counted_keys, value_set=wanted).to_numpy(zero_copy_only=False)
     if planner.lookback is not None:
         low, high = planner.lookback
         follow |= (offsets >= low) & (offsets <= high)

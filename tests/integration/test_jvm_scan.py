@@ -95,6 +95,67 @@ def test_dense_records_are_sent_only_when_followed_or_in_lookback(env) -> None:
     assert len(sets) == 4  # each distinct header set once
 
 
+def test_thousands_of_followed_keys_send_exactly_their_dense_records(env) -> None:
+    """The JVM keeps followed keys as hashes in a table that grows (512 keys fit before the first
+    growth): after 3,000 records read for their headers, a dense span of 6,000 records sends exactly
+    the 3,000 of those keys and counts the others."""
+    topic = env.unique("jvmkeys")
+    config = {"bootstrap.servers": env.bootstrap}
+    kafka_client.ensure_topic(config, topic, partitions=1, replication_factor=1, topic_configs={})
+    prod = kafka_client.producer(config)
+    tracker = kafka_client.DeliveryTracker()
+    read, dense = 3000, 6000
+    for n in [*range(read), *range(dense)]:
+        prod.produce(topic, b"v", f"key-{n}".encode(), partition=0, headers=B, on_delivery=tracker)
+        prod.poll(0)
+    kafka_client.flush(prod, tracker, read + dense, "scan records")
+    scan = jvm_scan.JvmScan(config, topic, {0: 0}, {0: read + dense}, dense={0: [(read, read + dense - 1)]})
+    chunks = _scan(scan)[0]
+    assert chunks[0].first == 0 and chunks[-1].last == read + dense - 1
+    sent = [(int(o), c.keys[i], int(c.header_sets[i])) for c in chunks for i, o in enumerate(c.offsets)]
+    followed = [(offset, key) for offset, key, number in sent if number == -1]
+    assert len(sent) == 2 * read
+    assert followed == [(read + n, f"key-{n}".encode()) for n in range(read)]
+
+
+def test_the_first_scan_writes_a_class_data_archive_that_later_scans_start_from(
+    env, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first scan archives its classes as it exits; the next starts from the archive; an archive
+    the JVM cannot use (here: garbage) is skipped, and the scan still reads every record."""
+    import dataclasses
+
+    from airflow_logstore import javac
+
+    archives = tmp_path / "jars"
+    real = javac.class_archive
+    used: list[javac.ClassArchive] = []
+
+    def in_tmp(name: str, classpath: str, java: str, settings: Any) -> javac.ClassArchive:
+        archive = real(name, classpath, java, dataclasses.replace(settings, cache=tmp_path))
+        used.append(archive)
+        return archive
+
+    monkeypatch.setattr(javac, "class_archive", in_tmp)
+    topic = env.unique("jvmcds")
+    config = _fill(env, topic)
+
+    def scanned() -> list[int]:
+        chunks = _scan(jvm_scan.JvmScan(config, topic, {0: 0, 1: 0}, {0: 13, 1: 4}))
+        return [int(o) for p in sorted(chunks) for c in chunks[p] for o in c.offsets]
+
+    everything = [*range(13), *range(4)]
+    assert scanned() == everything
+    assert used[-1].staging is not None and used[-1].options[0].startswith("-XX:ArchiveClassesAtExit=")
+    (archive,) = archives.glob("log-scan-*.jsa")
+    assert archive.stat().st_size > 1_000_000 and not list(archives.glob("*.part"))
+    assert scanned() == everything
+    assert used[-1].staging is None and used[-1].options == [f"-XX:SharedArchiveFile={archive}"]
+    archive.chmod(0o644)
+    archive.write_bytes(b"not an archive" * 1000)
+    assert scanned() == everything
+
+
 def test_an_end_beyond_the_log_is_reached_once_the_broker_has_nothing_more(env) -> None:
     topic = env.unique("jvmend")
     config = _fill(env, topic)

@@ -18,8 +18,6 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
-import java.util.Set;
-import java.util.HashSet;
 import java.util.TreeMap;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
@@ -27,7 +25,7 @@ import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeader;
-import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteBufferDeserializer;
 
 /**
  * A bulk scan of log partitions for Python (airflow_logstore/log/jvm_scan.py has the protocol): reads
@@ -63,7 +61,6 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * Nothing is logged here: the settings may carry credentials.
  */
 public final class LogScan {
-    private static final long[][] NO_SPANS = new long[0][];
     private static final Field KEY_BUFFER = rawField("keyBuffer");
     private static final Field VALUE_BUFFER = rawField("valueBuffer");
     /** Header sets known at once; more, and the ids start again (a 'C' frame) before the next frame. */
@@ -72,13 +69,13 @@ public final class LogScan {
     private static final Duration TIMEOUT = Duration.ofSeconds(30);
     private final OutputStream out;
     private final Map<List<Object>, Integer> headerSets = new HashMap<>();
-    /** Per partition, sorted [first, last] offsets whose headers are not needed (the caller knows them). */
-    private final Map<Integer, long[][]> dense = new HashMap<>();
-    /** Per partition, sorted [first, last] offsets whose every record is sent. */
-    private final Map<Integer, long[][]> lookback = new HashMap<>();
+    /** Per partition, the offsets whose headers are not needed (the caller knows them). */
+    private final Map<Integer, Spans> dense = new HashMap<>();
+    /** Per partition, the offsets whose every record is sent. */
+    private final Map<Integer, Spans> lookback = new HashMap<>();
     /** Per partition, the keys of the records sent for their headers: the records of a dense span that
      * have one of them are sent too (the caller may follow those keys); the others are only counted. */
-    private final Map<Integer, Set<ByteBuffer>> followed = new HashMap<>();
+    private final Map<Integer, KeyHashes> followed = new HashMap<>();
 
     private LogScan(OutputStream out) {
         this.out = out;
@@ -124,14 +121,16 @@ public final class LogScan {
         lookback.putAll(ranges(in, ""));
         settings.put("enable.auto.commit", "false");
         settings.putIfAbsent("auto.offset.reset", "earliest");
-        settings.putIfAbsent("max.poll.records", "20000");
-        settings.putIfAbsent("max.partition.fetch.bytes", String.valueOf(4 << 20));
-        settings.putIfAbsent("fetch.max.bytes", String.valueOf(12 << 20));
+        // A poll's records are alive at once: more of them make each young collection copy more (with
+        // 20,000, a third of a 4M-record scan's time went to collections); 1 MB fetches keep up.
+        settings.putIfAbsent("max.poll.records", "2000");
+        settings.putIfAbsent("max.partition.fetch.bytes", String.valueOf(1 << 20));
+        settings.putIfAbsent("fetch.max.bytes", String.valueOf(3 << 20));
         scan(settings, pending, idleMs);
     }
 
-    /** Lines "partition first last" up to ``end`` (or the end of input), per partition sorted by first. */
-    private static Map<Integer, long[][]> ranges(BufferedReader in, String end) throws IOException {
+    /** Lines "partition first last" up to ``end`` (or the end of input), per partition. */
+    private static Map<Integer, Spans> ranges(BufferedReader in, String end) throws IOException {
         Map<Integer, List<long[]>> found = new HashMap<>();
         String line;
         while ((line = in.readLine()) != null && !line.equals(end)) {
@@ -139,24 +138,24 @@ public final class LogScan {
             found.computeIfAbsent(Integer.parseInt(parts[0]), p -> new ArrayList<>())
                     .add(new long[] {Long.parseLong(parts[1]), Long.parseLong(parts[2])});
         }
-        Map<Integer, long[][]> result = new HashMap<>();
+        Map<Integer, Spans> result = new HashMap<>();
         for (Map.Entry<Integer, List<long[]>> entry : found.entrySet()) {
-            entry.getValue().sort((a, b) -> Long.compare(a[0], b[0]));
-            result.put(entry.getKey(), entry.getValue().toArray(new long[0][]));
+            result.put(entry.getKey(), new Spans(entry.getValue()));
         }
         return result;
     }
 
     private void scan(Properties settings, Map<TopicPartition, long[]> pending, long idleMs) throws IOException {
-        try (KafkaConsumer<byte[], byte[]> consumer =
-                new KafkaConsumer<>(settings, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
+        // keys and values stay views of the fetched bytes (no copy per record): the few sent are copied
+        try (KafkaConsumer<ByteBuffer, ByteBuffer> consumer =
+                new KafkaConsumer<>(settings, new ByteBufferDeserializer(), new ByteBufferDeserializer())) {
             consumer.assign(pending.keySet());
             for (Map.Entry<TopicPartition, long[]> entry : pending.entrySet()) {
                 consumer.seek(entry.getKey(), entry.getValue()[0]);
             }
             long lastProgress = System.nanoTime();
             while (!pending.isEmpty()) {
-                ConsumerRecords<byte[], byte[]> polled = consumer.poll(Duration.ofMillis(100));
+                ConsumerRecords<ByteBuffer, ByteBuffer> polled = consumer.poll(Duration.ofMillis(100));
                 boolean progress = false;
                 for (TopicPartition partition : polled.partitions()) {
                     long[] range = pending.get(partition);
@@ -176,7 +175,7 @@ public final class LogScan {
     }
 
     /** Drops the partitions whose position reached their end (gaps and markers count as reached). */
-    private static boolean settle(KafkaConsumer<byte[], byte[]> consumer, Map<TopicPartition, long[]> pending) {
+    private static boolean settle(KafkaConsumer<ByteBuffer, ByteBuffer> consumer, Map<TopicPartition, long[]> pending) {
         List<TopicPartition> done = new ArrayList<>();
         for (Map.Entry<TopicPartition, long[]> entry : pending.entrySet()) {
             if (consumer.position(entry.getKey(), TIMEOUT) >= entry.getValue()[1]) {
@@ -195,7 +194,7 @@ public final class LogScan {
      * No record for the idle timeout: a partition whose position reached its log's end is done (the
      * offsets left below its scan end are gone); with none such, the broker is not answering.
      */
-    private static void idle(KafkaConsumer<byte[], byte[]> consumer, Map<TopicPartition, long[]> pending, long idleMs) {
+    private static void idle(KafkaConsumer<ByteBuffer, ByteBuffer> consumer, Map<TopicPartition, long[]> pending, long idleMs) {
         Map<TopicPartition, Long> ends = consumer.endOffsets(pending.keySet(), Duration.ofMillis(idleMs));
         List<TopicPartition> done = new ArrayList<>();
         Map<Integer, Long> positions = new TreeMap<>();
@@ -216,13 +215,11 @@ public final class LogScan {
     /**
      * Writes the polled records below ``end`` as one 'R' frame; false when there are none. A record in a
      * dense span is left out (the frame's offset range counts it) unless it is in a lookback range or its
-     * key is followed.
+     * key is followed; with no key followed and no lookback range here, a dense span's records are not
+     * even looked at.
      */
-    private boolean frame(int partition, List<ConsumerRecord<byte[], byte[]>> polled, long end) throws IOException {
-        int count = 0;
-        while (count < polled.size() && polled.get(count).offset() < end) {
-            count++;
-        }
+    private boolean frame(int partition, List<ConsumerRecord<ByteBuffer, ByteBuffer>> polled, long end) throws IOException {
+        int count = below(polled, 0, polled.size(), end);
         if (count == 0) {
             return false;
         }
@@ -230,26 +227,31 @@ public final class LogScan {
             headerSets.clear();
             out.write('C');
         }
-        long[][] spans = dense.getOrDefault(partition, NO_SPANS);
-        long[][] recent = lookback.getOrDefault(partition, NO_SPANS);
-        Set<ByteBuffer> keys = followed.computeIfAbsent(partition, p -> new HashSet<>());
-        List<ConsumerRecord<byte[], byte[]>> sent = new ArrayList<>();
-        IntList sets = new IntList(count);
+        long first = polled.get(0).offset();
+        long last = polled.get(count - 1).offset();
+        Spans spans = dense.getOrDefault(partition, Spans.NONE);
+        Spans recent = lookback.getOrDefault(partition, Spans.NONE);
+        boolean lookbackHere = recent.overlaps(first, last);
+        KeyHashes keys = followed.computeIfAbsent(partition, p -> new KeyHashes());
+        List<ConsumerRecord<ByteBuffer, ByteBuffer>> sent = new ArrayList<>();
+        IntList sets = new IntList(16);
         int keyBytes = 0;
         int valueBytes = 0;
         ByteBuffer[] previous = null;
         int previousId = -1;
-        int span = 0;
+        int span = spans.from(first);
         for (int i = 0; i < count; i++) {
-            ConsumerRecord<byte[], byte[]> record = polled.get(i);
+            ConsumerRecord<ByteBuffer, ByteBuffer> record = polled.get(i);
             long offset = record.offset();
-            byte[] key = record.key();
-            while (span < spans.length && spans[span][1] < offset) {
-                span++;
-            }
-            if (span < spans.length && spans[span][0] <= offset) { // its headers are not read
-                boolean follow = key != null && !keys.isEmpty() && keys.contains(ByteBuffer.wrap(key));
-                if (!follow && !inside(recent, offset)) {
+            ByteBuffer key = record.key();
+            span = spans.from(span, offset);
+            if (spans.holds(span, offset)) { // its headers are not read
+                if (keys.isEmpty() && !lookbackHere) { // none of the span's records is sent
+                    i = below(polled, i, count, spans.last(span) + 1) - 1;
+                    continue;
+                }
+                boolean follow = key != null && keys.contains(key);
+                if (!follow && !(lookbackHere && recent.holds(recent.from(offset), offset))) {
                     continue;
                 }
                 sets.add(-1);
@@ -260,20 +262,19 @@ public final class LogScan {
                     previousId = headerSetId(headers);
                 }
                 sets.add(previousId);
-                if (key != null && span < spans.length) { // followed in the dense spans still ahead
-                    keys.add(ByteBuffer.wrap(key));
+                if (key != null && span < spans.size()) { // followed in the dense spans still ahead
+                    keys.add(key);
                 }
             }
             sent.add(record);
-            byte[] value = record.value();
-            keyBytes += key == null ? 0 : key.length;
-            valueBytes += value == null ? 0 : value.length;
+            keyBytes += length(key);
+            valueBytes += length(record.value());
         }
         int n = sent.size();
         ByteBuffer header = buffer(1 + 8 + 16 + 16 * n + 8);
-        header.put((byte) 'R').putInt(partition).putLong(polled.get(0).offset()).putLong(polled.get(count - 1).offset());
+        header.put((byte) 'R').putInt(partition).putLong(first).putLong(last);
         header.putInt(n);
-        for (ConsumerRecord<byte[], byte[]> record : sent) {
+        for (ConsumerRecord<ByteBuffer, ByteBuffer> record : sent) {
             header.putLong(record.offset());
         }
         for (int i = 0; i < n; i++) {
@@ -282,39 +283,64 @@ public final class LogScan {
         ByteArrayOutputStream frame = new ByteArrayOutputStream(header.position() + 8 * n + keyBytes + valueBytes + 8);
         frame.write(header.array(), 0, header.position());
         ByteBuffer lengths = buffer(4 * n);
-        for (ConsumerRecord<byte[], byte[]> record : sent) {
-            lengths.putInt(record.key() == null ? -1 : record.key().length);
+        for (ConsumerRecord<ByteBuffer, ByteBuffer> record : sent) {
+            lengths.putInt(record.key() == null ? -1 : record.key().remaining());
         }
         frame.write(lengths.array());
         frame.write(ints(keyBytes));
-        for (ConsumerRecord<byte[], byte[]> record : sent) {
-            if (record.key() != null) {
-                frame.write(record.key());
-            }
+        for (ConsumerRecord<ByteBuffer, ByteBuffer> record : sent) {
+            write(frame, record.key());
         }
         lengths.clear();
-        for (ConsumerRecord<byte[], byte[]> record : sent) {
-            lengths.putInt(record.value() == null ? -1 : record.value().length);
+        for (ConsumerRecord<ByteBuffer, ByteBuffer> record : sent) {
+            lengths.putInt(record.value() == null ? -1 : record.value().remaining());
         }
         frame.write(lengths.array());
         frame.write(ints(valueBytes));
-        for (ConsumerRecord<byte[], byte[]> record : sent) {
-            if (record.value() != null) {
-                frame.write(record.value());
-            }
+        for (ConsumerRecord<ByteBuffer, ByteBuffer> record : sent) {
+            write(frame, record.value());
         }
         frame.writeTo(out);
         out.flush(); // the caller works on each frame while the next is read
         return true;
     }
 
-    private static boolean inside(long[][] ranges, long offset) {
-        for (long[] range : ranges) {
-            if (range[0] <= offset && offset <= range[1]) {
-                return true;
+    /** The index in [from, to) of the first record at or above ``offset`` (``to`` if none): records are
+     * in offset order, and only the O(log n) looked at are touched. */
+    private static int below(List<ConsumerRecord<ByteBuffer, ByteBuffer>> polled, int from, int to, long offset) {
+        int low = from;
+        int high = to;
+        while (low < high) {
+            int middle = (low + high) >>> 1;
+            if (polled.get(middle).offset() < offset) {
+                low = middle + 1;
+            } else {
+                high = middle;
             }
         }
-        return false;
+        return low;
+    }
+
+    private static int length(ByteBuffer bytes) {
+        return bytes == null ? 0 : bytes.remaining();
+    }
+
+    /** The bytes of a view (its position is left alone: it is a record's key or value). */
+    private static byte[] bytes(ByteBuffer view) {
+        byte[] copied = new byte[view.remaining()];
+        view.duplicate().get(copied);
+        return copied;
+    }
+
+    private static void write(ByteArrayOutputStream frame, ByteBuffer view) {
+        if (view == null) {
+            return;
+        }
+        if (view.hasArray()) {
+            frame.write(view.array(), view.arrayOffset() + view.position(), view.remaining());
+        } else {
+            frame.writeBytes(bytes(view));
+        }
     }
 
     /**
@@ -417,6 +443,145 @@ public final class LogScan {
             buffer.putInt(value);
         }
         return buffer.array();
+    }
+
+    /** Sorted, non-overlapping [first, last] offset ranges, as two arrays. */
+    private static final class Spans {
+        static final Spans NONE = new Spans(List.of());
+        private final long[] firsts;
+        private final long[] lasts;
+
+        Spans(List<long[]> ranges) {
+            long[][] sorted = ranges.toArray(new long[0][]);
+            Arrays.sort(sorted, (a, b) -> Long.compare(a[0], b[0]));
+            firsts = new long[sorted.length];
+            lasts = new long[sorted.length];
+            for (int i = 0; i < sorted.length; i++) {
+                firsts[i] = sorted[i][0];
+                lasts[i] = sorted[i][1];
+            }
+        }
+
+        int size() {
+            return lasts.length;
+        }
+
+        long last(int span) {
+            return lasts[span];
+        }
+
+        /** The first span that ends at or after ``offset`` (``size()`` if none), by binary search. */
+        int from(long offset) {
+            int found = Arrays.binarySearch(lasts, offset);
+            return found >= 0 ? found : -found - 1;
+        }
+
+        /** {@link #from(long)} for offsets that only grow: walks on from ``span``. */
+        int from(int span, long offset) {
+            while (span < lasts.length && lasts[span] < offset) {
+                span++;
+            }
+            return span;
+        }
+
+        boolean holds(int span, long offset) {
+            return span < lasts.length && firsts[span] <= offset;
+        }
+
+        boolean overlaps(long first, long last) {
+            int span = from(first);
+            return span < lasts.length && firsts[span] <= last;
+        }
+    }
+
+    /**
+     * A set of keys kept as 64-bit hashes of their bytes (open addressing, no object per key). Two keys
+     * with one hash are one here: then a record of a key nobody follows is sent too, which costs the
+     * caller a look at it and changes nothing (the caller follows keys by their bytes). Most keys looked
+     * up are not in the set: a bit array of at least 16 bits per key, small enough to stay in the CPU's
+     * cache, answers most of those without a look at the slots.
+     */
+    static final class KeyHashes {
+        private long[] slots = new long[1024]; // 0: empty
+        private long[] bits = new long[1024]; // 65,536 bits
+        private int size;
+
+        boolean isEmpty() {
+            return size == 0;
+        }
+
+        boolean contains(ByteBuffer key) {
+            long hash = hash(key);
+            if (!bit(hash)) {
+                return false;
+            }
+            int mask = slots.length - 1;
+            for (int at = (int) hash & mask; ; at = (at + 1) & mask) {
+                long slot = slots[at];
+                if (slot == hash) {
+                    return true;
+                }
+                if (slot == 0) {
+                    return false;
+                }
+            }
+        }
+
+        void add(ByteBuffer key) {
+            if (2 * (size + 1) > slots.length) {
+                long[] old = slots;
+                slots = new long[2 * old.length];
+                bits = new long[Math.max(bits.length, old.length / 2)]; // 16 bits per slot, 32 per key at most
+                size = 0;
+                for (long hash : old) {
+                    if (hash != 0) {
+                        insert(hash);
+                    }
+                }
+            }
+            insert(hash(key));
+        }
+
+        /** Whether the bit of ``hash`` is set (its high bits pick it: the low ones pick the slot). */
+        private boolean bit(long hash) {
+            int at = (int) (hash >>> 40) & (64 * bits.length - 1);
+            return (bits[at >>> 6] & (1L << at)) != 0;
+        }
+
+        private void insert(long hash) {
+            int at = (int) (hash >>> 40) & (64 * bits.length - 1);
+            bits[at >>> 6] |= 1L << at;
+            int mask = slots.length - 1;
+            for (at = (int) hash & mask; ; at = (at + 1) & mask) {
+                if (slots[at] == hash) {
+                    return;
+                }
+                if (slots[at] == 0) {
+                    slots[at] = hash;
+                    size++;
+                    return;
+                }
+            }
+        }
+
+        /** FNV-1a over the key's bytes, then mixed (its low bits pick the slot); never 0. */
+        static long hash(ByteBuffer key) {
+            long hash = 0xcbf29ce484222325L;
+            if (key.hasArray()) {
+                byte[] array = key.array();
+                for (int i = key.arrayOffset() + key.position(), end = i + key.remaining(); i < end; i++) {
+                    hash = (hash ^ (array[i] & 0xff)) * 0x100000001b3L;
+                }
+            } else {
+                for (int i = key.position(); i < key.limit(); i++) {
+                    hash = (hash ^ (key.get(i) & 0xff)) * 0x100000001b3L;
+                }
+            }
+            hash ^= hash >>> 33;
+            hash *= 0xff51afd7ed558ccdL;
+            hash ^= hash >>> 33;
+            return hash == 0 ? 1 : hash;
+        }
     }
 
     /** A growable int array (no boxing per record). */
