@@ -136,6 +136,8 @@ class ScannedRecord:
 #: ``auto`` reads in a JVM from this many records on (below, the JVM's start, about 0.7 s, costs more)
 JVM_MIN_RECORDS = 200_000
 SCANNERS = ("auto", "jvm", "librdkafka")
+#: records per chunk at most: Python's cost per chunk is paid once for this many records
+FRAME_RECORDS = 20_000
 
 
 def choose_scanner(scanner: str, records: int) -> str:
@@ -172,6 +174,7 @@ class JvmScan:
 
     :param kafka_config: the librdkafka connection settings (mapped to the Java client's).
     :param idle_timeout_s: fail when the broker sends nothing for this long while records are due.
+    :param frame_records: a chunk holds at most this many records (and covers at most 100,000 offsets).
     """
 
     def __init__(
@@ -185,6 +188,7 @@ class JvmScan:
         dense: Mapping[int, Sequence[tuple[int, int]]] | None = None,
         lookback: Mapping[int, Sequence[tuple[int, int]]] | None = None,
         client_settings: Mapping[str, Any] | None = None,
+        frame_records: int = FRAME_RECORDS,
     ) -> None:
         self.topic = topic
         self.header_sets: list[HeaderList] = []
@@ -195,6 +199,7 @@ class JvmScan:
             starts,
             ends,
             idle_timeout_s,
+            frame_records,
             dense or {},
             lookback or {},
             client_settings or {},
@@ -272,6 +277,7 @@ def _request(
     starts: Mapping[int, int],
     ends: Mapping[int, int],
     idle_timeout_s: float,
+    frame_records: int,
     dense: Mapping[int, Sequence[tuple[int, int]]],
     lookback: Mapping[int, Sequence[tuple[int, int]]],
     client_settings: Mapping[str, Any],
@@ -287,7 +293,7 @@ def _request(
         if "\n" in key or "\n" in value or "=" in key:
             raise ServiceError(f"Kafka client setting {key!r} cannot be passed to the JVM scan (a newline)")
     lines = [f"{key}={value}" for key, value in settings.items()]
-    lines += ["--", topic, str(int(idle_timeout_s * 1000))]
+    lines += ["--", topic, str(int(idle_timeout_s * 1000)), str(int(frame_records))]
     lines += [f"{p} {int(starts.get(p, 0))} {int(end)}" for p, end in sorted(ends.items())]
     lines += ["--", *_ranges(dense), "--", *_ranges(lookback)]
     return "\n".join(lines) + "\n\n"

@@ -455,9 +455,7 @@ class LogReader:
         self, first: Mapping[int, int], last: Mapping[int, int], read_filter: ReadFilter
     ) -> Generator[tuple[list[Any], DecodedChunk, int], None, None]:
         """The records as columns from the JVM scan (every record sent: no dense spans)."""
-        scan = jvm_scan.JvmScan(
-            self.kafka_config, self.topic, first, last, client_settings={"max.poll.records": CHUNK_RECORDS}
-        )
+        scan = jvm_scan.JvmScan(self.kafka_config, self.topic, first, last, frame_records=CHUNK_RECORDS)
         for chunk in scan.chunks():
             yield [], decode_columns(chunk, scan.header_sets, read_filter, self.field_types), len(chunk)
 

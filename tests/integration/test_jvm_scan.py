@@ -109,13 +109,25 @@ def test_thousands_of_followed_keys_send_exactly_their_dense_records(env) -> Non
         prod.produce(topic, b"v", f"key-{n}".encode(), partition=0, headers=B, on_delivery=tracker)
         prod.poll(0)
     kafka_client.flush(prod, tracker, read + dense, "scan records")
-    scan = jvm_scan.JvmScan(config, topic, {0: 0}, {0: read + dense}, dense={0: [(read, read + dense - 1)]})
-    chunks = _scan(scan)[0]
-    assert chunks[0].first == 0 and chunks[-1].last == read + dense - 1
-    sent = [(int(o), c.keys[i], int(c.header_sets[i])) for c in chunks for i, o in enumerate(c.offsets)]
+
+    def scanned(**options: Any) -> tuple[list[Any], list[Any]]:
+        scan = jvm_scan.JvmScan(
+            config, topic, {0: 0}, {0: read + dense}, dense={0: [(read, read + dense - 1)]}, **options
+        )
+        chunks = _scan(scan)[0]
+        covered = [(c.first, c.last) for c in chunks]
+        assert covered[0][0] == 0 and covered[-1][1] == read + dense - 1
+        assert all(after[0] == before[1] + 1 for before, after in itertools.pairwise(covered))
+        sent = [(int(o), c.keys[i], int(c.header_sets[i])) for c in chunks for i, o in enumerate(c.offsets)]
+        return chunks, sent
+
+    chunks, sent = scanned()
     followed = [(offset, key) for offset, key, number in sent if number == -1]
     assert len(sent) == 2 * read
     assert followed == [(read + n, f"key-{n}".encode()) for n in range(read)]
+    assert len(chunks) == 1  # gathered over the polls (of 2,000 records) into one frame
+    small, same = scanned(frame_records=1000)
+    assert same == sent and len(small) >= 6 and max(len(c) for c in small) <= 1000
 
 
 def test_the_first_scan_writes_a_class_data_archive_that_later_scans_start_from(

@@ -18,6 +18,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.util.Set;
 import java.util.TreeMap;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
@@ -30,11 +31,13 @@ import org.apache.kafka.common.serialization.ByteBufferDeserializer;
 /**
  * A bulk scan of log partitions for Python (airflow_logstore/log/jvm_scan.py has the protocol): reads
  * [start, end) of each partition with the Java Kafka client and writes the records, as columns, to the
- * pipe the parent names (its only argument, /dev/fd/N), one frame per partition per poll, so that Python
- * handles buffers, not one object per record.
+ * pipe the parent names (its only argument, /dev/fd/N), as frames of one partition's consecutive
+ * records gathered over polls (up to the request's frame size in records sent, or 100,000 offsets), so
+ * that Python handles buffers, not one object per record, and few of them.
  *
  * <p>The request comes on stdin (it may carry SASL credentials, so never in the arguments): one line
- * "key=value" per client setting, "--", the topic, the idle timeout in ms, one line "partition start end"
+ * "key=value" per client setting, "--", the topic, the idle timeout in ms, the frame size (records sent
+ * per frame at most), one line "partition start end"
  * per partition, "--", one line "partition first last" per dense span, "--", one line "partition first
  * last" per lookback range, and an empty line.
  *
@@ -67,6 +70,8 @@ public final class LogScan {
     private static final int MAX_HEADER_SETS = 4096;
     /** A position is known after a seek; a reset (retention) asks the broker, for at most this long. */
     private static final Duration TIMEOUT = Duration.ofSeconds(30);
+    /** A frame covers at most this many offsets (then it is written, however few records it sends). */
+    private static final long FRAME_OFFSETS = 100_000;
     private final OutputStream out;
     private final Map<List<Object>, Integer> headerSets = new HashMap<>();
     /** Per partition, the offsets whose headers are not needed (the caller knows them). */
@@ -76,6 +81,9 @@ public final class LogScan {
     /** Per partition, the keys of the records sent for their headers: the records of a dense span that
      * have one of them are sent too (the caller may follow those keys); the others are only counted. */
     private final Map<Integer, KeyHashes> followed = new HashMap<>();
+    /** Per partition, the frame being gathered (its records' bytes copied: no poll's records stay alive). */
+    private final Map<Integer, Frame> frames = new HashMap<>();
+    private int frameRecords;
 
     private LogScan(OutputStream out) {
         this.out = out;
@@ -108,6 +116,7 @@ public final class LogScan {
         }
         String topic = in.readLine();
         long idleMs = Long.parseLong(in.readLine().trim());
+        frameRecords = Integer.parseInt(in.readLine().trim());
         Map<TopicPartition, long[]> pending = new HashMap<>();
         while (!(line = in.readLine()).equals("--")) {
             String[] parts = line.trim().split(" ");
@@ -160,7 +169,7 @@ public final class LogScan {
                 for (TopicPartition partition : polled.partitions()) {
                     long[] range = pending.get(partition);
                     if (range != null) {
-                        progress |= frame(partition.partition(), polled.records(partition), range[1]);
+                        progress |= gather(partition.partition(), polled.records(partition), range[1]);
                     }
                 }
                 progress |= settle(consumer, pending);
@@ -170,8 +179,31 @@ public final class LogScan {
                     idle(consumer, pending, idleMs);
                     lastProgress = System.nanoTime();
                 }
+                writeDone(pending.keySet());
             }
         }
+    }
+
+    /** Writes the frames of the partitions that are no longer read (all of them at the end). */
+    private void writeDone(Set<TopicPartition> reading) throws IOException {
+        for (Frame frame : frames.values()) {
+            if (!frame.isEmpty() && !reading.contains(new TopicPartition(frame.topic, frame.partition))) {
+                write(frame);
+            }
+        }
+    }
+
+    private void writeAll() throws IOException {
+        for (Frame frame : frames.values()) {
+            if (!frame.isEmpty()) {
+                write(frame);
+            }
+        }
+    }
+
+    private void write(Frame frame) throws IOException {
+        frame.writeTo(out);
+        out.flush(); // the caller works on each frame while the next is gathered
     }
 
     /** Drops the partitions whose position reached their end (gaps and markers count as reached). */
@@ -213,17 +245,19 @@ public final class LogScan {
     }
 
     /**
-     * Writes the polled records below ``end`` as one 'R' frame; false when there are none. A record in a
-     * dense span is left out (the frame's offset range counts it) unless it is in a lookback range or its
-     * key is followed; with no key followed and no lookback range here, a dense span's records are not
-     * even looked at.
+     * Adds the polled records below ``end`` to the partition's frame, and writes the frame once it is
+     * full; false when there are none. A record in a dense span is left out (the frame's offset range
+     * counts it) unless it is in a lookback range or its key is followed; with no key followed and no
+     * lookback range here, a dense span's records are not even looked at.
      */
-    private boolean frame(int partition, List<ConsumerRecord<ByteBuffer, ByteBuffer>> polled, long end) throws IOException {
+    private boolean gather(int partition, List<ConsumerRecord<ByteBuffer, ByteBuffer>> polled, long end)
+            throws IOException {
         int count = below(polled, 0, polled.size(), end);
         if (count == 0) {
             return false;
         }
         if (headerSets.size() >= MAX_HEADER_SETS) { // reversals carry one set each: bounded memory
+            writeAll(); // the ids of gathered records refer to the sets about to be forgotten
             headerSets.clear();
             out.write('C');
         }
@@ -233,10 +267,8 @@ public final class LogScan {
         Spans recent = lookback.getOrDefault(partition, Spans.NONE);
         boolean lookbackHere = recent.overlaps(first, last);
         KeyHashes keys = followed.computeIfAbsent(partition, p -> new KeyHashes());
-        List<ConsumerRecord<ByteBuffer, ByteBuffer>> sent = new ArrayList<>();
-        IntList sets = new IntList(16);
-        int keyBytes = 0;
-        int valueBytes = 0;
+        Frame frame = frames.computeIfAbsent(partition, p -> new Frame(polled.get(0).topic(), p));
+        frame.begin(first);
         ByteBuffer[] previous = null;
         int previousId = -1;
         int span = spans.from(first);
@@ -254,54 +286,32 @@ public final class LogScan {
                 if (!follow && !(lookbackHere && recent.holds(recent.from(offset), offset))) {
                     continue;
                 }
-                sets.add(-1);
+                frame.add(offset, -1, key, record.value());
             } else {
                 Header[] headers = record.headers().toArray();
                 if (!sameHeaders(headers, previous)) {
                     previous = copy(headers);
                     previousId = headerSetId(headers);
                 }
-                sets.add(previousId);
+                frame.add(offset, previousId, key, record.value());
                 if (key != null && span < spans.size()) { // followed in the dense spans still ahead
                     keys.add(key);
                 }
             }
-            sent.add(record);
-            keyBytes += length(key);
-            valueBytes += length(record.value());
+            if (frame.size() >= frameRecords) { // full: the next frame starts after this record
+                frame.end(offset);
+                write(frame);
+                if (i + 1 < count) {
+                    frame.begin(offset + 1);
+                }
+            }
         }
-        int n = sent.size();
-        ByteBuffer header = buffer(1 + 8 + 16 + 16 * n + 8);
-        header.put((byte) 'R').putInt(partition).putLong(first).putLong(last);
-        header.putInt(n);
-        for (ConsumerRecord<ByteBuffer, ByteBuffer> record : sent) {
-            header.putLong(record.offset());
+        if (!frame.isEmpty()) {
+            frame.end(last);
+            if (frame.offsets() >= FRAME_OFFSETS) {
+                write(frame);
+            }
         }
-        for (int i = 0; i < n; i++) {
-            header.putInt(sets.get(i));
-        }
-        ByteArrayOutputStream frame = new ByteArrayOutputStream(header.position() + 8 * n + keyBytes + valueBytes + 8);
-        frame.write(header.array(), 0, header.position());
-        ByteBuffer lengths = buffer(4 * n);
-        for (ConsumerRecord<ByteBuffer, ByteBuffer> record : sent) {
-            lengths.putInt(record.key() == null ? -1 : record.key().remaining());
-        }
-        frame.write(lengths.array());
-        frame.write(ints(keyBytes));
-        for (ConsumerRecord<ByteBuffer, ByteBuffer> record : sent) {
-            write(frame, record.key());
-        }
-        lengths.clear();
-        for (ConsumerRecord<ByteBuffer, ByteBuffer> record : sent) {
-            lengths.putInt(record.value() == null ? -1 : record.value().remaining());
-        }
-        frame.write(lengths.array());
-        frame.write(ints(valueBytes));
-        for (ConsumerRecord<ByteBuffer, ByteBuffer> record : sent) {
-            write(frame, record.value());
-        }
-        frame.writeTo(out);
-        out.flush(); // the caller works on each frame while the next is read
         return true;
     }
 
@@ -321,26 +331,11 @@ public final class LogScan {
         return low;
     }
 
-    private static int length(ByteBuffer bytes) {
-        return bytes == null ? 0 : bytes.remaining();
-    }
-
     /** The bytes of a view (its position is left alone: it is a record's key or value). */
     private static byte[] bytes(ByteBuffer view) {
         byte[] copied = new byte[view.remaining()];
         view.duplicate().get(copied);
         return copied;
-    }
-
-    private static void write(ByteArrayOutputStream frame, ByteBuffer view) {
-        if (view == null) {
-            return;
-        }
-        if (view.hasArray()) {
-            frame.write(view.array(), view.arrayOffset() + view.position(), view.remaining());
-        } else {
-            frame.writeBytes(bytes(view));
-        }
     }
 
     /**
@@ -443,6 +438,105 @@ public final class LogScan {
             buffer.putInt(value);
         }
         return buffer.array();
+    }
+
+    /**
+     * One partition's records for an 'R' frame, gathered over polls: their offsets, header set ids and
+     * the bytes of their keys and values, copied (a view would keep its whole fetch alive).
+     */
+    private static final class Frame {
+        final String topic;
+        final int partition;
+        private long first = -1;
+        private long last;
+        private final LongList offsets = new LongList();
+        private final IntList sets = new IntList(16);
+        private final IntList keyLengths = new IntList(16);
+        private final IntList valueLengths = new IntList(16);
+        private final ByteArrayOutputStream keys = new ByteArrayOutputStream();
+        private final ByteArrayOutputStream values = new ByteArrayOutputStream();
+
+        Frame(String topic, int partition) {
+            this.topic = topic;
+            this.partition = partition;
+        }
+
+        boolean isEmpty() {
+            return first < 0;
+        }
+
+        int size() {
+            return sets.size();
+        }
+
+        long offsets() {
+            return isEmpty() ? 0 : last - first + 1;
+        }
+
+        /** The frame covers offsets from ``from`` on (unless it already covers earlier ones: consecutive
+         * polls of a partition continue each other). */
+        void begin(long from) {
+            if (first < 0) {
+                first = from;
+            }
+        }
+
+        /** ... up to ``to``. */
+        void end(long to) {
+            last = to;
+        }
+
+        void add(long offset, int set, ByteBuffer key, ByteBuffer value) {
+            offsets.add(offset);
+            sets.add(set);
+            keyLengths.add(append(keys, key));
+            valueLengths.add(append(values, value));
+        }
+
+        private static int append(ByteArrayOutputStream to, ByteBuffer view) {
+            if (view == null) {
+                return -1;
+            }
+            if (view.hasArray()) {
+                to.write(view.array(), view.arrayOffset() + view.position(), view.remaining());
+            } else {
+                to.writeBytes(bytes(view));
+            }
+            return view.remaining();
+        }
+
+        /** Writes the 'R' frame and starts an empty one. */
+        void writeTo(OutputStream out) throws IOException {
+            int n = size();
+            ByteBuffer header = buffer(1 + 4 + 16 + 4 + 16 * n);
+            header.put((byte) 'R').putInt(partition).putLong(first).putLong(last).putInt(n);
+            for (int i = 0; i < n; i++) {
+                header.putLong(offsets.get(i));
+            }
+            for (int i = 0; i < n; i++) {
+                header.putInt(sets.get(i));
+            }
+            for (int i = 0; i < n; i++) {
+                header.putInt(keyLengths.get(i));
+            }
+            out.write(header.array(), 0, header.position());
+            out.write(ints(keys.size()));
+            keys.writeTo(out);
+            ByteBuffer lengths = buffer(4 * n);
+            for (int i = 0; i < n; i++) {
+                lengths.putInt(valueLengths.get(i));
+            }
+            out.write(lengths.array());
+            out.write(ints(values.size()));
+            values.writeTo(out);
+            first = -1;
+            offsets.clear();
+            sets.clear();
+            keyLengths.clear();
+            valueLengths.clear();
+            keys.reset();
+            values.reset();
+        }
     }
 
     /** Sorted, non-overlapping [first, last] offset ranges, as two arrays. */
@@ -602,6 +696,35 @@ public final class LogScan {
 
         int get(int index) {
             return values[index];
+        }
+
+        int size() {
+            return size;
+        }
+
+        void clear() {
+            size = 0;
+        }
+    }
+
+    /** A growable long array. */
+    private static final class LongList {
+        private long[] values = new long[16];
+        private int size;
+
+        void add(long value) {
+            if (size == values.length) {
+                values = Arrays.copyOf(values, size * 2);
+            }
+            values[size++] = value;
+        }
+
+        long get(int index) {
+            return values[index];
+        }
+
+        void clear() {
+            size = 0;
         }
     }
 }
