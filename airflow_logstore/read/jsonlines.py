@@ -44,8 +44,8 @@ def _fragments(column: pa.ChunkedArray | pa.Array) -> pa.Array:
         text = pc.if_else(column, pa.scalar("true"), pa.scalar("false"))
     elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
         text = pc.binary_join_element_wise('"', column.cast(pa.string()), '"', "")
-        escaped = pc.fill_null(pc.match_substring_regex(column, _ESCAPED), False)
-        if pc.any(escaped).as_py():
+        if _may_need_escapes(column):
+            escaped = pc.fill_null(pc.match_substring_regex(column, _ESCAPED), False)
             values = column.to_pylist()
             redone = [_dumps(v) if e else None for v, e in zip(values, escaped.to_pylist(), strict=True)]
             text = pc.if_else(escaped, pa.array(redone, type=pa.string()), text)
@@ -54,6 +54,31 @@ def _fragments(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     else:
         return pa.array([_dumps(v) for v in column.to_pylist()], type=pa.string())
     return pc.fill_null(text, "null")
+
+
+def _may_need_escapes(column: pa.Array) -> bool:
+    """Whether any byte of the column's characters is one ``json.dumps`` escapes (a control character,
+    a quote, a backslash): one vectorized pass over its data buffer (the bytes of null or sliced-off
+    values only make this True more often)."""
+    import numpy as np
+
+    data = column.buffers()[2]
+    if data is None:
+        return False
+    raw = np.frombuffer(data, dtype=np.uint8)
+    return bool(((raw < 0x20) | (raw == 0x22) | (raw == 0x5C)).any())
+
+
+def _joined(lines: pa.Array) -> str:
+    """The text of a string array without nulls, joined: its data buffer between its first and last
+    offsets (no Python string per line)."""
+    import numpy as np
+    import pyarrow as pa
+
+    width = np.int64 if pa.types.is_large_string(lines.type) else np.int32
+    offsets = np.frombuffer(lines.buffers()[1], dtype=width)
+    low, high = int(offsets[lines.offset]), int(offsets[lines.offset + len(lines)])
+    return str(memoryview(lines.buffers()[2])[low:high], "utf-8")
 
 
 def json_lines(table: pa.Table, extra: Mapping[str, Any] | None = None) -> str:
@@ -76,4 +101,6 @@ def json_lines(table: pa.Table, extra: Mapping[str, Any] | None = None) -> str:
     if not any(isinstance(part, pa.Array) for part in parts):  # only constants
         return "".join(parts) * table.num_rows
     lines = pc.binary_join_element_wise(*parts, "")
-    return "".join(lines.to_pylist())
+    if lines.null_count:  # every fragment is text (a null value is "null"): a null line is a bug here
+        raise ValueError(f"{lines.null_count} of {len(lines)} JSON lines came out null")
+    return _joined(lines)

@@ -67,3 +67,36 @@ def test_all_null_and_empty_tables() -> None:
     table = pa.table({"a": pa.array([None, None]), "b": pa.array([None, "x"], type=pa.string())})
     assert json_lines(table) == '{"a": null, "b": null}\n{"a": null, "b": "x"}\n'
     assert json_lines(table.slice(0, 0)) == ""
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_json_lines_of_slices_and_chunks_with_and_without_escapes(seed: int) -> None:
+    """Strings that need no escape take the quoted join alone (one check of the data buffer); the
+    lines are the joined array's buffer between its offsets, so a slice (an array that starts inside
+    its buffers) and a table of several chunks give the per-row text too."""
+    rng = random.Random(seed)
+    plain = [{**row, "name": f"name-{n}"} for n, row in enumerate(random_rows(rng, 300))]
+    table = pa.Table.from_pylist(plain, schema=SCHEMA)
+    escaped = pa.Table.from_pylist(random_rows(rng, 300), schema=SCHEMA)
+    pieces = [
+        table,
+        table.slice(17, 150),
+        pa.concat_tables([table.slice(0, 40), escaped.slice(3, 60), table.slice(200, 7)]),
+        pa.concat_tables([escaped.slice(0, 50), table.slice(50, 50)]).combine_chunks().slice(50, 50),
+    ]
+    for piece in pieces:
+        want = "".join(json_row({**row, "_source": "log"}) + "\n" for row in piece.to_pylist())
+        assert json_lines(piece, {"_source": "log"}) == want
+
+
+def test_joined_lines_start_at_the_arrays_offset() -> None:
+    """The joined text of a string array is its buffer between its own offsets: a slice starts inside
+    the buffer (Arrow's join returns fresh arrays, so this is checked on slices directly)."""
+    from airflow_logstore.read.jsonlines import _joined
+
+    lines = ["a\n", "bc\n", "dé\n", "f\n"]
+    for kind in (pa.string(), pa.large_string()):
+        array = pa.array(lines, type=kind)
+        assert _joined(array) == "".join(lines)
+        assert _joined(array.slice(1, 2)) == "bc\ndé\n"
+        assert _joined(array.slice(4, 0)) == ""
