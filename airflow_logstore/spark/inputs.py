@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 ROW_COLUMN = "_logstore_row"
 OP_COLUMN = "_logstore_op"
 FILE_COLUMN = "_logstore_file"
+#: the columns :func:`validated_changes` adds to the table's own
+ADDED_COLUMNS = (OP_COLUMN, ROW_COLUMN, FILE_COLUMN)
 ERROR_COLUMN = "_logstore_error"
 ERROR_AT_COLUMN = "_logstore_error_column"
 CORRUPT_COLUMN = "_logstore_corrupt"

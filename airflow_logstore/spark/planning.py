@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from airflow_logstore.spark.inputs import FILE_COLUMN, OP_COLUMN, ROW_COLUMN
+from airflow_logstore.spark.inputs import ADDED_COLUMNS, OP_COLUMN, ROW_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -209,7 +209,7 @@ def plan_row_kinds(
         partitions, all of a key in one (the per-key window needs no other shuffle), and the records are
         produced from those partitions as they are.
     """
-    columns = [f.name for f in changes.schema.fields if f.name not in (OP_COLUMN, ROW_COLUMN, FILE_COLUMN)]
+    columns = [f.name for f in changes.schema.fields if f.name not in ADDED_COLUMNS]
     if not primary_key:
         spread = changes.repartition(tasks)
         return BatchPlan(append_records(spread, columns), table_columns(changes, columns), None)
