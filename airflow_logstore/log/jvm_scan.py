@@ -4,9 +4,11 @@ librdkafka hands Python one ``Message`` per record; on the 2-core test machine t
 reader at about 120,000 records/s, where the Java client reads the same broker at about 770,000
 (``bench/consume_bench.py``). :class:`JvmScan` runs ``java/LogScan.java`` (compiled once with the JDK's
 ``javac`` against the Kafka client jar that the Spark jobs use) as a child process that reads
-[start, end) of each partition and writes, per partition per poll, a :class:`Chunk`: offsets, header
-set ids, keys and values as numpy arrays over one buffer. Each distinct header set crosses once
-(:attr:`JvmScan.header_sets`).
+[start, end) of each partition and writes :class:`Chunk` frames of one partition, gathered over small
+polls (up to ``frame_records`` records, or 100,000 offsets): offsets, header set ids, keys and values
+as numpy arrays over one buffer. Each distinct header set crosses once (:attr:`JvmScan.header_sets`).
+The first scan writes a class-data archive that later scans start from
+(:func:`airflow_logstore.javac.class_archive`).
 
 The request (with the client settings, which may carry SASL credentials) goes through the child's
 stdin, never its arguments. A broker silent for the idle timeout (with records due that are still in the
