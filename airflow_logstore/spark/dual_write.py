@@ -169,8 +169,9 @@ class DualWriter:
         """The control topic's state (an empty state when the table has no log)."""
         return self.control.read() if self.config.enabled else ControlState()
 
-    def state(self) -> ControlState:
-        return merged_state(self.handle.load(), self.read_control())
+    def state(self, table: Table | None = None) -> ControlState:
+        """The control state merged with ``table``'s snapshot summaries (default: ``main`` loaded now)."""
+        return merged_state(self.handle.load() if table is None else table, self.read_control())
 
     def next_batch_id(self) -> int:
         state = self.state()
@@ -195,7 +196,7 @@ class DualWriter:
             str(self.handle.name), self.writer_id, batch_id, self.epoch, format_emit_mode(self.emit_mode)
         )
         table = self.handle.load()  # main as it is now: the batch is checked and planned against it
-        done = merged_state(table, self.read_control()).committed(self.writer_id, batch_id)  # 1
+        done = self.state(table).committed(self.writer_id, batch_id)  # 1
         if done is not None:
             return result.skipped_for(done)
         schema = self.spark.table(self.handle.spark_name()).schema
