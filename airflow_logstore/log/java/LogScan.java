@@ -83,6 +83,7 @@ public final class LogScan {
     private final Map<Integer, KeyHashes> followed = new HashMap<>();
     /** Per partition, the frame being gathered (its records' bytes copied: no poll's records stay alive). */
     private final Map<Integer, Frame> frames = new HashMap<>();
+    private String topic;
     private int frameRecords;
 
     private LogScan(OutputStream out) {
@@ -114,7 +115,7 @@ public final class LogScan {
             int at = line.indexOf('=');
             settings.put(line.substring(0, at), line.substring(at + 1));
         }
-        String topic = in.readLine();
+        topic = in.readLine();
         long idleMs = Long.parseLong(in.readLine().trim());
         frameRecords = Integer.parseInt(in.readLine().trim());
         Map<TopicPartition, long[]> pending = new HashMap<>();
@@ -187,15 +188,7 @@ public final class LogScan {
     /** Writes the frames of the partitions that are no longer read (all of them at the end). */
     private void writeDone(Set<TopicPartition> reading) throws IOException {
         for (Frame frame : frames.values()) {
-            if (!frame.isEmpty() && !reading.contains(new TopicPartition(frame.topic, frame.partition))) {
-                write(frame);
-            }
-        }
-    }
-
-    private void writeAll() throws IOException {
-        for (Frame frame : frames.values()) {
-            if (!frame.isEmpty()) {
+            if (!frame.isEmpty() && !reading.contains(new TopicPartition(topic, frame.partition))) {
                 write(frame);
             }
         }
@@ -257,7 +250,7 @@ public final class LogScan {
             return false;
         }
         if (headerSets.size() >= MAX_HEADER_SETS) { // reversals carry one set each: bounded memory
-            writeAll(); // the ids of gathered records refer to the sets about to be forgotten
+            writeDone(Set.of()); // the ids of gathered records refer to the sets about to be forgotten
             headerSets.clear();
             out.write('C');
         }
@@ -267,7 +260,7 @@ public final class LogScan {
         Spans recent = lookback.getOrDefault(partition, Spans.NONE);
         boolean lookbackHere = recent.overlaps(first, last);
         KeyHashes keys = followed.computeIfAbsent(partition, p -> new KeyHashes());
-        Frame frame = frames.computeIfAbsent(partition, p -> new Frame(polled.get(0).topic(), p));
+        Frame frame = frames.computeIfAbsent(partition, Frame::new);
         frame.begin(first);
         ByteBuffer[] previous = null;
         int previousId = -1;
@@ -445,19 +438,17 @@ public final class LogScan {
      * the bytes of their keys and values, copied (a view would keep its whole fetch alive).
      */
     private static final class Frame {
-        final String topic;
         final int partition;
         private long first = -1;
         private long last;
         private final LongList offsets = new LongList();
-        private final IntList sets = new IntList(16);
-        private final IntList keyLengths = new IntList(16);
-        private final IntList valueLengths = new IntList(16);
+        private final IntList sets = new IntList();
+        private final IntList keyLengths = new IntList();
+        private final IntList valueLengths = new IntList();
         private final ByteArrayOutputStream keys = new ByteArrayOutputStream();
         private final ByteArrayOutputStream values = new ByteArrayOutputStream();
 
-        Frame(String topic, int partition) {
-            this.topic = topic;
+        Frame(int partition) {
             this.partition = partition;
         }
 
@@ -606,19 +597,7 @@ public final class LogScan {
 
         boolean contains(ByteBuffer key) {
             long hash = hash(key);
-            if (!bit(hash)) {
-                return false;
-            }
-            int mask = slots.length - 1;
-            for (int at = (int) hash & mask; ; at = (at + 1) & mask) {
-                long slot = slots[at];
-                if (slot == hash) {
-                    return true;
-                }
-                if (slot == 0) {
-                    return false;
-                }
-            }
+            return (bits[bit(hash) >>> 6] & (1L << bit(hash))) != 0 && slots[slot(hash)] == hash;
         }
 
         void add(ByteBuffer key) {
@@ -636,25 +615,27 @@ public final class LogScan {
             insert(hash(key));
         }
 
-        /** Whether the bit of ``hash`` is set (its high bits pick it: the low ones pick the slot). */
-        private boolean bit(long hash) {
-            int at = (int) (hash >>> 40) & (64 * bits.length - 1);
-            return (bits[at >>> 6] & (1L << at)) != 0;
+        /** The bit of ``hash`` in the bit array (its high bits pick it: the low ones pick the slot). */
+        private int bit(long hash) {
+            return (int) (hash >>> 40) & (64 * bits.length - 1);
+        }
+
+        /** The slot holding ``hash``, else the empty slot where it goes (linear probing). */
+        private int slot(long hash) {
+            int mask = slots.length - 1;
+            int at = (int) hash & mask;
+            while (slots[at] != hash && slots[at] != 0) {
+                at = (at + 1) & mask;
+            }
+            return at;
         }
 
         private void insert(long hash) {
-            int at = (int) (hash >>> 40) & (64 * bits.length - 1);
-            bits[at >>> 6] |= 1L << at;
-            int mask = slots.length - 1;
-            for (at = (int) hash & mask; ; at = (at + 1) & mask) {
-                if (slots[at] == hash) {
-                    return;
-                }
-                if (slots[at] == 0) {
-                    slots[at] = hash;
-                    size++;
-                    return;
-                }
+            bits[bit(hash) >>> 6] |= 1L << bit(hash);
+            int at = slot(hash);
+            if (slots[at] == 0) {
+                slots[at] = hash;
+                size++;
             }
         }
 
@@ -680,12 +661,8 @@ public final class LogScan {
 
     /** A growable int array (no boxing per record). */
     private static final class IntList {
-        private int[] values;
+        private int[] values = new int[16];
         private int size;
-
-        IntList(int capacity) {
-            values = new int[Math.max(1, capacity)];
-        }
 
         void add(int value) {
             if (size == values.length) {
