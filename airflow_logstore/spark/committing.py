@@ -54,20 +54,29 @@ class CommitTarget:
     read_control: Callable[[], ControlState]
 
 
-def commit_batch(
-    target: CommitTarget,
-    final: DataFrame,
-    commit: CommitInfo,
-    keys: KeyFilter | None = None,
-    absent: KeysAbsent | None = None,
-) -> CommitInfo:
-    """Commit the batch by compare-and-set on ``main``; return the commit of this batch that is in the
-    table afterwards (an older attempt's, if that one won).
+@dataclass(frozen=True)
+class BatchRows:
+    """What a commit attempt writes.
 
+    :param final: the last change of each key (the MERGE's source; every row of a table without a key).
     :param keys: where the batch's keys can be in the table: the MERGE reads only those rows.
     :param absent: the plan found none of the batch's keys in the table: an attempt whose base that
         still holds for appends the rows instead of merging them (the same result, without reading the
         table).
+    :param staged: a branch whose head added the appended rows' data files already (a write-through):
+        an attempt that appends commits those files instead of writing the rows again.
+    """
+
+    final: DataFrame
+    keys: KeyFilter | None = None
+    absent: KeysAbsent | None = None
+    staged: str | None = None
+
+
+def commit_batch(target: CommitTarget, rows: BatchRows, commit: CommitInfo) -> CommitInfo:
+    """Commit the batch by compare-and-set on ``main``; return the commit of this batch that is in the
+    table afterwards (an older attempt's, if that one won).
+
     :raises FencedError: a newer epoch of the writer was claimed or has committed.
     :raises CommitConflictError: ``main`` moved during every attempt.
     """
@@ -75,7 +84,7 @@ def commit_batch(
         base = staged_commit.load_base(target.handle)
         refs = attempt_refs(target.writer_id, commit.batch_id, target.epoch, attempt)
         opened = staged_commit.open_attempt(base, refs)  # before deciding: a fence now stops this attempt
-        landed = run_attempt(target, final, opened, commit, keys, absent)
+        landed = run_attempt(target, rows, opened, commit)
         if landed is not None:
             return landed
         wait_before_deciding_again(commit.batch_id, attempt)
@@ -115,12 +124,7 @@ def wait_before_deciding_again(batch_id: int, attempt: int) -> None:
 
 
 def run_attempt(
-    target: CommitTarget,
-    final: DataFrame,
-    attempt: staged_commit.Attempt,
-    commit: CommitInfo,
-    keys: KeyFilter | None = None,
-    absent: KeysAbsent | None = None,
+    target: CommitTarget, rows: BatchRows, attempt: staged_commit.Attempt, commit: CommitInfo
 ) -> CommitInfo | None:
     """Decide, then write and publish: the batch's commit in the table, None when ``main`` moved.
 
@@ -134,7 +138,7 @@ def run_attempt(
         pause_point("commit:decided")
         existing = settled_by(decision, target.writer_id, target.epoch, commit.batch_id)
         if existing is None:
-            return write_and_publish(target, final, attempt, with_positions(commit, state), keys, absent)
+            return write_and_publish(target, rows, attempt, with_positions(commit, state))
     except Exception as exc:
         fenced = not staged_commit.drop_attempt(target.handle, attempt.refs)
         if staged_commit.is_lost_race(exc) or is_commit_conflict(exc):
@@ -150,24 +154,25 @@ def run_attempt(
 
 
 def write_and_publish(
-    target: CommitTarget,
-    final: DataFrame,
-    attempt: staged_commit.Attempt,
-    commit: CommitInfo,
-    keys: KeyFilter | None,
-    absent: KeysAbsent | None = None,
+    target: CommitTarget, rows: BatchRows, attempt: staged_commit.Attempt, commit: CommitInfo
 ) -> CommitInfo:
     """Write the batch to the attempt's branch and publish it (:func:`.staged_commit.publish`).
 
-    The batch is appended when the plan found none of its keys in this base (``absent``), else merged.
+    The batch is appended when the plan found none of its keys in this base (``rows.absent``), else
+    merged; an append of a write-through commits the files it wrote (``rows.staged``).
     """
     branch = attempt.refs.branch
     base = attempt.base
-    append = absent is not None and absent.hold_for(base.snapshot_id, table_rows(base.table))
-    if append:
+    append = not target.primary_key or (
+        rows.absent is not None and rows.absent.hold_for(base.snapshot_id, table_rows(base.table))
+    )
+    if append and target.primary_key:
         log.info("batch %s: none of its keys is in base %s: appended", commit.batch_id, base.snapshot_id)
-    table_name = branch_table(target.handle.spark_name(), branch)
-    write_branch(final, table_name, target.primary_key, commit, keys, append)
+    if append and rows.staged is not None:
+        staged_commit.append_staged(target.handle, rows.staged, branch, commit.to_summary())
+    else:
+        table_name = branch_table(target.handle.spark_name(), branch)
+        write_branch(rows.final, table_name, target.primary_key, commit, rows.keys, append)
     table, head = staged_commit.branch_head(target.handle, attempt.refs)
     snapshot = table.snapshot_by_id(head)
     check_staged_head(

@@ -25,12 +25,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from airflow_logstore.core.commit import attempt_refs
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import EMIT_FILE, EMIT_LOG, LogStoreConfig, format_emit_mode
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.exceptions import OptionError
 from airflow_logstore.spark import staged_commit
-from airflow_logstore.spark.committing import CommitTarget, commit_batch
+from airflow_logstore.spark.committing import BatchRows, CommitTarget, branch_table, commit_batch
 from airflow_logstore.spark.inputs import read_raw, validated_changes
 from airflow_logstore.spark.planning import (
     BatchPlan,
@@ -48,6 +49,7 @@ from airflow_logstore.spark.producing import (
     produce_records,
     produce_tasks,
     task_identity,
+    write_through,
 )
 from airflow_logstore.table.catalog import CatalogSpec
 from airflow_logstore.table.schema import primary_key_of
@@ -58,6 +60,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["BatchResult", "CrashPoint", "DualWriter", "open_writer", "task_identity"]
+
+#: The emit mode of a dual write (both stores).
+DUAL = frozenset({EMIT_FILE, EMIT_LOG})
 
 log = logging.getLogger(__name__)
 
@@ -146,9 +151,7 @@ class DualWriter:
         self.change_column = change_column
         table = handle.load()
         self.config: LogStoreConfig = handle.config(table)
-        self.emit_mode = emit_mode or (
-            frozenset({EMIT_FILE, EMIT_LOG}) if self.config.enabled else frozenset({EMIT_FILE})
-        )
+        self.emit_mode = emit_mode or (DUAL if self.config.enabled else frozenset({EMIT_FILE}))
         self.primary_key = primary_key_of(table.schema())
         self.epoch = 0
         if self.config.enabled:
@@ -202,9 +205,15 @@ class DualWriter:
         schema = self.spark.table(self.handle.spark_name()).schema
         changes = validated_changes(raw, schema, self.primary_key, self.change_column)  # 2
         try:
-            plan = self._plan(changes, self._target(table), self._keys(changes, table)).persisted()  # 3
+            rows_in = changes.count()
+            plan = self._plan(changes, self._target(table), self._keys(changes, table, rows_in))  # 3
             try:
-                written = self._write_planned(plan, result, table.metadata.current_snapshot_id)  # 4 to 6
+                planned_at = table.metadata.current_snapshot_id
+                absent = None if plan.holds_keys() else KeysAbsent(planned_at)
+                if absent is not None and self.emit_mode == DUAL:
+                    written = self._write_through(plan, result, absent, rows_in)  # 4 to 6
+                else:
+                    written = self._write_planned(plan.persisted(), result, absent)  # 4 to 6
             finally:
                 plan.unpersist()
         finally:
@@ -218,15 +227,17 @@ class DualWriter:
         snapshot_id = table.metadata.current_snapshot_id
         return self.spark.sql(f"SELECT * FROM {self.handle.spark_name()} VERSION AS OF {snapshot_id}")
 
-    def _keys(self, changes: DataFrame, table: Table) -> KeyFilter | None:
+    def _keys(self, changes: DataFrame, table: Table, rows_in: int) -> KeyFilter | None:
         """Where the batch's keys can be in the table (None: anywhere, or not worth finding out)."""
-        if not self.primary_key or not worth_a_key_filter(table_rows(table), changes.count()):
+        if not self.primary_key or not worth_a_key_filter(table_rows(table), rows_in):
             return None
         return key_filter(changes, self.primary_key)
 
     def _plan(self, changes: DataFrame, target: DataFrame | None, keys: KeyFilter | None) -> BatchPlan:
-        """Plan the row kinds (a method so that a test can hold the MERGE by wrapping its source)."""
-        return plan_row_kinds(changes, target, self.primary_key, keys, self._tasks())
+        """Plan the row kinds (a method so that a test can hold the MERGE by wrapping its source); the
+        lookup of the batch's keys in the table is cached (read for :meth:`BatchPlan.holds_keys` and by
+        the plan)."""
+        return plan_row_kinds(changes, target, self.primary_key, keys, self._tasks()).lookup_cached()
 
     def _tasks(self) -> int:
         """The Spark tasks of the plan: one per log partition (at most the cluster's parallelism) when
@@ -236,23 +247,55 @@ class DualWriter:
             return parallelism
         return produce_tasks(self.config.partitions, parallelism)
 
-    def _write_planned(self, plan: BatchPlan, result: BatchResult, planned_at: int | None) -> BatchResult:
+    def _write_planned(self, plan: BatchPlan, result: BatchResult, absent: KeysAbsent | None) -> BatchResult:
         """Produce the planned records, commit the batch to the table, record the commit.
 
-        :param planned_at: the snapshot the batch was planned against (None: the table had none).
+        :param plan: the plan, cached: counted, produced and merged (or appended) each from one computation.
+        :param absent: the plan found none of the batch's keys in the table (None: it found some).
         """
         batch_id = result.batch_id
         counts = plan.count()
         counted = result.counted(counts.changes, counts.noop_deletes)
-        produced = self._produce(plan.records, batch_id) if EMIT_LOG in self.emit_mode else NOTHING_PRODUCED
+        produced = (
+            produce_records(plan.records, self._produce_context(batch_id))
+            if EMIT_LOG in self.emit_mode
+            else NOTHING_PRODUCED
+        )
+        return self._commit_logged(counted, produced, BatchRows(plan.final, plan.keys, absent))
+
+    def _write_through(
+        self, plan: BatchPlan, result: BatchResult, absent: KeysAbsent, rows_in: int
+    ) -> BatchResult:
+        """A dual write of a batch the table appends (none of its keys in the table, or no key): its
+        records are produced while its rows are written to a staging branch, in one Spark job over the
+        plan (not cached: it is read once), and a commit attempt that appends commits those files.
+        The staging branch is attempt 0's of this batch and epoch: a newer epoch's fence removes it with
+        the other attempt refs."""
+        batch_id = result.batch_id
+        staged = attempt_refs(self.writer_id, batch_id, self.epoch, 0).branch
+        assert plan.through is not None
+        try:
+            staged_commit.open_staging(self.handle, staged)
+            table = branch_table(self.handle.spark_name(), staged)
+            written = write_through(plan.through, self._produce_context(batch_id), table)
+            log.info("batch %s: written through to %s", batch_id, staged)
+            counted = result.counted(rows_in, written.noop_deletes)
+            return self._commit_logged(
+                counted, written.produced, BatchRows(plan.final, plan.keys, absent, staged)
+            )
+        finally:
+            staged_commit.drop_staging(self.handle, staged)
+
+    def _commit_logged(self, counted: BatchResult, produced: Produced, rows: BatchRows) -> BatchResult:
+        """Steps 5 and 6 once the batch's records are flushed: commit its rows, record the commit."""
+        batch_id = counted.batch_id
         logged = counted.produced(produced)
         log.info("batch %s: %s log records flushed, offsets %s", batch_id, produced.count, logged.offsets)
         self._crash_point("after-log", batch_id)
         commit = self._commit_info(batch_id, produced)
         if EMIT_FILE not in self.emit_mode:
             return self._record(logged, commit)
-        absent = None if counts.keys_in_table else KeysAbsent(planned_at)
-        landed = commit_batch(self._commit_target(), plan.final, commit, plan.keys, absent)
+        landed = commit_batch(self._commit_target(), rows, commit)
         self._crash_point("after-commit", batch_id)
         return self._record(replace(logged, snapshot_id=landed.snapshot_id), landed)
 
@@ -281,9 +324,9 @@ class DualWriter:
 
     # -- the log -------------------------------------------------------------------------------------
 
-    def _produce(self, records: DataFrame, batch_id: int) -> Produced:
+    def _produce_context(self, batch_id: int) -> ProduceContext:
         topic, _, _ = self.config.require_log()
-        ctx = ProduceContext(
+        return ProduceContext(
             topic,
             self.handle.kafka_config(self.config),
             self.writer_id,
@@ -291,7 +334,6 @@ class DualWriter:
             batch_id,
             log_only=EMIT_FILE not in self.emit_mode,
         )
-        return produce_records(records, ctx)
 
     # -- the table -----------------------------------------------------------------------------------
 

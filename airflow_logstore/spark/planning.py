@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.spark.inputs import ADDED_COLUMNS, OP_COLUMN, ROW_COLUMN
@@ -28,8 +28,10 @@ AFTER_COLUMN = "_after"
 TABLE_ROW_COLUMN = "_table_row"
 SEQ_IN_KEY_COLUMN = "_seq_in_key"
 LAST_COLUMN = "_last_in_key"
-IN_TABLE_COLUMN = "_in_table"
 RECORD_COLUMN = "_record"
+BEFORE_VALUE_COLUMN = "_logstore_before_value"
+AFTER_VALUE_COLUMN = "_logstore_after_value"
+APPENDED_COLUMN = "_logstore_appended"
 CURRENT_PREFIX = "_cur_"
 JSON_OPTIONS = {
     "ignoreNullFields": "false",
@@ -121,6 +123,8 @@ class BatchPlan:
     :param lookup: the table's current rows of the batch's keys (None for tables without a key): read
         once, then both the before-images and the no-op deletes come from it.
     :param keys: where the batch's keys can be in the table (None: anywhere).
+    :param through: the rows of a write-through (:func:`write_through_rows`): each change's records and,
+        for an appended row, the table's columns; in the partitions and order of ``records``.
     :param planned: what ``records``, ``final`` and ``noop_deletes`` are computed from (each change with
         its before- and after-image; the records themselves for tables without a key): cached by
         :meth:`persisted`, so the join with the lookup and the per-key window run once per batch.
@@ -132,15 +136,28 @@ class BatchPlan:
     lookup: DataFrame | None = None
     keys: KeyFilter | None = None
     planned: DataFrame | None = None
+    through: DataFrame | None = None
+
+    def lookup_cached(self) -> BatchPlan:
+        """The same plan with its lookup cached: the table is read once per batch, for
+        :meth:`holds_keys` and for the before-images."""
+        if self.lookup is not None:
+            self.lookup.persist()
+        return self
+
+    def holds_keys(self) -> bool:
+        """Whether the table (as planned) holds a row of any of the batch's keys. When it does not, the
+        batch's final rows are all new (or deletes of nothing): appending them is the MERGE's result,
+        if the commit's base is the snapshot planned against (:class:`KeysAbsent`)."""
+        return self.lookup is not None and not self.lookup.isEmpty()
 
     def persisted(self) -> BatchPlan:
-        """The same plan with its lookup and planned changes cached: the table is read once per batch,
-        and the no-op deletes (counted), the records (produced) and the final rows (committed) come from
-        one computation of the plan (Spark uses a cached frame wherever its plan appears in a later query).
-        """
-        lookup = self.lookup.persist() if self.lookup is not None else None
-        planned = (self.planned if self.planned is not None else self.records).persist()
-        return replace(self, planned=planned, lookup=lookup)
+        """The same plan with its planned changes cached: the no-op deletes (counted), the records
+        (produced) and the final rows (committed) come from one computation of the plan (Spark uses a
+        cached frame wherever its plan appears in a later query)."""
+        if self.planned is not None:
+            self.planned.persist()
+        return self
 
     def unpersist(self) -> None:
         if self.planned is not None:
@@ -149,35 +166,25 @@ class BatchPlan:
             self.lookup.unpersist()
 
     def count(self) -> PlanCounts:
-        """The batch's changes, its no-op deletes and whether the table holds any of its keys, in one
-        pass over the plan (cached by :meth:`persisted`)."""
+        """The batch's changes and its no-op deletes, in one pass over the plan (cached by
+        :meth:`persisted`)."""
         from pyspark.sql import functions as F
 
         planned = self.planned if self.planned is not None else self.records
         if self.noop_deletes is None:  # no key: every change is one record, an append
-            return PlanCounts(planned.count(), 0, keys_in_table=False)
-        row = planned.select(
-            F.count(F.lit(1)),
-            F.count(F.when(noop_delete(), F.lit(1))),
-            F.coalesce(F.max(F.col(IN_TABLE_COLUMN)), F.lit(False)),
-        ).first()
+            return PlanCounts(planned.count(), 0)
+        row = planned.select(F.count(F.lit(1)), F.count(F.when(noop_delete(), F.lit(1)))).first()
         assert row is not None  # an aggregate without grouping has one row
-        changes, noops, found = row
-        return PlanCounts(changes, noops, keys_in_table=found)
+        changes, noops = row
+        return PlanCounts(changes, noops)
 
 
 @dataclass(frozen=True)
 class PlanCounts:
-    """What :meth:`BatchPlan.count` found.
-
-    :param keys_in_table: whether the table (as planned) holds a row of any of the batch's keys. When
-        it does not, the batch's final rows are all new (or deletes of nothing): appending them is the
-        MERGE's result, if the commit's base is the snapshot planned against.
-    """
+    """What :meth:`BatchPlan.count` found."""
 
     changes: int
     noop_deletes: int
-    keys_in_table: bool
 
 
 @dataclass(frozen=True)
@@ -207,12 +214,24 @@ def plan_row_kinds(
     :param keys: the batch's :func:`key_filter`, pushed into the lookup of the table.
     :param tasks: the Spark tasks that will produce the records. The plan is spread over that many
         partitions, all of a key in one (the per-key window needs no other shuffle), and the records are
-        produced from those partitions as they are.
+        produced from those partitions as they are: per key in input order (the window's order).
     """
+    from pyspark.sql import functions as F
+
     columns = [f.name for f in changes.schema.fields if f.name not in ADDED_COLUMNS]
     if not primary_key:
-        spread = changes.repartition(tasks)
-        return BatchPlan(append_records(spread, columns), table_columns(changes, columns), None)
+        spread = changes.repartition(tasks).select(
+            *[quoted(c) for c in columns],
+            F.col(ROW_COLUMN),
+            value_json(F.lit("+I"), row_struct(columns)).alias(VALUE_COLUMN),
+        )
+        return BatchPlan(
+            append_records(spread),
+            table_columns(spread, columns),
+            None,
+            planned=spread,
+            through=appended_rows(spread, columns),
+        )
     lookup = current_rows(changes, target, primary_key, keys) if target is not None else None
     joined = with_table_rows(changes, lookup, columns, primary_key)
     spread = joined.repartition(tasks, *[quoted(c) for c in primary_key])
@@ -224,6 +243,7 @@ def plan_row_kinds(
         lookup,
         keys,
         with_before,
+        write_through_rows(with_before, columns, primary_key),
     )
 
 
@@ -243,15 +263,28 @@ def current_rows(
     return target.where(keys.condition()).join(F.broadcast(batch_keys), list(primary_key), "left_semi")
 
 
-def append_records(changes: DataFrame, columns: Sequence[str]) -> DataFrame:
-    """Tables without a key: every row is one ``+I`` record with no key."""
+def append_records(spread: DataFrame) -> DataFrame:
+    """Tables without a key: every row is one ``+I`` record with no key (its value already encoded)."""
     from pyspark.sql import functions as F
 
-    return changes.select(
+    return spread.select(
         F.lit(None).cast("binary").alias(KEY_COLUMN),
-        value_json(F.lit("+I"), row_struct(columns)).alias(VALUE_COLUMN),
+        F.col(VALUE_COLUMN),
         F.col(ROW_COLUMN),
         F.lit(0).alias(SUB_COLUMN),
+    )
+
+
+def appended_rows(spread: DataFrame, columns: Sequence[str]) -> DataFrame:
+    """Tables without a key: the write-through rows (every row one ``+I`` record, every row appended)."""
+    from pyspark.sql import functions as F
+
+    return spread.select(
+        F.lit(None).cast("binary").alias(KEY_COLUMN),
+        F.lit(None).cast("binary").alias(BEFORE_VALUE_COLUMN),
+        F.col(VALUE_COLUMN).alias(AFTER_VALUE_COLUMN),
+        F.lit(True).alias(APPENDED_COLUMN),
+        *[quoted(c) for c in columns],
     )
 
 
@@ -293,8 +326,8 @@ def row_type(frame: DataFrame, columns: Sequence[str]) -> Any:
 
 def before_and_after(joined: DataFrame, columns: Sequence[str], primary_key: Sequence[str]) -> DataFrame:
     """Each change's before-image (the table's row for a key's first change, else the previous change's
-    after-image) and after-image (null for a delete), with the encoded key, the key's columns, whether
-    the table holds the key and whether it is the key's last change."""
+    after-image) and after-image (null for a delete), with the encoded key, the key's columns and
+    whether it is the key's last change."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -308,7 +341,6 @@ def before_and_after(joined: DataFrame, columns: Sequence[str], primary_key: Seq
         ),
     ).withColumn(LAST_COLUMN, F.lead(ROW_COLUMN).over(by_key).isNull())
     return staged.select(
-        F.col(TABLE_ROW_COLUMN).isNotNull().alias(IN_TABLE_COLUMN),
         key_json(primary_key),
         *[quoted(c) for c in primary_key],
         F.col(ROW_COLUMN),
@@ -323,19 +355,12 @@ def row_kind_records(with_before: DataFrame) -> DataFrame:
     """The log records: ``-U``/``-D`` of each before-image, then ``+U``/``+I`` of each after-image.
 
     Both come from one row (an array of the two, exploded), so the records stay in the partitions of
-    ``with_before``: no union, no shuffle.
+    ``with_before``, in its order: no union, no shuffle.
     """
     from pyspark.sql import functions as F
 
-    before, after, op = F.col(BEFORE_COLUMN), F.col(AFTER_COLUMN), F.col(OP_COLUMN)
-    retraction = F.when(
-        before.isNotNull(),
-        record_struct(value_json(F.when(op == "D", F.lit("-D")).otherwise(F.lit("-U")), before), 0),
-    )
-    addition = F.when(
-        op != "D",
-        record_struct(value_json(F.when(before.isNull(), F.lit("+I")).otherwise(F.lit("+U")), after), 1),
-    )
+    retraction = F.when(F.col(BEFORE_COLUMN).isNotNull(), record_struct(retraction_value(), 0))
+    addition = F.when(F.col(OP_COLUMN) != "D", record_struct(addition_value(), 1))
     both = F.filter(F.array(retraction, addition), lambda record: record.isNotNull())
     exploded = with_before.select(F.col(KEY_COLUMN), F.col(ROW_COLUMN), F.explode(both).alias(RECORD_COLUMN))
     return exploded.select(
@@ -343,6 +368,43 @@ def row_kind_records(with_before: DataFrame) -> DataFrame:
         F.col(f"{RECORD_COLUMN}.{VALUE_COLUMN}").alias(VALUE_COLUMN),
         F.col(ROW_COLUMN),
         F.col(f"{RECORD_COLUMN}.{SUB_COLUMN}").alias(SUB_COLUMN),
+    )
+
+
+def retraction_value() -> Column:
+    """The record value of a change's before-image: ``-D`` for a delete, else ``-U`` (null without one)."""
+    from pyspark.sql import functions as F
+
+    before, op = F.col(BEFORE_COLUMN), F.col(OP_COLUMN)
+    kind = F.when(op == "D", F.lit("-D")).otherwise(F.lit("-U"))
+    return F.when(before.isNotNull(), value_json(kind, before))
+
+
+def addition_value() -> Column:
+    """The record value of a change's after-image: ``+I`` without a before-image, else ``+U`` (null for
+    a delete)."""
+    from pyspark.sql import functions as F
+
+    kind = F.when(F.col(BEFORE_COLUMN).isNull(), F.lit("+I")).otherwise(F.lit("+U"))
+    return F.when(F.col(OP_COLUMN) != "D", value_json(kind, F.col(AFTER_COLUMN)))
+
+
+def write_through_rows(
+    with_before: DataFrame, columns: Sequence[str], primary_key: Sequence[str]
+) -> DataFrame:
+    """Each change's key, its two record values (either may be null) and, for the last change of a key
+    that is not a delete, the table's columns to append (``_appended``): what a write-through produces
+    and appends when the table holds none of the batch's keys. In ``with_before``'s partitions and order.
+    """
+    from pyspark.sql import functions as F
+
+    after = F.col(AFTER_COLUMN)
+    return with_before.select(
+        F.col(KEY_COLUMN),
+        retraction_value().alias(BEFORE_VALUE_COLUMN),
+        addition_value().alias(AFTER_VALUE_COLUMN),
+        (F.col(LAST_COLUMN) & (F.col(OP_COLUMN) != "D")).alias(APPENDED_COLUMN),
+        *[quoted(c) if c in primary_key else after.getField(c).alias(c) for c in columns],
     )
 
 

@@ -47,20 +47,22 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.core import ranges
 from airflow_logstore.core.codec import H_TASK, RecordMeta, encode_headers
-from airflow_logstore.spark.inputs import ROW_COLUMN
-from airflow_logstore.spark.planning import KEY_COLUMN, SUB_COLUMN, VALUE_COLUMN
+from airflow_logstore.spark.planning import APPENDED_COLUMN, KEY_COLUMN, VALUE_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 #: The Java class that produces one task's records (``java/LogProducer.java`` in this package).
 PRODUCER_CLASS = "airflow_logstore.LogProducer"
+#: Its write-through (produce while the rows are appended to the table), a nested class.
+WRITE_THROUGH_CLASS = PRODUCER_CLASS + "$WriteThrough"
 #: Classes whose jars ``LogProducer`` compiles against (found where the driver's JVM loaded them).
 _COMPILE_AGAINST = (
     "org.apache.kafka.clients.producer.KafkaProducer",
     "org.apache.spark.TaskContext",
     "org.apache.spark.api.java.function.MapPartitionsFunction",
     "org.apache.spark.sql.Row",
+    "org.apache.spark.sql.RowFactory",
     "scala.Option",
 )
 #: Producer settings of the dual write (the connection's may add security; these always win).
@@ -123,12 +125,10 @@ def produce_tasks(log_partitions: int, parallelism: int) -> int:
 
 
 def in_produce_order(records: DataFrame) -> DataFrame:
-    """The records in input order within each Spark partition (a local sort, no shuffle).
-
-    ``records`` come spread over the producing tasks, all of a key in one
-    (:func:`airflow_logstore.spark.planning.plan_row_kinds`'s ``tasks``).
+    """The records to produce, as they are planned: spread over the producing tasks, all of a key in one,
+    per key in input order (:func:`airflow_logstore.spark.planning.plan_row_kinds`): no shuffle, no sort.
     """
-    return records.sortWithinPartitions(ROW_COLUMN, SUB_COLUMN).select(KEY_COLUMN, VALUE_COLUMN)
+    return records.select(KEY_COLUMN, VALUE_COLUMN)
 
 
 def produce_records(records: DataFrame, ctx: ProduceContext) -> Produced:
@@ -143,13 +143,65 @@ def produce_records(records: DataFrame, ctx: ProduceContext) -> Produced:
     return merge_task_reports(json.loads(str(report)) for report in reports)
 
 
+#: Iceberg write options of a write-through: the rows are written where they are produced, so the
+#: tasks that produce are the write's own (no exchange may come between them and the writer).
+WRITE_THROUGH_OPTIONS = {"distribution-mode": "none", "fanout-enabled": "true"}
+
+
+@dataclass(frozen=True)
+class WrittenThrough:
+    """What a write-through did: the records it produced, the no-op deletes it found."""
+
+    produced: Produced
+    noop_deletes: int
+
+
+def write_through(rows: DataFrame, ctx: ProduceContext, table: str) -> WrittenThrough:
+    """Produce every record of ``rows`` (:func:`airflow_logstore.spark.planning.write_through_rows`) and
+    append the rows marked appended to ``table`` (a branch), in one Spark job: each task sends its
+    records while its rows are written, flushes when its input ends, then its writer commits.
+
+    Each task adds its report to an accumulator after its flush; Spark merges a task's update only when
+    the task succeeded, once per partition, so the reports name exactly the task attempts whose rows
+    were written (T1). A count of reports other than the tasks' fails the batch before any commit.
+    """
+    from pyspark.sql import DataFrame as PyDataFrame
+    from pyspark.sql.types import StructType
+
+    spark = rows.sparkSession
+    sc = spark.sparkContext
+    jvm = sc._jvm
+    assert jvm is not None and sc._jsc is not None
+    reports = sc._jsc.sc().collectionAccumulator("logstore-write-through")
+    function = (
+        java_class(spark, WRITE_THROUGH_CLASS)
+        .getConstructors()[0]
+        .newInstance(java_arguments(spark, log_producer(spark, ctx), reports))
+    )
+    names = rows.schema.names
+    appended = StructType(rows.schema.fields[names.index(APPENDED_COLUMN) + 1 :])  # the table's columns
+    schema = spark._jsparkSession.parseDataType(appended.json())
+    written = rows._jdf.mapPartitions(function, jvm.org.apache.spark.sql.Encoders.row(schema))
+    writer = PyDataFrame(written, spark).writeTo(table)
+    for key, value in WRITE_THROUGH_OPTIONS.items():
+        writer = writer.option(key, value)
+    writer.append()
+    found = [json.loads(str(report)) for report in reports.value()]
+    tasks = rows.rdd.getNumPartitions()
+    if len(found) != tasks:
+        raise RuntimeError(
+            f"the write-through of batch {ctx.batch_id} has {len(found)} task reports for {tasks} tasks"
+        )
+    return WrittenThrough(merge_task_reports(found), sum(report["noop_deletes"] for report in found))
+
+
 def log_producer(spark: SparkSession, ctx: ProduceContext) -> Any:
     """The ``LogProducer`` of one batch, a py4j object of the driver's JVM."""
     headers = encode_headers(RecordMeta(ctx.writer_id, ctx.epoch, ctx.batch_id, "", log_only=ctx.log_only))
     [task_header] = [i for i, (name, _) in enumerate(headers) if name == H_TASK]
     sc = spark.sparkContext
-    gateway, jvm = sc._gateway, sc._jvm
-    assert gateway is not None and jvm is not None
+    jvm = sc._jvm
+    assert jvm is not None
     settings = jvm.java.util.HashMap()
     for key, value in java_producer_settings(ctx.kafka_config).items():
         settings.put(key, value)
@@ -160,11 +212,21 @@ def log_producer(spark: SparkSession, ctx: ProduceContext) -> Any:
     points = jvm.java.util.HashMap()
     for key, value in pause_settings(spark).items():
         points.put(key, value)
-    arguments = gateway.new_array(jvm.java.lang.Object, 6)
-    for i, argument in enumerate((ctx.topic, settings, names, values, task_header, points)):
-        arguments[i] = argument
     [constructor] = producer_class(spark).getConstructors()
-    return constructor.newInstance(arguments)
+    return constructor.newInstance(
+        java_arguments(spark, ctx.topic, settings, names, values, task_header, points)
+    )
+
+
+def java_arguments(spark: SparkSession, *arguments: Any) -> Any:
+    """A Java ``Object[]`` of ``arguments`` (for a reflected constructor)."""
+    sc = spark.sparkContext
+    gateway, jvm = sc._gateway, sc._jvm
+    assert gateway is not None and jvm is not None
+    array = gateway.new_array(jvm.java.lang.Object, len(arguments))
+    for i, argument in enumerate(arguments):
+        array[i] = argument
+    return array
 
 
 #: The variables of :mod:`airflow_logstore.pause` (tests only).
@@ -200,7 +262,7 @@ def java_producer_settings(kafka_config: Mapping[str, Any]) -> dict[str, str]:
 
 
 #: Per Spark context (by id, with the context itself so that the id cannot be reused while it is held):
-#: ``LogProducer``'s class, its jar compiled against that context's driver jars and added to it.
+#: the class loader of ``LogProducer``'s jar, compiled against that context's driver jars and added to it.
 _LOADED: dict[int, tuple[Any, Any]] = {}
 _LOADING = threading.Lock()
 
@@ -208,11 +270,17 @@ _LOADING = threading.Lock()
 def producer_class(spark: SparkSession) -> Any:
     """``LogProducer``'s class in the driver's JVM, its jar found or compiled and added to the Spark
     context once per context (later batches look nothing up)."""
+    return java_class(spark, PRODUCER_CLASS)
+
+
+def java_class(spark: SparkSession, name: str) -> Any:
+    """A class of ``LogProducer.java`` (``name``: ``LogProducer`` or one of its nested classes) in the
+    driver's JVM; the jar is found or compiled and added to the Spark context once per context."""
     sc = spark.sparkContext
     jvm = sc._jvm
     assert jvm is not None
     with _LOADING:
-        context, loaded = _LOADED.get(id(sc._jsc), (None, None))
+        context, loader = _LOADED.get(id(sc._jsc), (None, None))
         if context is not sc._jsc:
             jar = producer_jar(spark)
             sc._jsc.sc().addJar(str(jar))  # executors fetch it from the driver before they run a task
@@ -220,9 +288,8 @@ def producer_class(spark: SparkSession) -> Any:
             urls = sc._gateway.new_array(jvm.java.net.URL, 1)  # type: ignore[union-attr]
             urls[0] = jvm.java.io.File(str(jar)).toURI().toURL()
             loader = jvm.java.net.URLClassLoader(urls, parent)
-            loaded = jvm.java.lang.Class.forName(PRODUCER_CLASS, True, loader)
-            _LOADED[id(sc._jsc)] = (sc._jsc, loaded)
-        return loaded
+            _LOADED[id(sc._jsc)] = (sc._jsc, loader)
+        return jvm.java.lang.Class.forName(name, True, loader)
 
 
 def producer_jar(spark: SparkSession) -> Path:

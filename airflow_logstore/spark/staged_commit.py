@@ -85,6 +85,72 @@ def open_attempt(base: Base, refs: AttemptRefs) -> Attempt:
     return Attempt(base, refs)
 
 
+def open_staging(handle: LogStoreTable, ref: str) -> Base:
+    """Create the branch ``ref`` at ``main`` (an empty table first gets an empty base) for a write whose
+    files a commit attempt takes later (:func:`append_staged`); a leftover ``ref`` of the same name (an
+    earlier try of this writer attempt) is replaced."""
+    base = load_base(handle)
+    if ref in base.table.metadata.refs:
+        remove_refs(base.table, [ref])
+        base = load_base(handle)
+    with base.table.manage_snapshots() as manage:
+        manage.create_branch(snapshot_id=base.snapshot_id, branch_name=ref)
+    return base
+
+
+def append_staged(handle: LogStoreTable, staging: str, branch: str, summary: dict[str, str]) -> None:
+    """Append to ``branch`` the data files that the head of ``staging`` added, with ``summary``: the
+    attempt's write of a batch whose files were written before its commit (a catalog commit, no data
+    written or read). The branch's head must still be what it was when loaded.
+
+    :raises pyiceberg.exceptions.CommitFailedException: ``staging`` is gone (only a newer epoch's fence
+        removes it: the attempt decides again, and fenced) or the branch moved (a lost race).
+    """
+    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.manifest import ManifestEntryStatus
+
+    table = handle.load()
+    if staging not in table.metadata.refs:
+        raise CommitFailedException(f"staging branch {staging} was removed (a newer epoch fenced the writer)")
+    staged = table.snapshot_by_id(table.metadata.refs[staging].snapshot_id)
+    assert staged is not None
+    files = [
+        entry.data_file
+        for manifest in staged.manifests(table.io)
+        if manifest.added_snapshot_id == staged.snapshot_id
+        for entry in manifest.fetch_manifest_entry(table.io)
+        if entry.status == ManifestEntryStatus.ADDED
+    ]
+    with (
+        table.transaction() as tx,
+        tx.update_snapshot(snapshot_properties=summary, branch=branch).fast_append() as append,
+    ):
+        for file in files:
+            append.append_data_file(file)
+
+
+def drop_staging(handle: LogStoreTable, ref: str) -> None:
+    """Remove the branch ``ref`` and the snapshot at its head, in one catalog commit (best effort: a
+    newer epoch's fence removes a branch left behind, and expiry its snapshot).
+
+    The head is a write-through's staging snapshot: no other ref or snapshot holds it (commit attempts
+    append its data files on their own bases), so the table's snapshots are what they would be without
+    it. Its data files stay: the commit that appended them holds them.
+    """
+    from pyiceberg.table.update.snapshot import ExpireSnapshots, ManageSnapshots
+
+    try:
+        table = handle.load()
+        head = table.metadata.refs.get(ref)
+        if head is None:
+            return
+        with table.transaction() as tx:
+            ManageSnapshots(tx).remove_branch(ref).commit()
+            ExpireSnapshots(tx).by_id(head.snapshot_id).commit()
+    except Exception as exc:  # harmless when left: never counted, removed by the next fence and expiry
+        log.warning("could not drop %s of %s: %s", ref, handle.name, exc)
+
+
 def branch_head(handle: LogStoreTable, refs: AttemptRefs) -> tuple[Table, int]:
     """The table and the staging branch's head.
 

@@ -191,7 +191,7 @@ def test_the_records_reach_the_producers_without_a_shuffle_after_the_plan(env, s
         }
         final_plan = plan.final._jdf.queryExecution().executedPlan().toString()
         assert "InMemoryTableScan" in final_plan  # the MERGE's source is the cached plan too
-        assert plan.count().keys_in_table  # ids 1, 2 and 17 are in the table
+        assert plan.holds_keys()  # ids 1, 2 and 17 are in the table
     finally:
         plan.unpersist()
         changes.unpersist()
@@ -199,13 +199,14 @@ def test_the_records_reach_the_producers_without_a_shuffle_after_the_plan(env, s
 
 def _interleaved_writer(spark: Any, handle: Any, writer_id: str, between: Any) -> Any:
     """A writer that runs ``between`` (another writer's batch) between its plan and its commit
-    (deterministically: in the same thread, before ``_write_planned`` commits)."""
+    (deterministically: in the same thread, once its records are flushed, before it commits; with a
+    write-through, once its rows are staged too)."""
     from airflow_logstore.spark.dual_write import DualWriter
 
     class InterleavedWriter(DualWriter):
-        def _write_planned(self, plan: Any, result: Any, planned_at: Any) -> Any:
+        def _commit_logged(self, counted: Any, produced: Any, rows: Any) -> Any:
             between()
-            return super()._write_planned(plan, result, planned_at)
+            return super()._commit_logged(counted, produced, rows)
 
     return InterleavedWriter(spark, handle, writer_id=writer_id)
 

@@ -12,6 +12,7 @@ import java.util.Collections;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
+import java.util.NoSuchElementException;
 import java.util.Properties;
 import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
@@ -26,6 +27,9 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.apache.spark.TaskContext;
 import org.apache.spark.api.java.function.MapPartitionsFunction;
 import org.apache.spark.sql.Row;
+import org.apache.spark.sql.RowFactory;
+import org.apache.spark.util.CollectionAccumulator;
+import org.apache.spark.util.TaskCompletionListener;
 
 /**
  * One Spark task's share of a batch's log records: produced in input order with the batch's headers
@@ -95,32 +99,162 @@ public final class LogProducer implements MapPartitionsFunction<Row, String> {
 
     @Override
     public Iterator<String> call(Iterator<Row> rows) throws Exception {
-        TaskContext context = TaskContext.get();
-        String task =
-                context == null ? "0.0" : taskIdentity(context.partitionId(), context.taskAttemptId());
-        List<Header> headers = headers(task);
-        pause("produce:started");
-        Deliveries deliveries = new Deliveries();
-        long sent = 0;
-        KafkaProducer<byte[], byte[]> producer = borrow();
-        try {
-            while (rows.hasNext()) {
-                Row row = rows.next();
-                byte[] key = row.isNullAt(0) ? null : (byte[]) row.get(0);
-                byte[] value = row.isNullAt(1) ? null : (byte[]) row.get(1);
-                producer.send(new ProducerRecord<>(topic, null, key, value, headers), deliveries);
-                sent++;
-            }
-            producer.flush();
-            deliveries.check(sent, topic);
-        } catch (Throwable failure) {
-            producer.close(Duration.ZERO); // nothing still queued may be delivered out of sight
-            throw failure;
+        TaskRun run = new TaskRun();
+        while (rows.hasNext()) {
+            Row row = rows.next();
+            run.send(row.isNullAt(0) ? null : (byte[]) row.get(0), row.isNullAt(1) ? null : (byte[]) row.get(1));
         }
-        giveBack(producer);
-        pause("produce:flushed");
-        failOnce("produce:flushed");
-        return Collections.singletonList(deliveries.report(task, sent)).iterator();
+        return Collections.singletonList(run.finish()).iterator();
+    }
+
+    /**
+     * One task attempt's produce: its tag in the headers, a borrowed producer and its deliveries. A
+     * task that ends before {@link #finish} (its input or its consumer failed) closes the producer at
+     * the task's completion, so nothing still queued is delivered out of sight.
+     */
+    final class TaskRun {
+        private final String task;
+        private final List<Header> headers;
+        private final Deliveries deliveries = new Deliveries();
+        private final KafkaProducer<byte[], byte[]> producer;
+        private long sent;
+        private long noops;
+        private boolean finished;
+
+        TaskRun() throws IOException, InterruptedException {
+            TaskContext context = TaskContext.get();
+            task = context == null ? "0.0" : taskIdentity(context.partitionId(), context.taskAttemptId());
+            headers = headers(task);
+            pause("produce:started");
+            producer = borrow();
+            if (context != null) {
+                context.addTaskCompletionListener(
+                        new TaskCompletionListener() {
+                            @Override
+                            public void onTaskCompletion(TaskContext ended) {
+                                if (!finished) {
+                                    abandon();
+                                }
+                            }
+                        });
+            }
+        }
+
+        void send(byte[] key, byte[] value) {
+            try {
+                producer.send(new ProducerRecord<>(topic, null, key, value, headers), deliveries);
+            } catch (RuntimeException failure) {
+                abandon();
+                throw failure;
+            }
+            sent++;
+        }
+
+        /** Flush, fail unless every record was acknowledged, give the producer back; the report. */
+        String finish() throws IOException, InterruptedException {
+            try {
+                producer.flush();
+                deliveries.check(sent, topic);
+            } catch (RuntimeException failure) {
+                abandon();
+                throw failure;
+            }
+            finished = true;
+            giveBack(producer);
+            pause("produce:flushed");
+            failOnce("produce:flushed");
+            return deliveries.report(task, sent, noops);
+        }
+
+        private void abandon() {
+            finished = true;
+            producer.close(Duration.ZERO); // nothing still queued may be delivered out of sight
+        }
+    }
+
+    /**
+     * The write-through of a batch that is appended: each task produces its share of the log records
+     * while it hands the rows to append to the table's writer (one pass over the plan, one Spark job).
+     *
+     * <p>Input rows: the record key, the before-image's record value (or null), the after-image's
+     * record value (or null), whether the row is appended, then the table's columns. Output rows: the
+     * table's columns of the rows appended. A change with neither record is a delete of a key that
+     * has no row: the report counts it ({@code noop_deletes}). When a task's input ends, it flushes, fails unless every
+     * record was acknowledged, and adds its report to {@code reports} before its writer commits: Spark
+     * merges a result task's accumulator updates only when the task succeeded, once per partition, so
+     * the driver sees exactly the reports of the task attempts whose rows are written.
+     */
+    public static final class WriteThrough implements MapPartitionsFunction<Row, Row> {
+        private static final long serialVersionUID = 1L;
+        private static final int FIRST_COLUMN = 4;
+
+        private final LogProducer producer;
+        private final CollectionAccumulator<String> reports;
+
+        public WriteThrough(LogProducer producer, CollectionAccumulator<String> reports) {
+            this.producer = producer;
+            this.reports = reports;
+        }
+
+        @Override
+        public Iterator<Row> call(Iterator<Row> rows) throws Exception {
+            TaskRun run = producer.new TaskRun();
+            return new Iterator<Row>() {
+                private Row next;
+                private boolean ended;
+
+                @Override
+                public boolean hasNext() {
+                    while (next == null && !ended) {
+                        if (rows.hasNext()) {
+                            next = consume(run, rows.next());
+                        } else {
+                            ended = true;
+                            reports.add(finish(run));
+                        }
+                    }
+                    return next != null;
+                }
+
+                @Override
+                public Row next() {
+                    if (!hasNext()) {
+                        throw new NoSuchElementException();
+                    }
+                    Row row = next;
+                    next = null;
+                    return row;
+                }
+            };
+        }
+
+        private static Row consume(TaskRun run, Row row) {
+            byte[] key = row.isNullAt(0) ? null : (byte[]) row.get(0);
+            if (!row.isNullAt(1)) {
+                run.send(key, (byte[]) row.get(1));
+            }
+            if (!row.isNullAt(2)) {
+                run.send(key, (byte[]) row.get(2));
+            } else if (row.isNullAt(1)) {
+                run.noops++;
+            }
+            if (!row.getBoolean(3)) {
+                return null;
+            }
+            Object[] values = new Object[row.length() - FIRST_COLUMN];
+            for (int i = 0; i < values.length; i++) {
+                values[i] = row.get(FIRST_COLUMN + i);
+            }
+            return RowFactory.create(values);
+        }
+
+        private static String finish(TaskRun run) {
+            try {
+                return run.finish();
+            } catch (IOException | InterruptedException failure) {
+                throw new IllegalStateException(failure.getMessage(), failure);
+            }
+        }
     }
 
     // -- delivery reports ------------------------------------------------------------------------
@@ -164,9 +298,9 @@ public final class LogProducer implements MapPartitionsFunction<Row, String> {
             }
         }
 
-        synchronized String report(String task, long count) {
+        synchronized String report(String task, long count, long noops) {
             StringBuilder json = new StringBuilder("{\"task\":\"").append(task).append("\",\"count\":");
-            json.append(count).append(",\"offsets\":{");
+            json.append(count).append(",\"noop_deletes\":").append(noops).append(",\"offsets\":{");
             String separator = "";
             for (Map.Entry<Integer, long[]> entry : spans.entrySet()) {
                 json.append(separator).append('"').append(entry.getKey()).append("\":[");
