@@ -1,29 +1,27 @@
 """Dual write vs Iceberg-only write vs Kafka-only produce, on the same generated input, in one run.
 
-    .venv/bin/python -m bench.dual_write_bench --rows 1000000 --runs 3 --compare-python
+    .venv/bin/python -m bench.dual_write_bench --rows 1000000 --runs 3
 
 Each mode writes the same Parquet input (a primary-key table, inserts) into a fresh table with the real
 job code (DualWriter, emit modes ``file,log`` / ``file`` / ``log``), interleaved over ``--runs`` rounds
-after a small warm-up. Reports wall time, rows/s and the peak RSS of the whole process tree (driver,
-JVM, Python workers), and the ratio dual / slower single-store path. ``--compare-python`` adds the
-log paths again with the former per-record Python producer (:mod:`bench.python_produce`), in the same
-rounds, so before and after are measured side by side.
+after a small warm-up. Every write reads its own copy of the input (another path): a batch is read,
+checked and cached as a new batch would be, never answered by what an earlier batch of the same path left
+cached. Reports wall time, rows/s and the peak RSS of the whole process tree (driver, JVM, Python
+workers), and the ratio dual / slower single-store path.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from bench.common import machine, measure, save
 
 MODES = {"kafka-only": "log", "iceberg-only": "file", "dual": "file,log"}
-PYTHON_MODES = {"kafka-only (python produce)": "log", "dual (python produce)": "file,log"}
 
 
 def generate(spark: Any, rows: int, path: Path) -> str:
@@ -36,6 +34,15 @@ def generate(spark: Any, rows: int, path: Path) -> str:
     )
     frame.repartition(4).write.mode("overwrite").parquet(str(path))
     return str(path)
+
+
+def copies_of(data: str, count: int) -> list[str]:
+    """``count`` copies of the input folder ``data``, each under a path of its own."""
+    source = Path(data)
+    copies = [source.with_name(f"{source.name}-{n}") for n in range(count)]
+    for copy in copies:
+        shutil.copytree(source, copy)
+    return [str(copy) for copy in copies]
 
 
 def run_mode(env: Any, spark: Any, mode: str, data: str, rows: int) -> dict[str, Any]:
@@ -51,8 +58,8 @@ def run_mode(env: Any, spark: Any, mode: str, data: str, rows: int) -> dict[str,
         prefix="bench",
     )
     writer = open_writer(spark, str(handle.name), writer_id=f"bench-{mode.split()[0]}")
-    writer.emit_mode = parse_emit_mode({**MODES, **PYTHON_MODES}[mode], writer.config)
-    with measure() as result, producer_of(mode):
+    writer.emit_mode = parse_emit_mode(MODES[mode], writer.config)
+    with measure() as result:
         batch = writer.write_path(data, 1)
     assert batch.rows_in == rows, batch
     return {
@@ -65,31 +72,12 @@ def run_mode(env: Any, spark: Any, mode: str, data: str, rows: int) -> dict[str,
     }
 
 
-@contextmanager
-def producer_of(mode: str) -> Iterator[None]:
-    """The former Python producer for the ``(python produce)`` modes, else the job's own."""
-    from airflow_logstore.spark import dual_write
-
-    if mode not in PYTHON_MODES:
-        yield
-        return
-    from bench import python_produce
-
-    job_path = dual_write.produce_records
-    dual_write.produce_records = python_produce.produce_records  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        dual_write.produce_records = job_path
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=1)
-    parser.add_argument("--compare-python", action="store_true", help="also the former Python producer")
     args = parser.parse_args()
-    modes = [*MODES, *(PYTHON_MODES if args.compare_python else ())]
+    modes = list(MODES)
 
     from airflow_logstore.spark.session import build_spark_session
     from airflow_logstore.testing.environment import logstore_environment
@@ -97,14 +85,14 @@ def main() -> None:
     with logstore_environment() as env:
         spark = build_spark_session("bench-dual-write")
         workdir = Path(tempfile.mkdtemp(prefix="bench-dual-"))
-        data = generate(spark, args.rows, workdir / "input")
+        copies = iter(copies_of(generate(spark, args.rows, workdir / "input"), len(modes) * args.runs))
         warm = generate(spark, 20_000, workdir / "warm")
         for mode in modes:
             run_mode(env, spark, mode, warm, 20_000)
         results: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
         for _ in range(args.runs):
             for mode in modes:
-                results[mode].append(run_mode(env, spark, mode, data, args.rows))
+                results[mode].append(run_mode(env, spark, mode, next(copies), args.rows))
                 print(results[mode][-1], flush=True)
         spark.stop()
 
@@ -123,10 +111,6 @@ def main() -> None:
     for mode, values in summary.items():
         print(f"| {mode} | {values['seconds']:.1f} | {values['rows_per_s']:,} | {values['peak_rss_mb']:,} |")
     print(f"\ndual / slower single path = {ratio:.2f} (goal <= 1.1)")
-    if args.compare_python:
-        slower = max(summary["kafka-only (python produce)"]["seconds"], summary["iceberg-only"]["seconds"])
-        python_ratio = summary["dual (python produce)"]["seconds"] / slower
-        print(f"with the former Python producer: dual / slower single path = {python_ratio:.2f}")
     save(
         "dual_write",
         {

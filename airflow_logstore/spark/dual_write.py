@@ -32,7 +32,7 @@ from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.exceptions import OptionError
 from airflow_logstore.spark import staged_commit
 from airflow_logstore.spark.committing import BatchRows, CommitTarget, branch_table, commit_batch
-from airflow_logstore.spark.inputs import read_raw, validated_changes
+from airflow_logstore.spark.inputs import Changes, read_raw, validated_changes
 from airflow_logstore.spark.planning import (
     BatchPlan,
     KeyFilter,
@@ -47,7 +47,6 @@ from airflow_logstore.spark.producing import (
     ProduceContext,
     Produced,
     produce_records,
-    produce_tasks,
     task_identity,
     write_through,
 )
@@ -205,13 +204,12 @@ class DualWriter:
         schema = self.spark.table(self.handle.spark_name()).schema
         changes = validated_changes(raw, schema, self.primary_key, self.change_column)  # 2
         try:
-            rows_in = changes.count()
-            plan = self._plan(changes, self._target(table), self._keys(changes, table, rows_in))  # 3
+            plan = self._plan(changes.frame, self._target(table), self._keys(changes, table))  # 3
             try:
                 planned_at = table.metadata.current_snapshot_id
                 absent = None if plan.holds_keys() else KeysAbsent(planned_at)
                 if absent is not None and self.emit_mode == DUAL:
-                    written = self._write_through(plan, result, absent, rows_in)  # 4 to 6
+                    written = self._write_through(plan, result, absent)  # 4 to 6
                 else:
                     written = self._write_planned(plan.persisted(), result, absent)  # 4 to 6
             finally:
@@ -227,11 +225,11 @@ class DualWriter:
         snapshot_id = table.metadata.current_snapshot_id
         return self.spark.sql(f"SELECT * FROM {self.handle.spark_name()} VERSION AS OF {snapshot_id}")
 
-    def _keys(self, changes: DataFrame, table: Table, rows_in: int) -> KeyFilter | None:
+    def _keys(self, changes: Changes, table: Table) -> KeyFilter | None:
         """Where the batch's keys can be in the table (None: anywhere, or not worth finding out)."""
-        if not self.primary_key or not worth_a_key_filter(table_rows(table), rows_in):
+        if not self.primary_key or not worth_a_key_filter(table_rows(table), changes.rows):
             return None
-        return key_filter(changes, self.primary_key)
+        return key_filter(changes.frame, self.primary_key)
 
     def _plan(self, changes: DataFrame, target: DataFrame | None, keys: KeyFilter | None) -> BatchPlan:
         """Plan the row kinds (a method so that a test can hold the MERGE by wrapping its source); the
@@ -240,12 +238,9 @@ class DualWriter:
         return plan_row_kinds(changes, target, self.primary_key, keys, self._tasks()).lookup_cached()
 
     def _tasks(self) -> int:
-        """The Spark tasks of the plan: one per log partition (at most the cluster's parallelism) when
-        the batch is produced, the cluster's parallelism otherwise."""
-        parallelism = self.spark.sparkContext.defaultParallelism
-        if EMIT_LOG not in self.emit_mode:
-            return parallelism
-        return produce_tasks(self.config.partitions, parallelism)
+        """The Spark tasks of the plan (and of the produce): the cluster's parallelism. Each task sends
+        its keys' records to their log partitions, whatever their number."""
+        return max(1, self.spark.sparkContext.defaultParallelism)
 
     def _write_planned(self, plan: BatchPlan, result: BatchResult, absent: KeysAbsent | None) -> BatchResult:
         """Produce the planned records, commit the batch to the table, record the commit.
@@ -257,15 +252,13 @@ class DualWriter:
         counts = plan.count()
         counted = result.counted(counts.changes, counts.noop_deletes)
         produced = (
-            produce_records(plan.records, self._produce_context(batch_id))
+            produce_records(plan.through, self._produce_context(batch_id))
             if EMIT_LOG in self.emit_mode
             else NOTHING_PRODUCED
         )
         return self._commit_logged(counted, produced, BatchRows(plan.final, plan.keys, absent))
 
-    def _write_through(
-        self, plan: BatchPlan, result: BatchResult, absent: KeysAbsent, rows_in: int
-    ) -> BatchResult:
+    def _write_through(self, plan: BatchPlan, result: BatchResult, absent: KeysAbsent) -> BatchResult:
         """A dual write of a batch the table appends (none of its keys in the table, or no key): its
         records are produced while its rows are written to a staging branch, in one Spark job over the
         plan (not cached: it is read once), and a commit attempt that appends commits those files.
@@ -273,13 +266,12 @@ class DualWriter:
         the other attempt refs."""
         batch_id = result.batch_id
         staged = attempt_refs(self.writer_id, batch_id, self.epoch, 0).branch
-        assert plan.through is not None
         try:
             staged_commit.open_staging(self.handle, staged)
             table = branch_table(self.handle.spark_name(), staged)
             written = write_through(plan.through, self._produce_context(batch_id), table)
             log.info("batch %s: written through to %s", batch_id, staged)
-            counted = result.counted(rows_in, written.noop_deletes)
+            counted = result.counted(written.changes, written.noop_deletes)
             return self._commit_logged(
                 counted, written.produced, BatchRows(plan.final, plan.keys, absent, staged)
             )

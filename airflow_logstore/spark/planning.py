@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.spark.inputs import ADDED_COLUMNS, OP_COLUMN, ROW_COLUMN
@@ -26,7 +27,6 @@ SUB_COLUMN = "_logstore_sub"
 BEFORE_COLUMN = "_logstore_before"
 AFTER_COLUMN = "_after"
 TABLE_ROW_COLUMN = "_table_row"
-SEQ_IN_KEY_COLUMN = "_seq_in_key"
 LAST_COLUMN = "_last_in_key"
 RECORD_COLUMN = "_record"
 BEFORE_VALUE_COLUMN = "_logstore_before_value"
@@ -114,29 +114,48 @@ def key_filter(changes: DataFrame, primary_key: Sequence[str]) -> KeyFilter | No
 
 @dataclass(frozen=True)
 class BatchPlan:
-    """A planned batch as Spark frames (lazy until an action runs).
+    """A planned batch as Spark frames (lazy until an action runs; the frames a batch does not use are
+    not even built).
 
-    :param records: the log records: key, value, input row, place in the row's change; spread over the
-        Spark partitions that produce them (all of a key in one), so they reach the producers unshuffled.
-    :param final: the last change of each key (the table's columns and the change kind): the MERGE's source.
-    :param noop_deletes: deletes of keys the table does not hold (None for tables without a key).
-    :param lookup: the table's current rows of the batch's keys (None for tables without a key): read
-        once, then both the before-images and the no-op deletes come from it.
+    :param planned: each change with its before- and after-image, spread over the Spark partitions that
+        produce its records (all of a key in one), in the per-key window's order; for tables without a
+        key, each row with its record value. What every other frame is computed from: cached by
+        :meth:`persisted` when more than one of them is read, so the join with the lookup and the
+        per-key window run once per batch.
+    :param final: the last change of each key (the table's columns and the change kind): the MERGE's
+        source (every row, for tables without a key).
+    :param columns: the table's columns.
+    :param primary_key: the table's key (empty: none).
+    :param lookup: the table's current rows of the batch's keys (None: the table holds no rows, or has
+        no key): read once, then the before-images and :meth:`holds_keys` come from it.
     :param keys: where the batch's keys can be in the table (None: anywhere).
-    :param through: the rows of a write-through (:func:`write_through_rows`): each change's records and,
-        for an appended row, the table's columns; in the partitions and order of ``records``.
-    :param planned: what ``records``, ``final`` and ``noop_deletes`` are computed from (each change with
-        its before- and after-image; the records themselves for tables without a key): cached by
-        :meth:`persisted`, so the join with the lookup and the per-key window run once per batch.
     """
 
-    records: DataFrame
+    planned: DataFrame
     final: DataFrame
-    noop_deletes: DataFrame | None
+    columns: tuple[str, ...]
+    primary_key: tuple[str, ...]
     lookup: DataFrame | None = None
     keys: KeyFilter | None = None
-    planned: DataFrame | None = None
-    through: DataFrame | None = None
+
+    @cached_property
+    def records(self) -> DataFrame:
+        """The log records: key, value, input row, place in the row's change; in ``planned``'s partitions
+        and order, so they reach the producers unshuffled."""
+        return row_kind_records(self.planned) if self.primary_key else append_records(self.planned)
+
+    @cached_property
+    def noop_deletes(self) -> DataFrame | None:
+        """Deletes of keys the table does not hold (None for tables without a key)."""
+        return noop_deletes(self.planned) if self.primary_key else None
+
+    @cached_property
+    def through(self) -> DataFrame:
+        """The rows of a write-through (:func:`write_through_rows`): each change's records and, for an
+        appended row, the table's columns; in ``planned``'s partitions and order."""
+        if not self.primary_key:
+            return appended_rows(self.planned, self.columns)
+        return write_through_rows(self.planned, self.columns, self.primary_key)
 
     def lookup_cached(self) -> BatchPlan:
         """The same plan with its lookup cached: the table is read once per batch, for
@@ -155,13 +174,11 @@ class BatchPlan:
         """The same plan with its planned changes cached: the no-op deletes (counted), the records
         (produced) and the final rows (committed) come from one computation of the plan (Spark uses a
         cached frame wherever its plan appears in a later query)."""
-        if self.planned is not None:
-            self.planned.persist()
+        self.planned.persist()
         return self
 
     def unpersist(self) -> None:
-        if self.planned is not None:
-            self.planned.unpersist()
+        self.planned.unpersist()
         if self.lookup is not None:
             self.lookup.unpersist()
 
@@ -170,8 +187,8 @@ class BatchPlan:
         :meth:`persisted`)."""
         from pyspark.sql import functions as F
 
-        planned = self.planned if self.planned is not None else self.records
-        if self.noop_deletes is None:  # no key: every change is one record, an append
+        planned = self.planned
+        if not self.primary_key:  # every change is one record, an append
             return PlanCounts(planned.count(), 0)
         row = planned.select(F.count(F.lit(1)), F.count(F.when(noop_delete(), F.lit(1)))).first()
         assert row is not None  # an aggregate without grouping has one row
@@ -225,26 +242,13 @@ def plan_row_kinds(
             F.col(ROW_COLUMN),
             value_json(F.lit("+I"), row_struct(columns)).alias(VALUE_COLUMN),
         )
-        return BatchPlan(
-            append_records(spread),
-            table_columns(spread, columns),
-            None,
-            planned=spread,
-            through=appended_rows(spread, columns),
-        )
+        return BatchPlan(spread, table_columns(spread, columns), tuple(columns), ())
     lookup = current_rows(changes, target, primary_key, keys) if target is not None else None
     joined = with_table_rows(changes, lookup, columns, primary_key)
     spread = joined.repartition(tasks, *[quoted(c) for c in primary_key])
     with_before = before_and_after(spread, columns, primary_key)
-    return BatchPlan(
-        row_kind_records(with_before),
-        final_rows(with_before, columns, primary_key),
-        noop_deletes(with_before),
-        lookup,
-        keys,
-        with_before,
-        write_through_rows(with_before, columns, primary_key),
-    )
+    final = final_rows(with_before, columns, primary_key)
+    return BatchPlan(with_before, final, tuple(columns), tuple(primary_key), lookup, keys)
 
 
 def current_rows(
@@ -333,21 +337,17 @@ def before_and_after(joined: DataFrame, columns: Sequence[str], primary_key: Seq
 
     by_key = Window.partitionBy(*[quoted(c) for c in primary_key]).orderBy(ROW_COLUMN)
     after = F.when(F.col(OP_COLUMN) == "D", F.lit(None)).otherwise(row_struct(columns))
-    staged = joined.withColumn(AFTER_COLUMN, after).withColumn(SEQ_IN_KEY_COLUMN, F.row_number().over(by_key))
-    staged = staged.withColumn(
-        BEFORE_COLUMN,
-        F.when(F.col(SEQ_IN_KEY_COLUMN) == 1, F.col(TABLE_ROW_COLUMN)).otherwise(
-            F.lag(AFTER_COLUMN).over(by_key)
-        ),
-    ).withColumn(LAST_COLUMN, F.lead(ROW_COLUMN).over(by_key).isNull())
-    return staged.select(
+    before = F.when(F.row_number().over(by_key) == 1, F.col(TABLE_ROW_COLUMN)).otherwise(
+        F.lag(after).over(by_key)
+    )
+    return joined.select(  # one projection: the frame is analyzed once
         key_json(primary_key),
         *[quoted(c) for c in primary_key],
         F.col(ROW_COLUMN),
         F.col(OP_COLUMN),
-        F.col(BEFORE_COLUMN),
-        F.col(AFTER_COLUMN),
-        F.col(LAST_COLUMN),
+        before.alias(BEFORE_COLUMN),
+        after.alias(AFTER_COLUMN),
+        F.lead(ROW_COLUMN).over(by_key).isNull().alias(LAST_COLUMN),
     )
 
 

@@ -47,7 +47,12 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.core import ranges
 from airflow_logstore.core.codec import H_TASK, RecordMeta, encode_headers
-from airflow_logstore.spark.planning import APPENDED_COLUMN, KEY_COLUMN, VALUE_COLUMN
+from airflow_logstore.spark.planning import (
+    AFTER_VALUE_COLUMN,
+    APPENDED_COLUMN,
+    BEFORE_VALUE_COLUMN,
+    KEY_COLUMN,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -119,22 +124,18 @@ def task_identity(partition_id: int, task_attempt_id: int) -> str:
     return f"{partition_id}.{task_attempt_id}"
 
 
-def produce_tasks(log_partitions: int, parallelism: int) -> int:
-    """How many Spark tasks produce a batch: one per log partition, at most the cluster's parallelism."""
-    return max(1, min(log_partitions, parallelism))
+def in_produce_order(changes: DataFrame) -> DataFrame:
+    """The changes' records to produce, as they are planned: spread over the producing tasks, all of a key
+    in one, per key in input order (:func:`airflow_logstore.spark.planning.plan_row_kinds`): no shuffle,
+    no sort. Each row is a change: its key and its two record values (either may be null)."""
+    return changes.select(KEY_COLUMN, BEFORE_VALUE_COLUMN, AFTER_VALUE_COLUMN)
 
 
-def in_produce_order(records: DataFrame) -> DataFrame:
-    """The records to produce, as they are planned: spread over the producing tasks, all of a key in one,
-    per key in input order (:func:`airflow_logstore.spark.planning.plan_row_kinds`): no shuffle, no sort.
-    """
-    return records.select(KEY_COLUMN, VALUE_COLUMN)
-
-
-def produce_records(records: DataFrame, ctx: ProduceContext) -> Produced:
-    """Produce every planned record, one Spark task per partition of ``records`` (one Spark job), and
-    merge what its tasks report."""
-    ordered = in_produce_order(records)
+def produce_records(changes: DataFrame, ctx: ProduceContext) -> Produced:
+    """Produce the records of every planned change (:func:`airflow_logstore.spark.planning.
+    write_through_rows`: a key and two record values), one Spark task per partition of ``changes`` (one
+    Spark job), and merge what its tasks report."""
+    ordered = in_produce_order(changes)
     spark = ordered.sparkSession
     jvm = spark.sparkContext._jvm
     assert jvm is not None
@@ -150,9 +151,11 @@ WRITE_THROUGH_OPTIONS = {"distribution-mode": "none", "fanout-enabled": "true"}
 
 @dataclass(frozen=True)
 class WrittenThrough:
-    """What a write-through did: the records it produced, the no-op deletes it found."""
+    """What a write-through did: the records it produced, the changes it read, the no-op deletes among
+    them."""
 
     produced: Produced
+    changes: int
     noop_deletes: int
 
 
@@ -192,7 +195,8 @@ def write_through(rows: DataFrame, ctx: ProduceContext, table: str) -> WrittenTh
         raise RuntimeError(
             f"the write-through of batch {ctx.batch_id} has {len(found)} task reports for {tasks} tasks"
         )
-    return WrittenThrough(merge_task_reports(found), sum(report["noop_deletes"] for report in found))
+    changes = sum(report["changes"] for report in found)
+    return WrittenThrough(merge_task_reports(found), changes, sum(report["noop_deletes"] for report in found))
 
 
 def log_producer(spark: SparkSession, ctx: ProduceContext) -> Any:

@@ -129,26 +129,34 @@ def append_staged(handle: LogStoreTable, staging: str, branch: str, summary: dic
             append.append_data_file(file)
 
 
-def drop_staging(handle: LogStoreTable, ref: str) -> None:
+def drop_staging(handle: LogStoreTable, ref: str, attempts: int = 3) -> None:
     """Remove the branch ``ref`` and the snapshot at its head, in one catalog commit (best effort: a
     newer epoch's fence removes a branch left behind, and expiry its snapshot).
 
     The head is a write-through's staging snapshot: no other ref or snapshot holds it (commit attempts
     append its data files on their own bases), so the table's snapshots are what they would be without
-    it. Its data files stay: the commit that appended them holds them.
+    it. Its data files stay: the commit that appended them holds them (when none did, orphan-file
+    removal takes them).
     """
+    from pyiceberg.exceptions import CommitFailedException
     from pyiceberg.table.update.snapshot import ExpireSnapshots, ManageSnapshots
 
-    try:
-        table = handle.load()
-        head = table.metadata.refs.get(ref)
-        if head is None:
+    for _ in range(attempts):
+        try:
+            table = handle.load()
+            head = table.metadata.refs.get(ref)
+            if head is None:
+                return
+            with table.transaction() as tx:
+                ManageSnapshots(tx).remove_branch(ref).commit()
+                ExpireSnapshots(tx).by_id(head.snapshot_id).commit()
             return
-        with table.transaction() as tx:
-            ManageSnapshots(tx).remove_branch(ref).commit()
-            ExpireSnapshots(tx).by_id(head.snapshot_id).commit()
-    except Exception as exc:  # harmless when left: never counted, removed by the next fence and expiry
-        log.warning("could not drop %s of %s: %s", ref, handle.name, exc)
+        except CommitFailedException:  # another commit landed meanwhile: load again
+            continue
+        except Exception as exc:  # harmless when left: never counted, removed by the next fence and expiry
+            log.warning("could not drop %s of %s: %s", ref, handle.name, exc)
+            return
+    log.warning("could not drop %s of %s: the table changed during %s attempts", ref, handle.name, attempts)
 
 
 def branch_head(handle: LogStoreTable, refs: AttemptRefs) -> tuple[Table, int]:

@@ -292,3 +292,33 @@ def test_commit_info_is_in_ledger(env, spark, table, tmp_path: Path) -> None:
     assert isinstance(ledger, CommitInfo)
     assert ledger.snapshot_id == result.snapshot_id and ledger.epoch == writer.epoch
     assert {str(p): list(s) for p, s in ledger.offsets.items()} == result.offsets
+
+
+def test_a_batch_from_the_path_of_an_earlier_batch_reads_its_own_rows(env, spark, table, tmp_path) -> None:
+    """Each batch releases the cache of its validated input. A cache left behind would answer the next
+    batch read from the same path (Spark matches a cached query by its plan, and the plan names the
+    path, not the files' contents): that batch would write the earlier batch's rows again. The planted
+    bug (the input's cache kept) fails the second batch's check."""
+    writer = open_writer(spark, str(table.name), writer_id="same-path")
+    path = tmp_path / "current.jsonl"
+    write_jsonl(path, [{"id": i, "name": f"a{i}", "amount": i} for i in (1, 2)])
+    writer.write_path(str(path), 1)
+    write_jsonl(path, [{"id": i, "name": f"b{i}", "amount": i} for i in (3, 4)])  # the same path, new rows
+    second = writer.write_path(str(path), 2)
+    assert second.rows_in == 2
+    assert _plain(table_state(table)) == {1: ("a1", 1), 2: ("a2", 2), 3: ("b3", 3), 4: ("b4", 4)}
+
+
+@pytest.fixture
+def kept_input_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The planted bug: the validated input's cache is never released (as before this check)."""
+    from airflow_logstore.spark.inputs import Changes
+
+    monkeypatch.setattr(Changes, "unpersist", lambda self: None)
+
+
+def test_the_same_path_check_catches_a_kept_input_cache(
+    env, spark, table, tmp_path, kept_input_cache
+) -> None:
+    with pytest.raises(AssertionError):
+        test_a_batch_from_the_path_of_an_earlier_batch_reads_its_own_rows(env, spark, table, tmp_path)

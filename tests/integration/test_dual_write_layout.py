@@ -137,11 +137,12 @@ def test_records_and_no_op_deletes_come_from_one_computation_of_the_plan(env, sp
     _write(spark, handle, tmp_path, BATCHES[:1], "once")
     target = spark.table(handle.spark_name())
     raw = read_raw(spark, str(write_jsonl(tmp_path / "b2.jsonl", BATCHES[1])), None)
-    changes = validated_changes(raw, target.schema, ["id"], "op")
+    validated = validated_changes(raw, target.schema, ["id"], "op")
+    changes = validated.frame
     plan = plan_row_kinds(changes, target, ["id"]).persisted()
     try:
         assert plan.noop_deletes is not None
-        for frame in (plan.records, plan.noop_deletes):
+        for frame in (plan.records, plan.through, plan.noop_deletes):
             scans = [
                 line
                 for line in frame._jdf.queryExecution().executedPlan().toString().splitlines()
@@ -153,7 +154,7 @@ def test_records_and_no_op_deletes_come_from_one_computation_of_the_plan(env, sp
         assert kinds == {"-U": 3, "+U": 3, "-D": 1, "+I": 1}  # -U/+U of 1, 17 and 41; -D of 2; +I of 41
     finally:
         plan.unpersist()
-        changes.unpersist()
+        validated.unpersist()
 
 
 def test_the_records_reach_the_producers_without_a_shuffle_after_the_plan(env, spark, tmp_path: Path) -> None:
@@ -168,10 +169,11 @@ def test_the_records_reach_the_producers_without_a_shuffle_after_the_plan(env, s
     _write(spark, handle, tmp_path, BATCHES[:1], "spread")
     target = spark.table(handle.spark_name())
     raw = read_raw(spark, str(write_jsonl(tmp_path / "b2.jsonl", BATCHES[1])), None)
-    changes = validated_changes(raw, target.schema, ["id"], "op")
+    validated = validated_changes(raw, target.schema, ["id"], "op")
+    changes = validated.frame
     plan = plan_row_kinds(changes, target, ["id"], tasks=3).persisted()
     try:
-        ordered = in_produce_order(plan.records)
+        ordered = in_produce_order(plan.through)
         lines = ordered._jdf.queryExecution().executedPlan().toString().splitlines()
         cached = [i for i, line in enumerate(lines) if "InMemoryTableScan" in line]
         assert cached, lines
@@ -194,7 +196,7 @@ def test_the_records_reach_the_producers_without_a_shuffle_after_the_plan(env, s
         assert plan.holds_keys()  # ids 1, 2 and 17 are in the table
     finally:
         plan.unpersist()
-        changes.unpersist()
+        validated.unpersist()
 
 
 def _interleaved_writer(spark: Any, handle: Any, writer_id: str, between: Any) -> Any:

@@ -11,8 +11,7 @@ import pytest
 from airflow_logstore.core.codec import RecordMeta, encode_headers
 from airflow_logstore.log.kafka_client import ensure_topic, producer
 from airflow_logstore.read.reader import read_log
-from airflow_logstore.spark.inputs import ROW_COLUMN
-from airflow_logstore.spark.planning import KEY_COLUMN, SUB_COLUMN, VALUE_COLUMN
+from airflow_logstore.spark.planning import AFTER_VALUE_COLUMN, BEFORE_VALUE_COLUMN, KEY_COLUMN
 from airflow_logstore.spark.producing import (
     ProduceContext,
     log_producer,
@@ -22,7 +21,8 @@ from airflow_logstore.spark.producing import (
 )
 from airflow_logstore.testing.tables import make_table
 
-SCHEMA = f"{KEY_COLUMN} binary, {VALUE_COLUMN} binary, {ROW_COLUMN} long, {SUB_COLUMN} int"
+#: A planned change with one record (the after-image's), as produce_records reads it.
+SCHEMA = f"{KEY_COLUMN} binary, {BEFORE_VALUE_COLUMN} binary, {AFTER_VALUE_COLUMN} binary"
 
 
 def _context(env: Any, topic: str, **kafka: Any) -> ProduceContext:
@@ -54,7 +54,7 @@ def test_keys_land_where_librdkafka_murmur2_puts_them_and_reports_match_the_log(
     handle = make_table(env, properties={"log-store.partitions": "5"})
     topic, _, _ = handle.config().require_log()
     keys = [f'{{"id":{i}}}'.encode() for i in range(300)] + ["ключ ü".encode(), b"\x00\xff"]
-    rows = [(key, b'{"kind":"+I","row":{}}', i, 0) for i, key in enumerate(keys)]
+    rows = [(key, None, b'{"kind":"+I","row":{}}') for key in keys]
     spread = spark.createDataFrame(rows, SCHEMA).repartition(3, KEY_COLUMN)  # as a plan is spread
     produced = produce_records(spread, _context(env, topic))
 
@@ -83,6 +83,6 @@ def test_a_task_fails_when_its_records_are_not_acknowledged(env, spark) -> None:
     from py4j.protocol import Py4JJavaError
 
     ctx = _context(env, "no-such-topic-anywhere", **{"message.timeout.ms": 2000})
-    frame = spark.createDataFrame([(b"k", b"v", 1, 0)], SCHEMA)
+    frame = spark.createDataFrame([(b"k", None, b"v")], SCHEMA)
     with pytest.raises(Py4JJavaError, match="were not acknowledged"):
         produce_records(frame.repartition(1), ctx)

@@ -22,7 +22,6 @@ from airflow_logstore.spark.producing import (
     Produced,
     merge_task_reports,
     pause_settings,
-    produce_tasks,
 )
 
 
@@ -146,13 +145,6 @@ def test_task_reports_merge_into_one_span_per_log_partition() -> None:
 def test_a_batch_without_a_log_produced_nothing_and_names_no_task() -> None:
     assert NOTHING_PRODUCED.tasks is None and NOTHING_PRODUCED.count == 0
     assert NOTHING_PRODUCED.offsets_for_result() == {}
-
-
-@pytest.mark.parametrize(("partitions", "parallelism", "tasks"), [(3, 4, 3), (8, 2, 2), (0, 4, 1), (3, 0, 1)])
-def test_one_produce_task_per_log_partition_within_the_parallelism(
-    partitions: int, parallelism: int, tasks: int
-) -> None:
-    assert produce_tasks(partitions, parallelism) == tasks
 
 
 def test_a_key_table_merges_by_key_and_the_last_change_wins() -> None:

@@ -97,12 +97,15 @@ public final class LogProducer implements MapPartitionsFunction<Row, String> {
         return pairs;
     }
 
+    /**
+     * Produce a task's rows: the record key, then up to two record values (the before-image's, the
+     * after-image's; either may be null), sent in that order.
+     */
     @Override
     public Iterator<String> call(Iterator<Row> rows) throws Exception {
         TaskRun run = new TaskRun();
         while (rows.hasNext()) {
-            Row row = rows.next();
-            run.send(row.isNullAt(0) ? null : (byte[]) row.get(0), row.isNullAt(1) ? null : (byte[]) row.get(1));
+            run.sendChange(rows.next());
         }
         return Collections.singletonList(run.finish()).iterator();
     }
@@ -118,6 +121,7 @@ public final class LogProducer implements MapPartitionsFunction<Row, String> {
         private final Deliveries deliveries = new Deliveries();
         private final KafkaProducer<byte[], byte[]> producer;
         private long sent;
+        private long changes;
         private long noops;
         private boolean finished;
 
@@ -137,6 +141,20 @@ public final class LogProducer implements MapPartitionsFunction<Row, String> {
                                 }
                             }
                         });
+            }
+        }
+
+        /** The records of one change (key, before value, after value: see {@link #call}). */
+        void sendChange(Row row) {
+            changes++;
+            byte[] key = row.isNullAt(0) ? null : (byte[]) row.get(0);
+            if (!row.isNullAt(1)) {
+                send(key, (byte[]) row.get(1));
+            }
+            if (!row.isNullAt(2)) {
+                send(key, (byte[]) row.get(2));
+            } else if (row.isNullAt(1)) {
+                noops++;
             }
         }
 
@@ -163,7 +181,7 @@ public final class LogProducer implements MapPartitionsFunction<Row, String> {
             giveBack(producer);
             pause("produce:flushed");
             failOnce("produce:flushed");
-            return deliveries.report(task, sent, noops);
+            return deliveries.report(task, sent, changes, noops);
         }
 
         private void abandon() {
@@ -178,8 +196,9 @@ public final class LogProducer implements MapPartitionsFunction<Row, String> {
      *
      * <p>Input rows: the record key, the before-image's record value (or null), the after-image's
      * record value (or null), whether the row is appended, then the table's columns. Output rows: the
-     * table's columns of the rows appended. A change with neither record is a delete of a key that
-     * has no row: the report counts it ({@code noop_deletes}). When a task's input ends, it flushes, fails unless every
+     * table's columns of the rows appended. The report counts the changes (input rows) and, among
+     * them, the deletes of keys that have no row: the changes with neither record ({@code
+     * noop_deletes}). When a task's input ends, it flushes, fails unless every
      * record was acknowledged, and adds its report to {@code reports} before its writer commits: Spark
      * merges a result task's accumulator updates only when the task succeeded, once per partition, so
      * the driver sees exactly the reports of the task attempts whose rows are written.
@@ -229,15 +248,7 @@ public final class LogProducer implements MapPartitionsFunction<Row, String> {
         }
 
         private static Row consume(TaskRun run, Row row) {
-            byte[] key = row.isNullAt(0) ? null : (byte[]) row.get(0);
-            if (!row.isNullAt(1)) {
-                run.send(key, (byte[]) row.get(1));
-            }
-            if (!row.isNullAt(2)) {
-                run.send(key, (byte[]) row.get(2));
-            } else if (row.isNullAt(1)) {
-                run.noops++;
-            }
+            run.sendChange(row);
             if (!row.getBoolean(3)) {
                 return null;
             }
@@ -298,9 +309,10 @@ public final class LogProducer implements MapPartitionsFunction<Row, String> {
             }
         }
 
-        synchronized String report(String task, long count, long noops) {
+        synchronized String report(String task, long count, long changes, long noops) {
             StringBuilder json = new StringBuilder("{\"task\":\"").append(task).append("\",\"count\":");
-            json.append(count).append(",\"noop_deletes\":").append(noops).append(",\"offsets\":{");
+            json.append(count).append(",\"changes\":").append(changes);
+            json.append(",\"noop_deletes\":").append(noops).append(",\"offsets\":{");
             String separator = "";
             for (Map.Entry<Integer, long[]> entry : spans.entrySet()) {
                 json.append(separator).append('"').append(entry.getKey()).append("\":[");
