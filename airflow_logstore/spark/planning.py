@@ -19,16 +19,14 @@ from airflow_logstore.spark.inputs import ADDED_COLUMNS, OP_COLUMN, ROW_COLUMN
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-#: Columns of the planned log records: the encoded key and value, the input row and the record's
-#: place within that row's change (0 for the before-image, 1 for the after-image).
+#: Columns of the plan: the encoded record key, a keyless row's record value, the before- and
+#: after-images, and a change's two record values (``write_through_rows``).
 KEY_COLUMN = "_logstore_key"
 VALUE_COLUMN = "_logstore_value"
-SUB_COLUMN = "_logstore_sub"
 BEFORE_COLUMN = "_logstore_before"
 AFTER_COLUMN = "_after"
 TABLE_ROW_COLUMN = "_table_row"
 LAST_COLUMN = "_last_in_key"
-RECORD_COLUMN = "_record"
 BEFORE_VALUE_COLUMN = "_logstore_before_value"
 AFTER_VALUE_COLUMN = "_logstore_after_value"
 APPENDED_COLUMN = "_logstore_appended"
@@ -137,17 +135,6 @@ class BatchPlan:
     primary_key: tuple[str, ...]
     lookup: DataFrame | None = None
     keys: KeyFilter | None = None
-
-    @cached_property
-    def records(self) -> DataFrame:
-        """The log records: key, value, input row, place in the row's change; in ``planned``'s partitions
-        and order, so they reach the producers unshuffled."""
-        return row_kind_records(self.planned) if self.primary_key else append_records(self.planned)
-
-    @cached_property
-    def noop_deletes(self) -> DataFrame | None:
-        """Deletes of keys the table does not hold (None for tables without a key)."""
-        return noop_deletes(self.planned) if self.primary_key else None
 
     @cached_property
     def through(self) -> DataFrame:
@@ -267,18 +254,6 @@ def current_rows(
     return target.where(keys.condition()).join(F.broadcast(batch_keys), list(primary_key), "left_semi")
 
 
-def append_records(spread: DataFrame) -> DataFrame:
-    """Tables without a key: every row is one ``+I`` record with no key (its value already encoded)."""
-    from pyspark.sql import functions as F
-
-    return spread.select(
-        F.lit(None).cast("binary").alias(KEY_COLUMN),
-        F.col(VALUE_COLUMN),
-        F.col(ROW_COLUMN),
-        F.lit(0).alias(SUB_COLUMN),
-    )
-
-
 def appended_rows(spread: DataFrame, columns: Sequence[str]) -> DataFrame:
     """Tables without a key: the write-through rows (every row one ``+I`` record, every row appended)."""
     from pyspark.sql import functions as F
@@ -351,26 +326,6 @@ def before_and_after(joined: DataFrame, columns: Sequence[str], primary_key: Seq
     )
 
 
-def row_kind_records(with_before: DataFrame) -> DataFrame:
-    """The log records: ``-U``/``-D`` of each before-image, then ``+U``/``+I`` of each after-image.
-
-    Both come from one row (an array of the two, exploded), so the records stay in the partitions of
-    ``with_before``, in its order: no union, no shuffle.
-    """
-    from pyspark.sql import functions as F
-
-    retraction = F.when(F.col(BEFORE_COLUMN).isNotNull(), record_struct(retraction_value(), 0))
-    addition = F.when(F.col(OP_COLUMN) != "D", record_struct(addition_value(), 1))
-    both = F.filter(F.array(retraction, addition), lambda record: record.isNotNull())
-    exploded = with_before.select(F.col(KEY_COLUMN), F.col(ROW_COLUMN), F.explode(both).alias(RECORD_COLUMN))
-    return exploded.select(
-        F.col(KEY_COLUMN),
-        F.col(f"{RECORD_COLUMN}.{VALUE_COLUMN}").alias(VALUE_COLUMN),
-        F.col(ROW_COLUMN),
-        F.col(f"{RECORD_COLUMN}.{SUB_COLUMN}").alias(SUB_COLUMN),
-    )
-
-
 def retraction_value() -> Column:
     """The record value of a change's before-image: ``-D`` for a delete, else ``-U`` (null without one)."""
     from pyspark.sql import functions as F
@@ -408,12 +363,6 @@ def write_through_rows(
     )
 
 
-def record_struct(value: Column, sub: int) -> Column:
-    from pyspark.sql import functions as F
-
-    return F.struct(value.alias(VALUE_COLUMN), F.lit(sub).alias(SUB_COLUMN))
-
-
 def final_rows(with_before: DataFrame, columns: Sequence[str], primary_key: Sequence[str]) -> DataFrame:
     """The last change of each key: the table's columns (the key's alone for a delete) and the change
     kind. The MERGE's source."""
@@ -424,11 +373,6 @@ def final_rows(with_before: DataFrame, columns: Sequence[str], primary_key: Sequ
         *[quoted(c) if c in primary_key else after.getField(c).alias(c) for c in columns],
         F.col(OP_COLUMN),
     )
-
-
-def noop_deletes(with_before: DataFrame) -> DataFrame:
-    """Deletes of keys that have no row (neither in the table nor from an earlier change of the batch)."""
-    return with_before.where(noop_delete())
 
 
 def noop_delete() -> Column:

@@ -131,7 +131,13 @@ def test_records_and_no_op_deletes_come_from_one_computation_of_the_plan(env, sp
     the changes with their before- and after-images, and both the records (produced) and the no-op
     deletes (counted) read that cache instead of computing the plan again."""
     from airflow_logstore.spark.inputs import read_raw, validated_changes
-    from airflow_logstore.spark.planning import BEFORE_COLUMN, VALUE_COLUMN, plan_row_kinds
+    from airflow_logstore.spark.planning import (
+        AFTER_VALUE_COLUMN,
+        BEFORE_COLUMN,
+        BEFORE_VALUE_COLUMN,
+        noop_delete,
+        plan_row_kinds,
+    )
 
     handle = make_table(env)
     _write(spark, handle, tmp_path, BATCHES[:1], "once")
@@ -141,8 +147,7 @@ def test_records_and_no_op_deletes_come_from_one_computation_of_the_plan(env, sp
     changes = validated.frame
     plan = plan_row_kinds(changes, target, ["id"]).persisted()
     try:
-        assert plan.noop_deletes is not None
-        for frame in (plan.records, plan.through, plan.noop_deletes):
+        for frame in (plan.through, plan.planned.where(noop_delete())):  # produced; counted
             scans = [
                 line
                 for line in frame._jdf.queryExecution().executedPlan().toString().splitlines()
@@ -150,7 +155,10 @@ def test_records_and_no_op_deletes_come_from_one_computation_of_the_plan(env, sp
             ]
             assert any(BEFORE_COLUMN in line for line in scans), scans  # the planned changes, cached
         assert plan.count().noop_deletes == 1  # id 99
-        kinds = Counter(json.loads(row[VALUE_COLUMN])["kind"] for row in plan.records.collect())
+        values = [
+            v for row in plan.through.collect() for v in (row[BEFORE_VALUE_COLUMN], row[AFTER_VALUE_COLUMN])
+        ]
+        kinds = Counter(json.loads(value)["kind"] for value in values if value is not None)
         assert kinds == {"-U": 3, "+U": 3, "-D": 1, "+I": 1}  # -U/+U of 1, 17 and 41; -D of 2; +I of 41
     finally:
         plan.unpersist()
