@@ -32,7 +32,13 @@ from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.exceptions import OptionError
 from airflow_logstore.spark import staged_commit
 from airflow_logstore.spark.committing import BatchRows, CommitTarget, branch_table, commit_batch
-from airflow_logstore.spark.inputs import Changes, read_raw, validated_changes
+from airflow_logstore.spark.inputs import (
+    REREAD_FORMATS,
+    Changes,
+    read_raw,
+    resolved_format,
+    validated_changes,
+)
 from airflow_logstore.spark.planning import (
     BatchPlan,
     KeyFilter,
@@ -188,11 +194,19 @@ class DualWriter:
     def write_path(
         self, path: str, batch_id: int | None = None, input_format: str | None = None
     ) -> BatchResult:
-        raw = read_raw(self.spark, path, input_format)
-        return self.write_frame(raw, batch_id if batch_id is not None else self.next_batch_id())
+        fmt = resolved_format(self.spark, path, input_format)
+        raw = read_raw(self.spark, path, fmt)
+        batch = batch_id if batch_id is not None else self.next_batch_id()
+        return self.write_frame(raw, batch, reread=fmt in REREAD_FORMATS)
 
-    def write_frame(self, raw: DataFrame, batch_id: int) -> BatchResult:
-        """Write one batch (the module's steps 1 to 6); a batch already committed writes nothing."""
+    def write_frame(self, raw: DataFrame, batch_id: int, *, reread: bool = False) -> BatchResult:
+        """Write one batch (the module's steps 1 to 6); a batch already committed writes nothing.
+
+        :param reread: ``raw`` reads files that do not change while the batch runs, in a format cheap to
+            read again (:data:`~airflow_logstore.spark.inputs.REREAD_FORMATS`): each step computes the
+            batch's changes from them instead of a cache. Otherwise (any other frame: a micro-batch, a
+            query, text files) the validated changes are cached for the batch.
+        """
         started = time.monotonic()
         result = BatchResult(
             str(self.handle.name), self.writer_id, batch_id, self.epoch, format_emit_mode(self.emit_mode)
@@ -202,7 +216,7 @@ class DualWriter:
         if done is not None:
             return result.skipped_for(done)
         schema = self.spark.table(self.handle.spark_name()).schema
-        changes = validated_changes(raw, schema, self.primary_key, self.change_column)  # 2
+        changes = validated_changes(raw, schema, self.primary_key, self.change_column, cache=not reread)  # 2
         try:
             plan = self._plan(changes.frame, self._target(table), self._keys(changes, table))  # 3
             try:

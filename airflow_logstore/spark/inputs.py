@@ -7,11 +7,10 @@ kind, a line that is not JSON) fails the batch with an error naming the row and 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.core.changes import CHANGE_ALIASES
 from airflow_logstore.exceptions import BadInputError, OptionError, SchemaMismatchError
@@ -22,9 +21,10 @@ if TYPE_CHECKING:
 
 ROW_COLUMN = "_logstore_row"
 OP_COLUMN = "_logstore_op"
-FILE_COLUMN = "_logstore_file"
 #: the columns :func:`validated_changes` adds to the table's own
-ADDED_COLUMNS = (OP_COLUMN, ROW_COLUMN, FILE_COLUMN)
+ADDED_COLUMNS = (OP_COLUMN, ROW_COLUMN)
+#: the input file of a bad row (computed for its error only)
+FILE_COLUMN = "_logstore_file"
 ERROR_COLUMN = "_logstore_error"
 ERROR_AT_COLUMN = "_logstore_error_column"
 CORRUPT_COLUMN = "_logstore_corrupt"
@@ -98,12 +98,24 @@ def hadoop_lister(spark: SparkSession) -> FolderLister:
     return list_folder
 
 
-def read_raw(spark: SparkSession, path: str, fmt: str | None) -> DataFrame:
+#: Formats whose files a batch reads again wherever it needs its rows instead of caching them: a
+#: columnar scan of the few columns a step reads costs less than building a cache (BENCHMARKS.md).
+REREAD_FORMATS = ("parquet",)
+
+
+def resolved_format(spark: SparkSession, path: str, fmt: str | None) -> str:
+    """The format of the input at ``path``: ``fmt`` when given (``jsonl``/``ndjson`` mean json), else
+    inferred (:func:`infer_format`); raises :class:`OptionError` on a format the job does not read."""
     fmt = (fmt or infer_format(path, hadoop_lister(spark))).lower()
     if fmt in ("jsonl", "ndjson"):
         fmt = "json"
     if fmt not in FORMATS:
         raise OptionError("input-format", f"'{fmt}' is not one of {', '.join(FORMATS)}")
+    return fmt
+
+
+def read_raw(spark: SparkSession, path: str, fmt: str | None) -> DataFrame:
+    fmt = resolved_format(spark, path, fmt)
     reader = spark.read
     if fmt == "json":
         return (
@@ -139,19 +151,22 @@ def uncompressed_cache(spark: SparkSession) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Changes:
-    """A batch's validated changes: the table's columns plus ``_logstore_op`` (I, U or D),
-    ``_logstore_row`` (input order) and ``_logstore_file``, cached."""
+    """A batch's validated changes: the table's columns plus ``_logstore_op`` (I, U or D) and
+    ``_logstore_row`` (input order).
+
+    :param frame: the changes, computed from the input wherever a step reads them, or from a cache.
+    :param rows: how many there are (counted by the validation).
+    :param cached: what is cached (``frame`` and the validation's columns); None when the input is read
+        again instead (:data:`REREAD_FORMATS`).
+    """
 
     frame: DataFrame
-    cached: DataFrame  # what is cached (``frame`` and the validation's columns)
-
-    @cached_property
-    def rows(self) -> int:
-        """How many changes there are (counted from the cache when first asked)."""
-        return self.frame.count()
+    rows: int
+    cached: DataFrame | None = None
 
     def unpersist(self) -> None:
-        self.cached.unpersist()
+        if self.cached is not None:
+            self.cached.unpersist()
 
 
 def validated_changes(
@@ -159,11 +174,64 @@ def validated_changes(
     table_schema: StructType,
     primary_key: list[str],
     change_column: str | None,
+    *,
+    cache: bool = True,
 ) -> Changes:
     """Cast ``raw`` to the table schema and tag rows; raise :class:`BadInputError` on the first bad row.
 
-    One pass over the input checks every row and caches them.
+    One pass over the input checks every row and counts them. With ``cache`` it also caches them;
+    without, every later step computes the changes from the input again, which must then be files that
+    do not change while the batch runs (a Parquet input; any input must not change, since Spark
+    computes a lost cached block again from the input too).
     """
+    from pyspark.sql import functions as F
+
+    tagged = tagged_changes(raw, table_schema, primary_key, change_column)
+    if cache:
+        tagged = tagged.persist()
+    first_bad = F.struct(F.col(ROW_COLUMN), F.col(ERROR_COLUMN), F.col(ERROR_AT_COLUMN))
+    check = tagged.agg(
+        F.count(F.lit(1)), F.min(F.when(F.col(ERROR_COLUMN).isNotNull(), first_bad))
+    )  # the check builds the cache
+    with uncompressed_cache(raw.sparkSession) if cache else nullcontext():
+        found = check.first()
+    assert found is not None  # an aggregate without grouping has one row
+    rows, bad = found
+    if bad is not None:
+        error = bad_input(raw, tagged, bad)
+        tagged.unpersist()
+        raise error
+    return Changes(tagged.drop(ERROR_COLUMN, ERROR_AT_COLUMN), rows, tagged if cache else None)
+
+
+def bad_input(raw: DataFrame, tagged: DataFrame, bad: Any) -> BadInputError:
+    """The error of the first bad row ``bad`` (its row id, error and column): its row number in the input
+    and its file, found by two more queries (the file from the input itself: the changes do not carry
+    it, so that the rows of a good batch are not each tagged with their file's name)."""
+    from pyspark.sql import functions as F
+
+    row_id, message, column = bad
+    row_number = tagged.where(F.col(ROW_COLUMN) < row_id).count() + 1
+    located = with_row_ids(raw).select(F.col(ROW_COLUMN), F.input_file_name().alias(FILE_COLUMN))
+    found = located.where(F.col(ROW_COLUMN) == row_id).first()
+    path = found[FILE_COLUMN] if found is not None else ""
+    return BadInputError(f"{message} (file {Path(path).name or path})", row=row_number, column=column)
+
+
+def with_row_ids(raw: DataFrame) -> DataFrame:
+    """``raw`` with each row's id in input order (``_logstore_row``), the same in every computation of
+    the same input (Spark numbers rows by partition and position)."""
+    from pyspark.sql import functions as F
+
+    return raw.withColumn(ROW_COLUMN, F.monotonically_increasing_id())
+
+
+def tagged_changes(
+    raw: DataFrame, table_schema: StructType, primary_key: list[str], change_column: str | None
+) -> DataFrame:
+    """``raw`` cast to the table's columns, with each row's change kind, row id and, for a bad row, its
+    error and the column it is about (``_logstore_error``, ``_logstore_error_column``; null when good);
+    raises :class:`SchemaMismatchError` when the columns themselves do not fit the table."""
     from pyspark.sql import functions as F
 
     table_columns = {field.name: field for field in table_schema.fields}
@@ -179,9 +247,6 @@ def validated_changes(
     if missing_required:
         raise SchemaMismatchError(f"input has no column '{missing_required[0]}', which the table requires")
 
-    df = raw.withColumn(ROW_COLUMN, F.monotonically_increasing_id()).withColumn(
-        FILE_COLUMN, F.input_file_name()
-    )
     checks = []
     if CORRUPT_COLUMN in raw.columns:
         checks.append((F.col(CORRUPT_COLUMN).isNotNull(), "the line is not a JSON object", "(line)"))
@@ -228,24 +293,10 @@ def validated_changes(
     for condition, message, column in reversed(checks):
         error = F.when(condition, F.lit(message)).otherwise(error)
         error_at = F.when(condition, F.lit(column)).otherwise(error_at)
-    tagged = df.select(
+    return with_row_ids(raw).select(
         *selected,
         op.alias(OP_COLUMN),
         F.col(ROW_COLUMN),
-        F.col(FILE_COLUMN),
         error.alias(ERROR_COLUMN),
         error_at.alias(ERROR_AT_COLUMN),
     )
-    tagged = tagged.persist()
-    with uncompressed_cache(raw.sparkSession):  # the check builds the cache
-        bad = tagged.where(F.col(ERROR_COLUMN).isNotNull()).orderBy(ROW_COLUMN).limit(1).collect()
-    if bad:
-        first = bad[0]
-        row_number = tagged.where(F.col(ROW_COLUMN) < first[ROW_COLUMN]).count() + 1
-        tagged.unpersist()
-        raise BadInputError(
-            f"{first[ERROR_COLUMN]} (file {Path(first[FILE_COLUMN]).name or first[FILE_COLUMN]})",
-            row=row_number,
-            column=first[ERROR_AT_COLUMN],
-        )
-    return Changes(tagged.drop(ERROR_COLUMN, ERROR_AT_COLUMN), tagged)
