@@ -17,7 +17,7 @@ from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.reader import read_log
 from airflow_logstore.spark.dual_write import open_writer
 from airflow_logstore.spark.results import parse_result
-from airflow_logstore.table.tables import snapshot_commits
+from airflow_logstore.table.tables import show_table, snapshot_commits
 from airflow_logstore.testing.tables import eventual_log, fold_log, make_table, table_state, write_jsonl
 
 BATCHES: list[list[dict[str, Any]]] = [
@@ -244,6 +244,88 @@ def test_csv_and_parquet_inputs(env, spark, table, tmp_path: Path) -> None:
     writer.write_path(str(csv), 1)
     writer.write_path(str(parquet), 2)
     assert _plain(table_state(table)) == {1: ("a2", 7), 2: ("b", 6)}
+
+
+def write_parquet(spark, path: Path, rows: list[dict[str, Any]], files: int = 1) -> Path:
+    """``rows`` as a Parquet folder of ``files`` files, in their order."""
+    full = [(r.get("id"), r.get("name"), r.get("amount"), r.get("op")) for r in rows]
+    frame = spark.createDataFrame(full, "id long, name string, amount long, op string")
+    (frame.repartition(files) if files > 1 else frame.coalesce(1)).write.parquet(str(path))
+    return path
+
+
+def test_parquet_batches_are_read_again_by_each_step_and_land_as_json_batches_do(
+    env, spark, table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Parquet input is not cached: each step computes the changes from the files again (the
+    validation's count and first bad row, the lookup, the plan); a JSON input is cached. The batches of
+    ``BATCHES`` (updates, deletes, a key changed twice, a delete of nothing) land as they do from JSON."""
+    from airflow_logstore.spark import dual_write
+
+    validated: list[Any] = []
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        validated.append(real(*args, **kwargs))
+        return validated[-1]
+
+    real = dual_write.validated_changes
+    monkeypatch.setattr(dual_write, "validated_changes", recorded)
+    writer = open_writer(spark, str(table.name), writer_id="parquet")
+    results = [
+        writer.write_path(str(write_parquet(spark, tmp_path / f"b{n}.parquet", rows)), n)
+        for n, rows in enumerate(BATCHES, start=1)
+    ]
+    assert [changes.cached for changes in validated] == [None] * len(BATCHES)
+    writer.write_path(str(write_jsonl(tmp_path / "b4.jsonl", [{"id": 50, "name": "j", "amount": 5}])), 4)
+    assert validated[-1].cached is not None
+    assert [r.rows_in for r in results] == [len(rows) for rows in BATCHES]
+    assert results[1].noop_deletes == 1
+    expected = _plain(_expected([*BATCHES, [{"id": 50, "name": "j", "amount": 5}]]))
+    assert _plain(table_state(table)) == expected
+    assert _plain(fold_log(eventual_log(table), ["id"])) == expected
+    assert spark.sparkContext._jsc.getPersistentRDDs().isEmpty()  # nothing of the batches stays cached
+
+
+def test_a_bad_row_of_a_parquet_input_names_its_row_and_file(env, spark, table, tmp_path: Path) -> None:
+    rows = [{"id": 1, "name": "a", "amount": 1}, {"id": None, "name": "b", "amount": 2}]
+    path = write_parquet(spark, tmp_path / "bad.parquet", rows)
+    [data_file] = [f.name for f in path.iterdir() if f.suffix == ".parquet"]
+    writer = open_writer(spark, str(table.name), writer_id="bad-parquet")
+    with pytest.raises(BadInputError) as failure:
+        writer.write_path(str(path), 1)
+    assert str(failure.value).startswith(
+        f"row 2, column 'id': primary key value is missing (file {data_file})"
+    ), failure.value
+    assert table.load().snapshots() == []
+    assert eventual_log(table).records == []
+
+
+def data_file_codecs(table: Any) -> set[str]:
+    """The compression of every column chunk of the table's current data files."""
+    import pyarrow.parquet as pq
+
+    codecs = set()
+    for task in table.load().scan().plan_files():
+        metadata = pq.ParquetFile(task.file.file_path.removeprefix("file://")).metadata
+        for group in range(metadata.num_row_groups):
+            row_group = metadata.row_group(group)
+            codecs |= {row_group.column(c).compression for c in range(row_group.num_columns)}
+    return codecs
+
+
+def test_data_files_are_zstd_unless_the_table_says_otherwise(env, spark, tmp_path: Path) -> None:
+    """Iceberg's Java API stores zstd in every table it creates; a table created here gets it too (else
+    Spark writes gzip, Iceberg's older default). A codec the table names wins."""
+    rows = [{"id": i, "name": f"n{i}", "amount": i} for i in range(1, 4)]
+    default = make_table(env)
+    assert default.load().properties["write.parquet.compression-codec"] == "zstd"
+    assert show_table(default)["codec_note"] is None
+    named = make_table(env, properties={"write.parquet.compression-codec": "snappy"})
+    for table in (default, named):
+        writer = open_writer(spark, str(table.name), writer_id="codec")
+        writer.write_path(str(write_jsonl(tmp_path / f"{table.name}.jsonl", rows)), 1)
+    assert data_file_codecs(default) == {"ZSTD"}
+    assert data_file_codecs(named) == {"SNAPPY"}
 
 
 def test_streaming_micro_batches(env, spark, table, tmp_path: Path) -> None:

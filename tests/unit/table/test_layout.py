@@ -6,6 +6,7 @@ from typing import Any
 
 from airflow_logstore.table.layout import (
     bucket_column,
+    codec_note,
     creation_properties,
     is_key_bucketed,
     key_bucket_spec,
@@ -62,3 +63,13 @@ def test_tables_created_since_bucketed_tables_and_tables_without_a_key_get_no_no
     assert layout_note(_Table(schema, key_bucket_spec(schema, 8)), "db.t") is None
     keyless = parse_schema("a long")
     assert layout_note(_Table(keyless, key_bucket_spec(keyless, 16)), "db.t") is None
+
+
+def test_a_table_without_a_parquet_codec_gets_a_note_on_how_to_write_zstd() -> None:
+    schema = parse_schema("id long, name string", ["id"])
+    note = codec_note(_Table(schema, key_bucket_spec(schema, 0)), "db.orders")
+    assert note is not None and "gzip" in note
+    assert "ALTER TABLE db.orders SET TBLPROPERTIES ('write.parquet.compression-codec'='zstd')" in note
+    for codec in ("zstd", "snappy"):
+        named = _Table(schema, key_bucket_spec(schema, 0), {"write.parquet.compression-codec": codec})
+        assert codec_note(named, "db.orders") is None
