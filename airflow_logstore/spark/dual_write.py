@@ -283,7 +283,7 @@ class DualWriter:
         try:
             staged_commit.open_staging(self.handle, staged)
             table = branch_table(self.handle.spark_name(), staged)
-            written = write_through(plan.through, self._produce_context(batch_id), table)
+            written = write_through(plan.through, self._produce_context(batch_id), table, plan.tasks)
             log.info("batch %s: written through to %s", batch_id, staged)
             counted = result.counted(written.changes, written.noop_deletes)
             return self._commit_logged(

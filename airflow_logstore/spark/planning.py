@@ -127,6 +127,7 @@ class BatchPlan:
     :param lookup: the table's current rows of the batch's keys (None: the table holds no rows, or has
         no key): read once, then the before-images and :meth:`holds_keys` come from it.
     :param keys: where the batch's keys can be in the table (None: anywhere).
+    :param tasks: the partitions of ``planned`` (and of every frame computed from it without a shuffle).
     """
 
     planned: DataFrame
@@ -135,6 +136,7 @@ class BatchPlan:
     primary_key: tuple[str, ...]
     lookup: DataFrame | None = None
     keys: KeyFilter | None = None
+    tasks: int = 1
 
     @cached_property
     def through(self) -> DataFrame:
@@ -229,13 +231,13 @@ def plan_row_kinds(
             F.col(ROW_COLUMN),
             value_json(F.lit("+I"), row_struct(columns)).alias(VALUE_COLUMN),
         )
-        return BatchPlan(spread, table_columns(spread, columns), tuple(columns), ())
+        return BatchPlan(spread, table_columns(spread, columns), tuple(columns), (), tasks=tasks)
     lookup = current_rows(changes, target, primary_key, keys) if target is not None else None
     joined = with_table_rows(changes, lookup, columns, primary_key)
     spread = joined.repartition(tasks, *[quoted(c) for c in primary_key])
     with_before = before_and_after(spread, columns, primary_key)
     final = final_rows(with_before, columns, primary_key)
-    return BatchPlan(with_before, final, tuple(columns), tuple(primary_key), lookup, keys)
+    return BatchPlan(with_before, final, tuple(columns), tuple(primary_key), lookup, keys, tasks)
 
 
 def current_rows(

@@ -159,14 +159,18 @@ class WrittenThrough:
     noop_deletes: int
 
 
-def write_through(rows: DataFrame, ctx: ProduceContext, table: str) -> WrittenThrough:
+def write_through(rows: DataFrame, ctx: ProduceContext, table: str, tasks: int) -> WrittenThrough:
     """Produce every record of ``rows`` (:func:`airflow_logstore.spark.planning.write_through_rows`) and
     append the rows marked appended to ``table`` (a branch), in one Spark job: each task sends its
     records while its rows are written, flushes when its input ends, then its writer commits.
 
     Each task adds its report to an accumulator after its flush; Spark merges a task's update only when
     the task succeeded, once per partition, so the reports name exactly the task attempts whose rows
-    were written (T1). A count of reports other than the tasks' fails the batch before any commit.
+    were written (T1). Reports of other partitions than ``rows``'s ``tasks`` (one each) fail the batch
+    before any commit.
+
+    :param tasks: the partitions of ``rows``, as planned (asking ``rows`` itself would run its shuffle:
+        with adaptive execution, a frame's RDD is only known once its stages ran).
     """
     from pyspark.sql import DataFrame as PyDataFrame
     from pyspark.sql.types import StructType
@@ -190,10 +194,11 @@ def write_through(rows: DataFrame, ctx: ProduceContext, table: str) -> WrittenTh
         writer = writer.option(key, value)
     writer.append()
     found = [json.loads(str(report)) for report in reports.value()]
-    tasks = rows.rdd.getNumPartitions()
-    if len(found) != tasks:
+    partitions = sorted(int(str(report["task"]).split(".")[0]) for report in found)
+    if partitions != list(range(tasks)):
         raise RuntimeError(
-            f"the write-through of batch {ctx.batch_id} has {len(found)} task reports for {tasks} tasks"
+            f"the write-through of batch {ctx.batch_id} has task reports of partitions {partitions} "
+            f"for its {tasks} tasks"
         )
     changes = sum(report["changes"] for report in found)
     return WrittenThrough(merge_task_reports(found), changes, sum(report["noop_deletes"] for report in found))

@@ -8,6 +8,7 @@ one a crashed attempt left)."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -136,3 +137,25 @@ def test_a_crashed_write_through_leaves_its_staging_branch_to_the_next_epochs_fe
     consistent = read_log(handle, consistency="transactional")
     assert {r.meta.epoch for r in consistent.records} == {result["epoch"]}
     assert _plain(fold_log(consistent, ["id"])) == _plain(expected)
+
+
+def test_a_write_through_short_of_a_task_report_fails_before_any_commit(
+    env, spark, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The driver checks the reports against the plan's partitions (one report each) before it commits:
+    a write-through told of one more task than reported (as if a successful task's report were lost)
+    fails, and the batch is in no snapshot of ``main`` and leaves no staging branch."""
+    real = dual_write.write_through
+
+    def one_task_more(rows: Any, ctx: Any, table: str, tasks: int) -> Any:
+        return real(rows, ctx, table, tasks + 1)
+
+    monkeypatch.setattr(dual_write, "write_through", one_task_more)
+    handle = make_table(env)
+    writer = open_writer(spark, str(handle.name), writer_id="short")
+    tasks = spark.sparkContext.defaultParallelism  # the plan's
+    reported = re.escape(str(list(range(tasks))))
+    with pytest.raises(RuntimeError, match=f"reports of partitions {reported} for its {tasks + 1} tasks"):
+        writer.write_path(str(write_jsonl(tmp_path / "b1.jsonl", BATCH)), 1)
+    assert snapshot_commits(handle.load()) == [] and table_state(handle) == {}
+    assert _stage_refs(handle) == []
