@@ -39,10 +39,12 @@ from airflow_logstore.spark.inputs import (
     resolved_format,
     validated_changes,
 )
+from airflow_logstore.spark.keys_once import keys_changed_once, partitions_of
 from airflow_logstore.spark.planning import (
     BatchPlan,
     KeyFilter,
     KeysAbsent,
+    appended_changes,
     key_filter,
     plan_row_kinds,
     table_rows,
@@ -223,7 +225,7 @@ class DualWriter:
                 planned_at = table.metadata.current_snapshot_id
                 absent = None if plan.holds_keys() else KeysAbsent(planned_at)
                 if absent is not None and self.emit_mode == DUAL:
-                    written = self._write_through(plan, result, absent)  # 4 to 6
+                    written = self._write_through(plan, changes, result, absent)  # 4 to 6
                 else:
                     written = self._write_planned(plan.persisted(), result, absent)  # 4 to 6
             finally:
@@ -272,7 +274,9 @@ class DualWriter:
         )
         return self._commit_logged(counted, produced, BatchRows(plan.final, plan.keys, absent))
 
-    def _write_through(self, plan: BatchPlan, result: BatchResult, absent: KeysAbsent) -> BatchResult:
+    def _write_through(
+        self, plan: BatchPlan, changes: Changes, result: BatchResult, absent: KeysAbsent
+    ) -> BatchResult:
         """A dual write of a batch the table appends (none of its keys in the table, or no key): its
         records are produced while its rows are written to a staging branch, in one Spark job over the
         plan (not cached: it is read once), and a commit attempt that appends commits those files.
@@ -283,7 +287,8 @@ class DualWriter:
         try:
             staged_commit.open_staging(self.handle, staged)
             table = branch_table(self.handle.spark_name(), staged)
-            written = write_through(plan.through, self._produce_context(batch_id), table, plan.tasks)
+            rows, tasks = self._through(plan, changes)
+            written = write_through(rows, self._produce_context(batch_id), table, tasks)
             log.info("batch %s: written through to %s", batch_id, staged)
             counted = result.counted(written.changes, written.noop_deletes)
             return self._commit_logged(
@@ -291,6 +296,17 @@ class DualWriter:
             )
         finally:
             staged_commit.drop_staging(self.handle, staged)
+
+    def _through(self, plan: BatchPlan, changes: Changes) -> tuple[DataFrame, int]:
+        """The write-through's rows and their tasks. A batch that changes each key once (or a table
+        without a key) goes straight from its input's partitions: none of its keys is in the table, so no
+        change has a before-image and no record depends on another change, and no shuffle or per-key
+        window is needed. Any other batch goes through the plan's window (all of a key in one task, in
+        input order)."""
+        if keys_changed_once(changes.frame, changes.rows, self.primary_key):
+            rows = appended_changes(changes.frame, plan.columns, plan.primary_key)
+            return rows, partitions_of(rows)
+        return plan.through, plan.tasks
 
     def _commit_logged(self, counted: BatchResult, produced: Produced, rows: BatchRows) -> BatchResult:
         """Steps 5 and 6 once the batch's records are flushed: commit its rows, record the commit."""

@@ -256,6 +256,24 @@ def current_rows(
     return target.where(keys.condition()).join(F.broadcast(batch_keys), list(primary_key), "left_semi")
 
 
+def appended_changes(changes: DataFrame, columns: Sequence[str], primary_key: Sequence[str]) -> DataFrame:
+    """The write-through rows (:func:`write_through_rows`' columns) of a batch that changes each key
+    once (or has no key) and whose keys the table does not hold, straight from the changes, in their
+    partitions and order: no change has a before-image, so each is an insert of its row (``+I``,
+    appended) or a delete of a key that has no row (no record: a no-op delete)."""
+    from pyspark.sql import functions as F
+
+    key = key_json(primary_key) if primary_key else F.lit(None).cast("binary").alias(KEY_COLUMN)
+    inserted = F.col(OP_COLUMN) != "D"
+    return changes.select(
+        key,
+        F.lit(None).cast("binary").alias(BEFORE_VALUE_COLUMN),
+        F.when(inserted, value_json(F.lit("+I"), row_struct(columns))).alias(AFTER_VALUE_COLUMN),
+        inserted.alias(APPENDED_COLUMN),
+        *[quoted(c) for c in columns],
+    )
+
+
 def appended_rows(spread: DataFrame, columns: Sequence[str]) -> DataFrame:
     """Tables without a key: the write-through rows (every row one ``+I`` record, every row appended)."""
     from pyspark.sql import functions as F

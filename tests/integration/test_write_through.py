@@ -159,3 +159,103 @@ def test_a_write_through_short_of_a_task_report_fails_before_any_commit(
         writer.write_path(str(write_jsonl(tmp_path / "b1.jsonl", BATCH)), 1)
     assert snapshot_commits(handle.load()) == [] and table_state(handle) == {}
     assert _stage_refs(handle) == []
+
+
+#: New keys, each changed once: inserts, an update of a key the table does not hold (an insert), a
+#: delete of a key that has no row (a no-op delete).
+ONCE: list[dict[str, Any]] = [
+    *({"id": i, "name": f"n{i}", "amount": i} for i in range(1, 31)),
+    {"id": 40, "name": "n40", "amount": 40, "op": "update"},
+    {"id": 99, "op": "delete"},
+]
+
+
+def _written_rows(monkeypatch: Any) -> list[Any]:
+    """The rows each write-through of the test gets (recorded, then written as they are)."""
+    real, seen = dual_write.write_through, []
+
+    def recorded(rows: Any, ctx: Any, table: str, tasks: int) -> Any:
+        seen.append(rows)
+        return real(rows, ctx, table, tasks)
+
+    monkeypatch.setattr(dual_write, "write_through", recorded)
+    return seen
+
+
+def _shuffles(rows: Any) -> bool:
+    return "Exchange" in rows._jdf.queryExecution().executedPlan().toString()
+
+
+def test_a_batch_that_changes_each_key_once_is_written_through_from_its_input_partitions(
+    env, spark, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """No change of such a batch has a before-image (the table holds none of its keys) and no record
+    depends on another change: its rows go from the input's partitions to the log and the staging
+    branch with no shuffle and no per-key window. The log and the table hold it exactly once."""
+    handle = make_table(env)
+    written = _written_rows(monkeypatch)
+    _no_other_write(monkeypatch)
+    expected, records = _expected(ONCE, ["id"])
+
+    result = open_writer(spark, str(handle.name), writer_id="once").write_path(
+        str(write_jsonl(tmp_path / "b1.jsonl", ONCE)), 1
+    )
+
+    [rows] = written
+    assert not _shuffles(rows)
+    assert (result.rows_in, result.log_records, result.noop_deletes) == (len(ONCE), records, 1)
+    assert _plain(table_state(handle)) == _plain(expected)
+    [commit] = [c for c in snapshot_commits(handle.load()) if c.writer_id == "once"]
+    eventual = eventual_log(handle)
+    assert {r.meta.task for r in eventual.records} == commit.tasks
+    assert commit.record_count == len(eventual.records) == records == len(ONCE) - 1
+    publish_visible_offsets(handle)
+    assert _plain(fold_log(read_log(handle, consistency="transactional"), ["id"])) == _plain(expected)
+
+
+def test_a_batch_that_changes_a_key_twice_takes_the_per_key_window(
+    env, spark, tmp_path: Path, monkeypatch: Any
+) -> None:
+    handle = make_table(env)
+    written = _written_rows(monkeypatch)
+    open_writer(spark, str(handle.name), writer_id="twice").write_path(
+        str(write_jsonl(tmp_path / "b1.jsonl", BATCH)), 1
+    )
+    [rows] = written
+    assert _shuffles(rows)
+    assert _plain(table_state(handle)) == _plain(_expected(BATCH, ["id"])[0])
+
+
+def test_the_batch_checks_catch_a_check_that_misses_a_repeated_key(
+    env, spark, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The planted bug: every batch is taken for one that changes each key once. The write-through test
+    of a batch with keys changed twice (inserted then updated, inserted then deleted) then fails."""
+    monkeypatch.setattr(dual_write, "keys_changed_once", lambda *args: True)
+    with pytest.raises(AssertionError):
+        test_a_batch_the_table_appends_is_written_through(env, spark, tmp_path, monkeypatch, ["id"])
+
+
+def test_keys_changed_once_finds_a_repeat_in_a_task_and_across_tasks(spark, monkeypatch: Any) -> None:
+    from pyspark.sql import functions as F
+
+    from airflow_logstore.spark import keys_once
+    from airflow_logstore.spark.keys_once import keys_changed_once
+
+    def frame(ids: list[int], tasks: int) -> Any:
+        return spark.createDataFrame([(i, f"n{i}") for i in ids], "id long, name string").coalesce(tasks)
+
+    def once(ids: list[int], tasks: int = 2, key: tuple[str, ...] = ("id",)) -> bool:
+        return keys_changed_once(frame(ids, tasks), len(ids), key)
+
+    assert once(list(range(1000)))
+    assert not once([*range(1000), 3], tasks=1)  # within one task
+    across = [*range(1000), 7]
+    assert not once(across, tasks=2)  # the two 7s in different tasks:
+    sevens = frame(across, 2).where("id = 7").select(F.spark_partition_id()).collect()
+    assert len({row[0] for row in sevens}) == 2
+    assert once([1, 1], key=())  # a table without a key: each change stands alone
+    assert once([1, 2], key=("id", "name"))
+    assert not once([1, 1], key=("id", "name"))
+    monkeypatch.setattr(keys_once, "KEYS_ONCE_LIMIT", 999)
+    assert not once(list(range(1000)))  # too many to check: taken as repeating

@@ -1,6 +1,7 @@
 package airflow_logstore;
 
 import java.io.IOException;
+import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.FileAlreadyExistsException;
 import java.nio.file.Files;
@@ -8,6 +9,7 @@ import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Collections;
 import java.util.Iterator;
 import java.util.List;
@@ -265,6 +267,66 @@ public final class LogProducer implements MapPartitionsFunction<Row, String> {
             } catch (IOException | InterruptedException failure) {
                 throw new IllegalStateException(failure.getMessage(), failure);
             }
+        }
+    }
+
+    /**
+     * Whether a batch changes each of its keys once, from a hash of each change's key: each task
+     * sorts its hashes and returns them as one array (its first byte 1 when a hash repeats in the
+     * task, else 0, then the sorted hashes, 8 bytes each); {@link #allOnce} merges the tasks' arrays on
+     * the driver. Two keys with the same hash count as a repeat: the answer may be a false "no",
+     * never a false "yes".
+     */
+    public static final class KeyHashes implements MapPartitionsFunction<Row, byte[]> {
+        private static final long serialVersionUID = 1L;
+
+        @Override
+        public Iterator<byte[]> call(Iterator<Row> rows) {
+            long[] hashes = new long[1024];
+            int count = 0;
+            while (rows.hasNext()) {
+                if (count == hashes.length) {
+                    hashes = Arrays.copyOf(hashes, count * 2);
+                }
+                hashes[count++] = rows.next().getLong(0);
+            }
+            Arrays.sort(hashes, 0, count);
+            ByteBuffer out = ByteBuffer.allocate(1 + 8 * count);
+            out.put(repeats(hashes, count) ? (byte) 1 : (byte) 0);
+            for (int i = 0; i < count; i++) {
+                out.putLong(hashes[i]);
+            }
+            return Collections.singletonList(out.array()).iterator();
+        }
+
+        /** Whether no hash occurs twice across the tasks' arrays (see {@link #call}). */
+        public boolean allOnce(List<byte[]> tasks) {
+            int total = 0;
+            for (byte[] task : tasks) {
+                if (task[0] != 0) {
+                    return false;
+                }
+                total += (task.length - 1) / 8;
+            }
+            long[] hashes = new long[total];
+            int count = 0;
+            for (byte[] task : tasks) {
+                ByteBuffer in = ByteBuffer.wrap(task, 1, task.length - 1);
+                while (in.hasRemaining()) {
+                    hashes[count++] = in.getLong();
+                }
+            }
+            Arrays.sort(hashes);
+            return !repeats(hashes, count);
+        }
+
+        private static boolean repeats(long[] sorted, int count) {
+            for (int i = 1; i < count; i++) {
+                if (sorted[i] == sorted[i - 1]) {
+                    return true;
+                }
+            }
+            return false;
         }
     }
 
