@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from airflow_logstore.services._process import alive
+from airflow_logstore.services._process import alive, wait_for
 from airflow_logstore.services.kafka_cluster import LocalKafkaCluster
 from airflow_logstore.services.local import free_ports
 from airflow_logstore.services.spark_standalone import LocalSparkCluster
@@ -162,9 +162,23 @@ def test_three_brokers_keep_every_record_exactly_once_when_a_leader_dies(
     started = time.monotonic()
     kafka_cluster.start(victim)
     print(f"[kafka cluster] node {victim} rejoined the ISR in {time.monotonic() - started:.1f}s")
-    partitions = admin.list_topics(topic, timeout=30).topics[topic].partitions
-    assert all(victim in p.isrs for p in partitions.values())
+    # start() returned once one broker's metadata had the node back in every ISR; another broker's
+    # metadata cache (the admin client asks any) may lag it by a moment, so this waits, within a bound
+    wait_for(
+        lambda: _isr_without(admin, topic, victim),
+        timeout=30,
+        processes=[],
+        timed_out=lambda problem: f"node {victim} is not back in the ISR everywhere after 30 s: {problem}",
+    )
     assert kafka_cluster.status().running
+
+
+def _isr_without(admin: Any, topic: str, node: int) -> str | None:
+    """The partitions of ``topic`` whose ISR lacks ``node`` in the metadata the admin client gets now
+    (None: none)."""
+    partitions = admin.list_topics(topic, timeout=30).topics[topic].partitions
+    behind = sorted(number for number, partition in partitions.items() if node not in partition.isrs)
+    return f"partitions {behind}" if behind else None
 
 
 # -- Spark ---------------------------------------------------------------------------------------------
