@@ -279,7 +279,8 @@ class DualWriter:
     ) -> BatchResult:
         """A dual write of a batch the table appends (none of its keys in the table, or no key): its
         records are produced while its rows are written to a staging branch, in one Spark job over the
-        plan (not cached: it is read once), and a commit attempt that appends commits those files.
+        plan or, for a batch that changes each key once, over its changes (:meth:`_through`; not cached:
+        read once), and a commit attempt that appends commits those files.
         The staging branch is attempt 0's of this batch and epoch: a newer epoch's fence removes it with
         the other attempt refs."""
         batch_id = result.batch_id

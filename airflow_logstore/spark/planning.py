@@ -19,10 +19,9 @@ from airflow_logstore.spark.inputs import ADDED_COLUMNS, OP_COLUMN, ROW_COLUMN
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-#: Columns of the plan: the encoded record key, a keyless row's record value, the before- and
-#: after-images, and a change's two record values (``write_through_rows``).
+#: Columns of the plan: the encoded record key, the before- and after-images, and a change's two record
+#: values (``write_through_rows``).
 KEY_COLUMN = "_logstore_key"
-VALUE_COLUMN = "_logstore_value"
 BEFORE_COLUMN = "_logstore_before"
 AFTER_COLUMN = "_after"
 TABLE_ROW_COLUMN = "_table_row"
@@ -117,7 +116,7 @@ class BatchPlan:
 
     :param planned: each change with its before- and after-image, spread over the Spark partitions that
         produce its records (all of a key in one), in the per-key window's order; for tables without a
-        key, each row with its record value. What every other frame is computed from: cached by
+        key, each row (an insert) spread over the tasks. What every other frame is computed from: cached by
         :meth:`persisted` when more than one of them is read, so the join with the lookup and the
         per-key window run once per batch.
     :param final: the last change of each key (the table's columns and the change kind): the MERGE's
@@ -142,8 +141,8 @@ class BatchPlan:
     def through(self) -> DataFrame:
         """The rows of a write-through (:func:`write_through_rows`): each change's records and, for an
         appended row, the table's columns; in ``planned``'s partitions and order."""
-        if not self.primary_key:
-            return appended_rows(self.planned, self.columns)
+        if not self.primary_key:  # every row is an insert (the validation allows nothing else)
+            return appended_changes(self.planned, self.columns, ())
         return write_through_rows(self.planned, self.columns, self.primary_key)
 
     def lookup_cached(self) -> BatchPlan:
@@ -227,9 +226,7 @@ def plan_row_kinds(
     columns = [f.name for f in changes.schema.fields if f.name not in ADDED_COLUMNS]
     if not primary_key:
         spread = changes.repartition(tasks).select(
-            *[quoted(c) for c in columns],
-            F.col(ROW_COLUMN),
-            value_json(F.lit("+I"), row_struct(columns)).alias(VALUE_COLUMN),
+            *[quoted(c) for c in columns], F.col(OP_COLUMN), F.col(ROW_COLUMN)
         )
         return BatchPlan(spread, table_columns(spread, columns), tuple(columns), (), tasks=tasks)
     lookup = current_rows(changes, target, primary_key, keys) if target is not None else None
@@ -270,19 +267,6 @@ def appended_changes(changes: DataFrame, columns: Sequence[str], primary_key: Se
         F.lit(None).cast("binary").alias(BEFORE_VALUE_COLUMN),
         F.when(inserted, value_json(F.lit("+I"), row_struct(columns))).alias(AFTER_VALUE_COLUMN),
         inserted.alias(APPENDED_COLUMN),
-        *[quoted(c) for c in columns],
-    )
-
-
-def appended_rows(spread: DataFrame, columns: Sequence[str]) -> DataFrame:
-    """Tables without a key: the write-through rows (every row one ``+I`` record, every row appended)."""
-    from pyspark.sql import functions as F
-
-    return spread.select(
-        F.lit(None).cast("binary").alias(KEY_COLUMN),
-        F.lit(None).cast("binary").alias(BEFORE_VALUE_COLUMN),
-        F.col(VALUE_COLUMN).alias(AFTER_VALUE_COLUMN),
-        F.lit(True).alias(APPENDED_COLUMN),
         *[quoted(c) for c in columns],
     )
 
