@@ -31,15 +31,9 @@ from airflow_logstore.core.properties import EMIT_FILE, EMIT_LOG, LogStoreConfig
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.exceptions import OptionError
 from airflow_logstore.spark import staged_commit
+from airflow_logstore.spark.checking import Changes, partitions_of, validated_changes
 from airflow_logstore.spark.committing import BatchRows, CommitTarget, branch_table, commit_batch
-from airflow_logstore.spark.inputs import (
-    REREAD_FORMATS,
-    Changes,
-    read_raw,
-    resolved_format,
-    validated_changes,
-)
-from airflow_logstore.spark.keys_once import keys_changed_once, partitions_of
+from airflow_logstore.spark.inputs import REREAD_FORMATS, read_raw, resolved_format
 from airflow_logstore.spark.planning import (
     BatchPlan,
     KeyFilter,
@@ -218,7 +212,10 @@ class DualWriter:
         if done is not None:
             return result.skipped_for(done)
         schema = self.spark.table(self.handle.spark_name()).schema
-        changes = validated_changes(raw, schema, self.primary_key, self.change_column, cache=not reread)  # 2
+        dual = self.emit_mode == DUAL  # the keys are checked for a write-through
+        changes = validated_changes(
+            raw, schema, self.primary_key, self.change_column, cache=not reread, check_keys=dual
+        )  # 2
         try:
             plan = self._plan(changes.frame, self._target(table), self._keys(changes, table))  # 3
             try:
@@ -304,7 +301,7 @@ class DualWriter:
         change has a before-image and no record depends on another change, and no shuffle or per-key
         window is needed. Any other batch goes through the plan's window (all of a key in one task, in
         input order)."""
-        if keys_changed_once(changes.frame, changes.rows, self.primary_key):
+        if changes.keys_once:  # found by the validation's pass
             rows = appended_changes(changes.frame, plan.columns, plan.primary_key)
             return rows, partitions_of(rows)
         return plan.through, plan.tasks

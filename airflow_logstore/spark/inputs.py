@@ -7,10 +7,9 @@ kind, a line that is not JSON) fails the batch with an error naming the row and 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from airflow_logstore.core.changes import CHANGE_ALIASES
 from airflow_logstore.exceptions import BadInputError, OptionError, SchemaMismatchError
@@ -21,7 +20,7 @@ if TYPE_CHECKING:
 
 ROW_COLUMN = "_logstore_row"
 OP_COLUMN = "_logstore_op"
-#: the columns :func:`validated_changes` adds to the table's own
+#: the columns :func:`airflow_logstore.spark.checking.validated_changes` adds to the table's own
 ADDED_COLUMNS = (OP_COLUMN, ROW_COLUMN)
 #: the input file of a bad row (computed for its error only)
 FILE_COLUMN = "_logstore_file"
@@ -149,72 +148,20 @@ def uncompressed_cache(spark: SparkSession) -> Iterator[None]:
             spark.conf.set(CACHE_COMPRESSION, before)
 
 
-@dataclass(frozen=True)
-class Changes:
-    """A batch's validated changes: the table's columns plus ``_logstore_op`` (I, U or D) and
-    ``_logstore_row`` (input order).
-
-    :param frame: the changes, computed from the input wherever a step reads them, or from a cache.
-    :param rows: how many there are (counted by the validation).
-    :param cached: what is cached (``frame`` and the validation's columns); None when the input is read
-        again instead (:data:`REREAD_FORMATS`).
-    """
-
-    frame: DataFrame
-    rows: int
-    cached: DataFrame | None = None
-
-    def unpersist(self) -> None:
-        if self.cached is not None:
-            self.cached.unpersist()
-
-
-def validated_changes(
-    raw: DataFrame,
-    table_schema: StructType,
-    primary_key: list[str],
-    change_column: str | None,
-    *,
-    cache: bool = True,
-) -> Changes:
-    """Cast ``raw`` to the table schema and tag rows; raise :class:`BadInputError` on the first bad row.
-
-    One pass over the input checks every row and counts them. With ``cache`` it also caches them;
-    without, every later step computes the changes from the input again, which must then be files that
-    do not change while the batch runs (a Parquet input; any input must not change, since Spark
-    computes a lost cached block again from the input too).
-    """
+def bad_input(raw: DataFrame, tagged: DataFrame, row_id: int) -> BadInputError:
+    """The error of the first bad row (its id in ``tagged``, :func:`tagged_changes`): its error and
+    column, its row number in the input and its file, found by three more queries (the file from the
+    input itself: the changes do not carry it, so that the rows of a good batch are not each tagged with
+    their file's name)."""
     from pyspark.sql import functions as F
 
-    tagged = tagged_changes(raw, table_schema, primary_key, change_column)
-    if cache:
-        tagged = tagged.persist()
-    first_bad = F.struct(F.col(ROW_COLUMN), F.col(ERROR_COLUMN), F.col(ERROR_AT_COLUMN))
-    check = tagged.agg(
-        F.count(F.lit(1)), F.min(F.when(F.col(ERROR_COLUMN).isNotNull(), first_bad))
-    )  # the check builds the cache
-    with uncompressed_cache(raw.sparkSession) if cache else nullcontext():
-        found = check.first()
-    assert found is not None  # an aggregate without grouping has one row
-    rows, bad = found
-    if bad is not None:
-        error = bad_input(raw, tagged, bad)
-        tagged.unpersist()
-        raise error
-    return Changes(tagged.drop(ERROR_COLUMN, ERROR_AT_COLUMN), rows, tagged if cache else None)
-
-
-def bad_input(raw: DataFrame, tagged: DataFrame, bad: Any) -> BadInputError:
-    """The error of the first bad row ``bad`` (its row id, error and column): its row number in the input
-    and its file, found by two more queries (the file from the input itself: the changes do not carry
-    it, so that the rows of a good batch are not each tagged with their file's name)."""
-    from pyspark.sql import functions as F
-
-    row_id, message, column = bad
+    found = tagged.where(F.col(ROW_COLUMN) == row_id).select(ERROR_COLUMN, ERROR_AT_COLUMN).first()
+    assert found is not None, row_id  # the id of a row of ``tagged``
+    message, column = found
     row_number = tagged.where(F.col(ROW_COLUMN) < row_id).count() + 1
     located = with_row_ids(raw).select(F.col(ROW_COLUMN), F.input_file_name().alias(FILE_COLUMN))
-    found = located.where(F.col(ROW_COLUMN) == row_id).first()
-    path = found[FILE_COLUMN] if found is not None else ""
+    in_file = located.where(F.col(ROW_COLUMN) == row_id).first()
+    path = in_file[FILE_COLUMN] if in_file is not None else ""
     return BadInputError(f"{message} (file {Path(path).name or path})", row=row_number, column=column)
 
 

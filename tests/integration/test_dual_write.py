@@ -394,7 +394,7 @@ def test_a_batch_from_the_path_of_an_earlier_batch_reads_its_own_rows(env, spark
 @pytest.fixture
 def kept_input_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     """The planted bug: the validated input's cache is never released (as before this check)."""
-    from airflow_logstore.spark.inputs import Changes
+    from airflow_logstore.spark.checking import Changes
 
     monkeypatch.setattr(Changes, "unpersist", lambda self: None)
 

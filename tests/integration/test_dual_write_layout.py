@@ -130,7 +130,8 @@ def test_records_and_no_op_deletes_come_from_one_computation_of_the_plan(env, sp
     """Issue 18: the join with the lookup and the per-key window run once per batch. ``persisted`` caches
     the changes with their before- and after-images, and both the records (produced) and the no-op
     deletes (counted) read that cache instead of computing the plan again."""
-    from airflow_logstore.spark.inputs import read_raw, validated_changes
+    from airflow_logstore.spark.checking import validated_changes
+    from airflow_logstore.spark.inputs import read_raw
     from airflow_logstore.spark.planning import (
         AFTER_VALUE_COLUMN,
         BEFORE_COLUMN,
@@ -169,7 +170,8 @@ def test_the_records_reach_the_producers_without_a_shuffle_after_the_plan(env, s
     """Issue 18, item 2: the plan is spread over the producing tasks (all of a key in one) before its
     per-key window, so the produced records and the MERGE's source both read the cached plan, with no
     exchange between the cache and the producers."""
-    from airflow_logstore.spark.inputs import read_raw, validated_changes
+    from airflow_logstore.spark.checking import validated_changes
+    from airflow_logstore.spark.inputs import read_raw
     from airflow_logstore.spark.planning import plan_row_kinds
     from airflow_logstore.spark.producing import in_produce_order
 

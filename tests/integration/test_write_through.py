@@ -8,8 +8,10 @@ one a crashed attempt left)."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -231,31 +233,87 @@ def test_the_batch_checks_catch_a_check_that_misses_a_repeated_key(
 ) -> None:
     """The planted bug: every batch is taken for one that changes each key once. The write-through test
     of a batch with keys changed twice (inserted then updated, inserted then deleted) then fails."""
-    monkeypatch.setattr(dual_write, "keys_changed_once", lambda *args: True)
+    from airflow_logstore.spark import checking
+
+    real = checking.checked_changes
+
+    def always_once(tagged: Any, primary_key: Any) -> Any:
+        return replace(real(tagged, primary_key), keys_once=True)
+
+    monkeypatch.setattr(checking, "checked_changes", always_once)
     with pytest.raises(AssertionError):
         test_a_batch_the_table_appends_is_written_through(env, spark, tmp_path, monkeypatch, ["id"])
 
 
-def test_keys_changed_once_finds_a_repeat_in_a_task_and_across_tasks(spark, monkeypatch: Any) -> None:
+def _checked(
+    spark: Any, rows: list[tuple[Any, ...]], tasks: int | list[int], key: tuple[str, ...] | None
+) -> Any:
+    """The validation's pass over ``rows`` (id, name) in ``tasks`` partitions (or in partitions of these
+    sizes), and the tagged changes."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from airflow_logstore.spark.checking import checked_changes
+    from airflow_logstore.spark.inputs import tagged_changes
+
+    schema = StructType([StructField("id", LongType()), StructField("name", StringType())])
+    sizes = tasks if isinstance(tasks, list) else None
+    if sizes is None:
+        raw = spark.createDataFrame(rows, "id long, name string").coalesce(tasks)
+    else:
+        starts = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
+        slices = [rows[a:b] for a, b in itertools.pairwise(starts)]
+        parts = spark.sparkContext.parallelize(range(len(sizes)), len(sizes)).flatMap(lambda n: slices[n])
+        raw = spark.createDataFrame(parts, "id long, name string")
+    tagged = tagged_changes(raw, schema, list(key or ["id"]), None)
+    sizes_seen = tagged.rdd.glom().map(len).collect()
+    assert sizes_seen == sizes if sizes is not None else len(sizes_seen) == tasks, sizes_seen
+    return checked_changes(tagged, key), tagged
+
+
+def test_the_validation_pass_finds_a_repeated_key_in_a_task_and_across_tasks(spark, monkeypatch: Any) -> None:
     from pyspark.sql import functions as F
 
-    from airflow_logstore.spark import keys_once
-    from airflow_logstore.spark.keys_once import keys_changed_once
+    from airflow_logstore.spark import checking
 
-    def frame(ids: list[int], tasks: int) -> Any:
-        return spark.createDataFrame([(i, f"n{i}") for i in ids], "id long, name string").coalesce(tasks)
+    def once(
+        ids: list[int], tasks: int | list[int] = 2, key: tuple[str, ...] | None = ("id",)
+    ) -> bool | None:
+        checked, _ = _checked(spark, [(i, f"n{i}") for i in ids], tasks, key)
+        assert (checked.rows, checked.first_bad) == (len(ids), None)
+        return checked.keys_once
 
-    def once(ids: list[int], tasks: int = 2, key: tuple[str, ...] = ("id",)) -> bool:
-        return keys_changed_once(frame(ids, tasks), len(ids), key)
-
-    assert once(list(range(1000)))
-    assert not once([*range(1000), 3], tasks=1)  # within one task
+    assert once(list(range(1000))) is True
+    assert once([*range(1000), 3], tasks=1) is False  # within one task
     across = [*range(1000), 7]
-    assert not once(across, tasks=2)  # the two 7s in different tasks:
-    sevens = frame(across, 2).where("id = 7").select(F.spark_partition_id()).collect()
+    assert once(across, tasks=2) is False  # the two 7s in different tasks:
+    frame = spark.createDataFrame([(i,) for i in across], "id long").coalesce(2)
+    sevens = frame.where("id = 7").select(F.spark_partition_id()).collect()
     assert len({row[0] for row in sevens}) == 2
-    assert once([1, 1], key=())  # a table without a key: each change stands alone
-    assert once([1, 2], key=("id", "name"))
-    assert not once([1, 1], key=("id", "name"))
-    monkeypatch.setattr(keys_once, "KEYS_ONCE_LIMIT", 999)
-    assert not once(list(range(1000)))  # too many to check: taken as repeating
+    assert once([1, 1], key=()) is True  # a table without a key: each change stands alone
+    assert once([1, 1], key=None) is None  # not asked
+    assert once([1, 2], key=("id", "name")) is True
+    assert once([1, 1], key=("id", "name")) is False
+    monkeypatch.setattr(checking, "KEYS_ONCE_LIMIT", 999)
+    assert once(list(range(1000)), tasks=1) is None  # too many to check: taken as repeating
+    assert once(list(range(999)), tasks=1) is True
+    monkeypatch.setattr(checking, "KEYS_ONCE_LIMIT", 1100)  # each of 2 tasks may hash 550 keys
+    assert once(list(range(1000)), tasks=[500, 500]) is True
+    assert once(list(range(1000)), tasks=[300, 700]) is None  # one task has more: not checked
+
+
+def test_the_validation_pass_counts_every_task_and_finds_the_first_bad_row(spark) -> None:
+    """Rows in tasks of 450, 300 and 250, bad ones (a missing key) in the last two: the count is every
+    task's, and the first bad row is the smallest bad row id of any task (as Spark's own aggregate finds
+    it), whether keys are checked or not."""
+    from pyspark.sql import functions as F
+
+    from airflow_logstore.spark.inputs import ERROR_COLUMN, ROW_COLUMN
+
+    rows = [(None if i in (460, 470, 900) else i, f"n{i}") for i in range(1000)]
+    for key in (("id",), None):
+        checked, tagged = _checked(spark, rows, [450, 300, 250], key)
+        [(first, bad)] = (
+            tagged.where(F.col(ERROR_COLUMN).isNotNull()).agg(F.min(ROW_COLUMN), F.count("*")).collect()
+        )
+        assert bad == 3
+        assert (checked.rows, checked.first_bad) == (1000, first)

@@ -271,52 +271,104 @@ public final class LogProducer implements MapPartitionsFunction<Row, String> {
     }
 
     /**
-     * Whether a batch changes each of its keys once, from a hash of each change's key: each task
-     * sorts its hashes and returns them as one array (its first byte 1 when a hash repeats in the
-     * task, else 0, then the sorted hashes, 8 bytes each); {@link #allOnce} merges the tasks' arrays on
-     * the driver. Two keys with the same hash count as a repeat: the answer may be a false "no",
-     * never a false "yes".
+     * One pass over a batch's changes (airflow_logstore/spark/checking.py): how many there are, the
+     * first bad one and, when asked, whether the batch changes each of its keys once. Input rows: the
+     * row id (long), whether the row is bad (boolean), then, when keys are checked, a hash of the
+     * row's key (long). Each task returns one array: its rows (8 bytes), its first bad row id (8
+     * bytes, -1: none), the state of its hashes (1 byte: {@link #ONCE}, {@link #REPEATED}, or {@link
+     * #UNCHECKED} when keys are not checked or the task has more than {@code hashLimit} rows), then
+     * its sorted hashes (8 bytes each). {@link #summary} merges the tasks' arrays on the driver. Two
+     * keys with the same hash count as a repeat: "once" may be a false "no", never a false "yes".
      */
-    public static final class KeyHashes implements MapPartitionsFunction<Row, byte[]> {
+    public static final class ChangeCheck implements MapPartitionsFunction<Row, byte[]> {
         private static final long serialVersionUID = 1L;
+        static final byte ONCE = 0;
+        static final byte REPEATED = 1;
+        static final byte UNCHECKED = 2;
+        private static final int HEADER = 17;
+
+        private final boolean hashKeys;
+        private final int hashLimit;
+
+        public ChangeCheck(boolean hashKeys, int hashLimit) {
+            this.hashKeys = hashKeys;
+            this.hashLimit = hashLimit;
+        }
 
         @Override
         public Iterator<byte[]> call(Iterator<Row> rows) {
-            long[] hashes = new long[1024];
-            int count = 0;
+            long count = 0;
+            long firstBad = -1;
+            long[] hashes = hashKeys ? new long[1024] : null;
+            int hashed = 0;
             while (rows.hasNext()) {
-                if (count == hashes.length) {
-                    hashes = Arrays.copyOf(hashes, count * 2);
+                Row row = rows.next();
+                count++;
+                long id = row.getLong(0);
+                if (row.getBoolean(1) && (firstBad < 0 || id < firstBad)) {
+                    firstBad = id;
                 }
-                hashes[count++] = rows.next().getLong(0);
+                if (hashes != null) {
+                    if (hashed == hashLimit) {
+                        hashes = null; // too many to check: taken as repeating
+                        continue;
+                    }
+                    if (hashed == hashes.length) {
+                        hashes = Arrays.copyOf(hashes, Math.min(hashLimit, hashed * 2));
+                    }
+                    hashes[hashed++] = row.getLong(2);
+                }
             }
-            Arrays.sort(hashes, 0, count);
-            ByteBuffer out = ByteBuffer.allocate(1 + 8 * count);
-            out.put(repeats(hashes, count) ? (byte) 1 : (byte) 0);
-            for (int i = 0; i < count; i++) {
+            byte state = UNCHECKED;
+            if (hashes != null) {
+                Arrays.sort(hashes, 0, hashed);
+                state = repeats(hashes, hashed) ? REPEATED : ONCE;
+            }
+            int kept = state == ONCE ? hashed : 0;
+            ByteBuffer out = ByteBuffer.allocate(HEADER + 8 * kept);
+            out.putLong(count).putLong(firstBad).put(state);
+            for (int i = 0; i < kept; i++) {
                 out.putLong(hashes[i]);
             }
             return Collections.singletonList(out.array()).iterator();
         }
 
-        /** Whether no hash occurs twice across the tasks' arrays (see {@link #call}). */
-        public boolean allOnce(List<byte[]> tasks) {
+        /**
+         * The batch's rows, its first bad row id (-1: none) and whether it changes each key once (1),
+         * a key more than once (0), or was not checked (-1), from the tasks' arrays (see {@link #call}).
+         */
+        public long[] summary(List<byte[]> tasks) {
+            long count = 0;
+            long firstBad = -1;
+            byte state = ONCE;
             int total = 0;
             for (byte[] task : tasks) {
-                if (task[0] != 0) {
-                    return false;
+                ByteBuffer in = ByteBuffer.wrap(task);
+                count += in.getLong();
+                long bad = in.getLong();
+                if (bad >= 0 && (firstBad < 0 || bad < firstBad)) {
+                    firstBad = bad;
                 }
-                total += (task.length - 1) / 8;
+                state = (byte) Math.max(state, in.get()); // UNCHECKED over REPEATED over ONCE
+                total += (task.length - HEADER) / 8;
             }
+            if (state == ONCE) {
+                state = allOnce(tasks, total) ? ONCE : REPEATED;
+            }
+            long keys = state == ONCE ? 1 : state == REPEATED ? 0 : -1;
+            return new long[] {count, firstBad, keys};
+        }
+
+        private static boolean allOnce(List<byte[]> tasks, int total) {
             long[] hashes = new long[total];
             int count = 0;
             for (byte[] task : tasks) {
-                ByteBuffer in = ByteBuffer.wrap(task, 1, task.length - 1);
+                ByteBuffer in = ByteBuffer.wrap(task, HEADER, task.length - HEADER);
                 while (in.hasRemaining()) {
                     hashes[count++] = in.getLong();
                 }
             }
-            Arrays.sort(hashes);
+            Arrays.sort(hashes); // sorted runs, one per task: merged in linear time
             return !repeats(hashes, count);
         }
 

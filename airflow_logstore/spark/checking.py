@@ -1,0 +1,148 @@
+"""Step 2 of the dual write: one pass over a batch's changes checks every row against the table schema,
+counts them and, for a dual write, finds whether the batch changes each of its keys once.
+
+A bad row (:func:`airflow_logstore.spark.inputs.tagged_changes` tags it) fails the batch before anything
+is written, with an error naming its row, column and file. A batch that changes each key once, or a table
+without a key, needs no per-key window when it is written through: none of its keys is in the table
+(the write-through's condition), so no change has a before-image and no record depends on another change
+(:meth:`airflow_logstore.spark.dual_write.DualWriter._through`).
+
+The pass is one Spark job over the changes: each task counts its rows, keeps the id of its first bad one
+and, when keys are checked, sorts a hash of each row's key (``xxhash64`` of the key columns) in the JVM
+(``LogProducer.ChangeCheck``); the driver merges the tasks' answers. Two keys with the same hash count as
+a repeat, so "once" may be a false "no" (the batch then takes the per-key window, which is right for any
+batch), never a false "yes". Hashing the keys in the validation's own pass costs less than a second pass:
+the input is read once (BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from airflow_logstore.spark.inputs import (
+    ERROR_AT_COLUMN,
+    ERROR_COLUMN,
+    ROW_COLUMN,
+    bad_input,
+    tagged_changes,
+    uncompressed_cache,
+)
+from airflow_logstore.spark.planning import quoted
+from airflow_logstore.spark.producing import PRODUCER_CLASS, java_arguments, java_class
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
+
+#: The Java class of the pass (a nested class of ``LogProducer``).
+CHANGE_CHECK_CLASS = PRODUCER_CLASS + "$ChangeCheck"
+#: Batches of more changes are not checked for repeated keys (their hashes would take more than 32 MB on
+#: the driver): they take the per-key window. Each task hashes at most its share of the limit (the limit
+#: over the batch's tasks), so a task with more rows than that leaves the batch unchecked too.
+KEYS_ONCE_LIMIT = 4_000_000
+
+
+@dataclass(frozen=True)
+class Changes:
+    """A batch's validated changes: the table's columns plus ``_logstore_op`` (I, U or D) and
+    ``_logstore_row`` (input order).
+
+    :param frame: the changes, computed from the input wherever a step reads them, or from a cache.
+    :param rows: how many there are (counted by the validation).
+    :param cached: what is cached (``frame`` and the validation's columns); None when the input is read
+        again instead (:data:`~airflow_logstore.spark.inputs.REREAD_FORMATS`).
+    :param keys_once: whether the batch changes each of its keys once (always for a table without a key);
+        None when this was not checked (not asked, or too many changes).
+    """
+
+    frame: DataFrame
+    rows: int
+    cached: DataFrame | None = None
+    keys_once: bool | None = None
+
+    def unpersist(self) -> None:
+        if self.cached is not None:
+            self.cached.unpersist()
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What the pass found: the rows, the id of the first bad one (None: every row is good) and whether
+    the keys change once (None: not checked)."""
+
+    rows: int
+    first_bad: int | None
+    keys_once: bool | None
+
+
+def validated_changes(
+    raw: DataFrame,
+    table_schema: StructType,
+    primary_key: Sequence[str],
+    change_column: str | None,
+    *,
+    cache: bool = True,
+    check_keys: bool = False,
+) -> Changes:
+    """Cast ``raw`` to the table schema and tag rows; raise :class:`BadInputError` on the first bad row.
+
+    One pass over the input checks every row and counts them; with ``check_keys`` it also finds whether
+    the batch changes each key once (:attr:`Changes.keys_once`). With ``cache`` it also caches them;
+    without, every later step computes the changes from the input again, which must then be files that
+    do not change while the batch runs (a Parquet input; any input must not change, since Spark
+    computes a lost cached block again from the input too).
+    """
+    tagged = tagged_changes(raw, table_schema, list(primary_key), change_column)
+    if cache:
+        tagged = tagged.persist()
+    with uncompressed_cache(raw.sparkSession) if cache else nullcontext():  # the pass builds the cache
+        checked = checked_changes(tagged, primary_key if check_keys else None)
+    if checked.first_bad is not None:
+        error = bad_input(raw, tagged, checked.first_bad)
+        tagged.unpersist()
+        raise error
+    return Changes(
+        tagged.drop(ERROR_COLUMN, ERROR_AT_COLUMN), checked.rows, tagged if cache else None, checked.keys_once
+    )
+
+
+def checked_changes(tagged: DataFrame, primary_key: Sequence[str] | None) -> Checked:
+    """The pass over ``tagged`` (:func:`~airflow_logstore.spark.inputs.tagged_changes`).
+
+    :param primary_key: the keys to check (empty: a table without a key, whose changes each stand alone);
+        None: do not check them.
+    """
+    from pyspark.sql import functions as F
+
+    spark = tagged.sparkSession
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    hash_keys = bool(primary_key)
+    columns = [F.col(ROW_COLUMN), F.col(ERROR_COLUMN).isNotNull()]
+    if primary_key:
+        columns.append(F.xxhash64(*[quoted(c) for c in primary_key]))
+    per_task = KEYS_ONCE_LIMIT // max(1, partitions_of(tagged))
+    check = (
+        java_class(spark, CHANGE_CHECK_CLASS)
+        .getConstructors()[0]
+        .newInstance(java_arguments(spark, hash_keys, per_task))
+    )
+    tasks = tagged.select(*columns)._jdf.mapPartitions(check, jvm.org.apache.spark.sql.Encoders.BINARY())
+    summary = check.summary(tasks.collectAsList())
+    rows, first_bad, keys = int(summary[0]), int(summary[1]), int(summary[2])
+    if primary_key is None:
+        keys_once = None
+    elif not primary_key:
+        keys_once = True
+    else:
+        keys_once = None if keys < 0 else keys == 1
+    return Checked(rows, first_bad if first_bad >= 0 else None, keys_once)
+
+
+def partitions_of(frame: DataFrame) -> int:
+    """The partitions of ``frame``, from its physical plan. Without a job for a plan without an exchange
+    (a scan and projections, or a cache of one); a plan with one would run its stages first."""
+    return int(frame._jdf.queryExecution().executedPlan().execute().getNumPartitions())
