@@ -198,8 +198,12 @@ def tagged_changes(
     if CORRUPT_COLUMN in raw.columns:
         checks.append((F.col(CORRUPT_COLUMN).isNotNull(), "the line is not a JSON object", "(line)"))
     selected = []
+    input_types = {field.name: field.dataType for field in raw.schema.fields}
     for name, field in table_columns.items():
-        if name in input_columns:
+        present = name in input_columns
+        if present and input_types[name] == field.dataType:
+            selected.append(F.col(f"`{name}`"))  # nothing to check: a pass need not read the column
+        elif present:
             source = F.col(f"`{name}`")
             cast = F.expr(f"try_cast(`{name}` AS {field.dataType.simpleString()})")
             checks.append(
@@ -212,10 +216,9 @@ def tagged_changes(
             selected.append(cast.alias(name))
         else:
             selected.append(F.lit(None).cast(field.dataType).alias(name))
-            cast = None
         if name in primary_key:
             checks.append((F.col(f"`{name}`").isNull(), "primary key value is missing", name))
-        elif not field.nullable and cast is not None:
+        elif not field.nullable and present:
             checks.append((F.col(f"`{name}`").isNull(), "value is missing (the column is not null)", name))
     if change:
         known = F.lower(F.trim(F.col(f"`{change}`"))).isin(list(CHANGE_ALIASES))

@@ -317,3 +317,38 @@ def test_the_validation_pass_counts_every_task_and_finds_the_first_bad_row(spark
         )
         assert bad == 3
         assert (checked.rows, checked.first_bad) == (1000, first)
+
+
+def test_the_validation_pass_reads_only_the_columns_it_checks(spark, tmp_path: Path) -> None:
+    """A Parquet column of the table's own type cannot hold a value that does not fit it: the pass
+    reads the key (checked for nulls, hashed) and no other column. A column of another type is read
+    and checked: its bad value fails the batch, naming its row and column."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from airflow_logstore.exceptions import BadInputError
+    from airflow_logstore.spark.checking import validated_changes
+    from airflow_logstore.spark.inputs import ERROR_COLUMN, ROW_COLUMN, read_raw, tagged_changes
+
+    schema = StructType(
+        [StructField("id", LongType()), StructField("name", StringType()), StructField("amount", LongType())]
+    )
+    same = str(tmp_path / "same.parquet")
+    spark.createDataFrame([(1, "a", 10), (2, "b", 20)], "id long, name string, amount long").write.parquet(
+        same
+    )
+    tagged = tagged_changes(read_raw(spark, same, "parquet"), schema, ["id"], None)
+    passed = tagged.select(F.col(ROW_COLUMN), F.col(ERROR_COLUMN).isNotNull(), F.xxhash64("id"))
+    read = re.findall(r"ReadSchema: (\S+)", passed._jdf.queryExecution().executedPlan().toString())
+    assert read == ["struct<id:bigint>"], read
+    assert (
+        validated_changes(read_raw(spark, same, "parquet"), schema, ["id"], None, check_keys=True).rows == 2
+    )
+
+    other = str(tmp_path / "other.parquet")
+    spark.createDataFrame([(1, "a", "10"), (2, "b", "x")], "id long, name string, amount string").coalesce(
+        1
+    ).write.parquet(other)
+    with pytest.raises(BadInputError, match="value does not fit type bigint") as failed:
+        validated_changes(read_raw(spark, other, "parquet"), schema, ["id"], None, check_keys=True)
+    assert (failed.value.row, failed.value.column) == (2, "amount")
