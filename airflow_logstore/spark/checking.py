@@ -56,12 +56,14 @@ class Changes:
         again instead (:data:`~airflow_logstore.spark.inputs.REREAD_FORMATS`).
     :param keys_once: whether the batch changes each of its keys once (always for a table without a key);
         None when this was not checked (not asked, or too many changes).
+    :param tasks: the partitions of ``frame`` (and of any frame computed from it without a shuffle).
     """
 
     frame: DataFrame
     rows: int
     cached: DataFrame | None = None
     keys_once: bool | None = None
+    tasks: int = 1
 
     def unpersist(self) -> None:
         if self.cached is not None:
@@ -70,12 +72,13 @@ class Changes:
 
 @dataclass(frozen=True)
 class Checked:
-    """What the pass found: the rows, the id of the first bad one (None: every row is good) and whether
-    the keys change once (None: not checked)."""
+    """What the pass found: the rows, the id of the first bad one (None: every row is good), whether
+    the keys change once (None: not checked), and the pass's tasks (the partitions of the changes)."""
 
     rows: int
     first_bad: int | None
     keys_once: bool | None
+    tasks: int
 
 
 def validated_changes(
@@ -104,9 +107,8 @@ def validated_changes(
         error = bad_input(raw, tagged, checked.first_bad)
         tagged.unpersist()
         raise error
-    return Changes(
-        tagged.drop(ERROR_COLUMN, ERROR_AT_COLUMN), checked.rows, tagged if cache else None, checked.keys_once
-    )
+    frame = tagged.drop(ERROR_COLUMN, ERROR_AT_COLUMN)
+    return Changes(frame, checked.rows, tagged if cache else None, checked.keys_once, checked.tasks)
 
 
 def checked_changes(tagged: DataFrame, primary_key: Sequence[str] | None) -> Checked:
@@ -124,7 +126,8 @@ def checked_changes(tagged: DataFrame, primary_key: Sequence[str] | None) -> Che
     columns = [F.col(ROW_COLUMN), F.col(ERROR_COLUMN).isNotNull()]
     if primary_key:
         columns.append(F.xxhash64(*[quoted(c) for c in primary_key]))
-    per_task = KEYS_ONCE_LIMIT // max(1, partitions_of(tagged))
+    partitions = partitions_of(tagged)
+    per_task = KEYS_ONCE_LIMIT // max(1, partitions)
     check = (
         java_class(spark, CHANGE_CHECK_CLASS)
         .getConstructors()[0]
@@ -139,7 +142,7 @@ def checked_changes(tagged: DataFrame, primary_key: Sequence[str] | None) -> Che
         keys_once = True
     else:
         keys_once = None if keys < 0 else keys == 1
-    return Checked(rows, first_bad if first_bad >= 0 else None, keys_once)
+    return Checked(rows, first_bad if first_bad >= 0 else None, keys_once, partitions)
 
 
 def partitions_of(frame: DataFrame) -> int:

@@ -31,7 +31,7 @@ from airflow_logstore.core.properties import EMIT_FILE, EMIT_LOG, LogStoreConfig
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.exceptions import OptionError
 from airflow_logstore.spark import staged_commit
-from airflow_logstore.spark.checking import Changes, partitions_of, validated_changes
+from airflow_logstore.spark.checking import Changes, validated_changes
 from airflow_logstore.spark.committing import BatchRows, CommitTarget, branch_table, commit_batch
 from airflow_logstore.spark.inputs import REREAD_FORMATS, read_raw, resolved_format
 from airflow_logstore.spark.planning import (
@@ -303,7 +303,7 @@ class DualWriter:
         input order)."""
         if changes.keys_once:  # found by the validation's pass
             rows = appended_changes(changes.frame, plan.columns, plan.primary_key)
-            return rows, partitions_of(rows)
+            return rows, changes.tasks  # the changes' partitions, as the validation's pass counted them
         return plan.through, plan.tasks
 
     def _commit_logged(self, counted: BatchResult, produced: Produced, rows: BatchRows) -> BatchResult:

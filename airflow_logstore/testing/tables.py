@@ -43,6 +43,21 @@ def write_jsonl(path: Path, rows: Iterable[Mapping[str, Any]]) -> Path:
     return path
 
 
+def write_parquet(
+    spark: Any,
+    path: Path,
+    rows: Iterable[Mapping[str, Any]],
+    files: int = 1,
+    schema: str = "id long, name string, amount long, op string",
+) -> Path:
+    """``rows`` as a Parquet folder of ``files`` files (in their order when there is one file); a row's
+    missing columns are nulls."""
+    names = [part.split()[0] for part in schema.split(",")]
+    frame = spark.createDataFrame([tuple(row.get(name) for name in names) for row in rows], schema)
+    (frame.repartition(files) if files > 1 else frame.coalesce(1)).write.parquet(str(path))
+    return path
+
+
 def table_state(
     handle: LogStoreTable, snapshot_id: int | None = None
 ) -> dict[tuple[Any, ...], dict[str, Any]]:

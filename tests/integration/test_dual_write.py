@@ -18,7 +18,14 @@ from airflow_logstore.read.reader import read_log
 from airflow_logstore.spark.dual_write import open_writer
 from airflow_logstore.spark.results import parse_result
 from airflow_logstore.table.tables import show_table, snapshot_commits
-from airflow_logstore.testing.tables import eventual_log, fold_log, make_table, table_state, write_jsonl
+from airflow_logstore.testing.tables import (
+    eventual_log,
+    fold_log,
+    make_table,
+    table_state,
+    write_jsonl,
+    write_parquet,
+)
 
 BATCHES: list[list[dict[str, Any]]] = [
     [{"id": i, "name": f"n{i}", "amount": i * 10} for i in range(1, 7)],
@@ -244,14 +251,6 @@ def test_csv_and_parquet_inputs(env, spark, table, tmp_path: Path) -> None:
     writer.write_path(str(csv), 1)
     writer.write_path(str(parquet), 2)
     assert _plain(table_state(table)) == {1: ("a2", 7), 2: ("b", 6)}
-
-
-def write_parquet(spark, path: Path, rows: list[dict[str, Any]], files: int = 1) -> Path:
-    """``rows`` as a Parquet folder of ``files`` files, in their order."""
-    full = [(r.get("id"), r.get("name"), r.get("amount"), r.get("op")) for r in rows]
-    frame = spark.createDataFrame(full, "id long, name string, amount long, op string")
-    (frame.repartition(files) if files > 1 else frame.coalesce(1)).write.parquet(str(path))
-    return path
 
 
 def test_parquet_batches_are_read_again_by_each_step_and_land_as_json_batches_do(

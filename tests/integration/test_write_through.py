@@ -25,7 +25,14 @@ from airflow_logstore.spark import committing, dual_write
 from airflow_logstore.spark.dual_write import open_writer
 from airflow_logstore.spark.results import parse_result
 from airflow_logstore.table.tables import snapshot_commits
-from airflow_logstore.testing.tables import eventual_log, fold_log, make_table, table_state, write_jsonl
+from airflow_logstore.testing.tables import (
+    eventual_log,
+    fold_log,
+    make_table,
+    table_state,
+    write_jsonl,
+    write_parquet,
+)
 
 #: New keys, with changes of a key inside the batch: 7 is inserted then deleted, 5 inserted then
 #: updated, 99 deleted without a row (a no-op delete).
@@ -177,7 +184,7 @@ def _written_rows(monkeypatch: Any) -> list[Any]:
     real, seen = dual_write.write_through, []
 
     def recorded(rows: Any, ctx: Any, table: str, tasks: int) -> Any:
-        seen.append(rows)
+        seen.append((rows, tasks))
         return real(rows, ctx, table, tasks)
 
     monkeypatch.setattr(dual_write, "write_through", recorded)
@@ -188,23 +195,28 @@ def _shuffles(rows: Any) -> bool:
     return "Exchange" in rows._jdf.queryExecution().executedPlan().toString()
 
 
+@pytest.mark.parametrize("files", [0, 3], ids=["json", "parquet-3-files"])
 def test_a_batch_that_changes_each_key_once_is_written_through_from_its_input_partitions(
-    env, spark, tmp_path: Path, monkeypatch: Any
+    env, spark, tmp_path: Path, monkeypatch: Any, files: int
 ) -> None:
     """No change of such a batch has a before-image (the table holds none of its keys) and no record
     depends on another change: its rows go from the input's partitions to the log and the staging
-    branch with no shuffle and no per-key window. The log and the table hold it exactly once."""
+    branch with no shuffle and no per-key window, in as many tasks as the input has partitions (the
+    validation's count). The log and the table hold it exactly once."""
     handle = make_table(env)
     written = _written_rows(monkeypatch)
     _no_other_write(monkeypatch)
     expected, records = _expected(ONCE, ["id"])
+    if files:
+        path = write_parquet(spark, tmp_path / "b1.parquet", ONCE, files)
+    else:
+        path = write_jsonl(tmp_path / "b1.jsonl", ONCE)
 
-    result = open_writer(spark, str(handle.name), writer_id="once").write_path(
-        str(write_jsonl(tmp_path / "b1.jsonl", ONCE)), 1
-    )
+    result = open_writer(spark, str(handle.name), writer_id="once").write_path(str(path), 1)
 
-    [rows] = written
+    [(rows, tasks)] = written
     assert not _shuffles(rows)
+    assert tasks == rows.rdd.getNumPartitions() == max(1, files)
     assert (result.rows_in, result.log_records, result.noop_deletes) == (len(ONCE), records, 1)
     assert _plain(table_state(handle)) == _plain(expected)
     [commit] = [c for c in snapshot_commits(handle.load()) if c.writer_id == "once"]
@@ -223,7 +235,7 @@ def test_a_batch_that_changes_a_key_twice_takes_the_per_key_window(
     open_writer(spark, str(handle.name), writer_id="twice").write_path(
         str(write_jsonl(tmp_path / "b1.jsonl", BATCH)), 1
     )
-    [rows] = written
+    [(rows, _)] = written
     assert _shuffles(rows)
     assert _plain(table_state(handle)) == _plain(_expected(BATCH, ["id"])[0])
 
