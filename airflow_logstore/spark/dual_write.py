@@ -39,6 +39,7 @@ from airflow_logstore.spark.planning import (
     KeyFilter,
     KeysAbsent,
     appended_changes,
+    changes_final,
     key_filter,
     plan_row_kinds,
     table_rows,
@@ -245,9 +246,9 @@ class DualWriter:
         return key_filter(changes.frame, self.primary_key)
 
     def _plan(self, changes: DataFrame, target: DataFrame | None, keys: KeyFilter | None) -> BatchPlan:
-        """Plan the row kinds (a method so that a test can hold the MERGE by wrapping its source); the
-        lookup of the batch's keys in the table is cached (read for :meth:`BatchPlan.holds_keys` and by
-        the plan)."""
+        """Plan the row kinds; the lookup of the batch's keys in the table is cached (read for
+        :meth:`BatchPlan.holds_keys` and by the plan). The plan's frames are built when a step reads
+        them."""
         return plan_row_kinds(changes, target, self.primary_key, keys, self._tasks()).lookup_cached()
 
     def _tasks(self) -> int:
@@ -285,26 +286,26 @@ class DualWriter:
         try:
             staged_commit.open_staging(self.handle, staged)
             table = branch_table(self.handle.spark_name(), staged)
-            rows, tasks = self._through(plan, changes)
+            rows, tasks, final = self._through(plan, changes)
             written = write_through(rows, self._produce_context(batch_id), table, tasks)
             log.info("batch %s: written through to %s", batch_id, staged)
             counted = result.counted(written.changes, written.noop_deletes)
-            return self._commit_logged(
-                counted, written.produced, BatchRows(plan.final, plan.keys, absent, staged)
-            )
+            return self._commit_logged(counted, written.produced, BatchRows(final, plan.keys, absent, staged))
         finally:
             staged_commit.drop_staging(self.handle, staged)
 
-    def _through(self, plan: BatchPlan, changes: Changes) -> tuple[DataFrame, int]:
-        """The write-through's rows and their tasks. A batch that changes each key once (or a table
-        without a key) goes straight from its input's partitions: none of its keys is in the table, so no
-        change has a before-image and no record depends on another change, and no shuffle or per-key
-        window is needed. Any other batch goes through the plan's window (all of a key in one task, in
-        input order)."""
+    def _through(self, plan: BatchPlan, changes: Changes) -> tuple[DataFrame, int, DataFrame]:
+        """The write-through's rows, their tasks, and the final rows a commit attempt merges if its
+        append does not hold. A batch that changes each key once (or a table without a key) goes
+        straight from its input's partitions: none of its keys is in the table, so no change has a
+        before-image and no record depends on another change, and no shuffle or per-key window is
+        needed (the plan's frames are not even built). Any other batch goes through the plan's window
+        (all of a key in one task, in input order)."""
         if changes.keys_once:  # found by the validation's pass
             rows = appended_changes(changes.frame, plan.columns, plan.primary_key)
-            return rows, changes.tasks  # the changes' partitions, as the validation's pass counted them
-        return plan.through, plan.tasks
+            # the changes' partitions, as the validation's pass counted them
+            return rows, changes.tasks, changes_final(changes.frame, plan.columns)
+        return plan.through, plan.tasks, plan.final
 
     def _commit_logged(self, counted: BatchResult, produced: Produced, rows: BatchRows) -> BatchResult:
         """Steps 5 and 6 once the batch's records are flushed: commit its rows, record the commit."""

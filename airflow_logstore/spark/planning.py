@@ -111,31 +111,51 @@ def key_filter(changes: DataFrame, primary_key: Sequence[str]) -> KeyFilter | No
 
 @dataclass(frozen=True)
 class BatchPlan:
-    """A planned batch as Spark frames (lazy until an action runs; the frames a batch does not use are
-    not even built).
+    """A planned batch as Spark frames, built when first read (lazy until an action runs; the frames a
+    batch does not use are not even built: a write-through of a batch that changes each key once reads
+    none of them).
 
-    :param planned: each change with its before- and after-image, spread over the Spark partitions that
-        produce its records (all of a key in one), in the per-key window's order; for tables without a
-        key, each row (an insert) spread over the tasks. What every other frame is computed from: cached by
-        :meth:`persisted` when more than one of them is read, so the join with the lookup and the
-        per-key window run once per batch.
-    :param final: the last change of each key (the table's columns and the change kind): the MERGE's
-        source (every row, for tables without a key).
+    :param changes: the batch's validated changes.
     :param columns: the table's columns.
     :param primary_key: the table's key (empty: none).
     :param lookup: the table's current rows of the batch's keys (None: the table holds no rows, or has
         no key): read once, then the before-images and :meth:`holds_keys` come from it.
     :param keys: where the batch's keys can be in the table (None: anywhere).
-    :param tasks: the partitions of ``planned`` (and of every frame computed from it without a shuffle).
+    :param tasks: the partitions of :attr:`planned` (and of every frame computed from it without a
+        shuffle).
     """
 
-    planned: DataFrame
-    final: DataFrame
+    changes: DataFrame
     columns: tuple[str, ...]
     primary_key: tuple[str, ...]
     lookup: DataFrame | None = None
     keys: KeyFilter | None = None
     tasks: int = 1
+
+    @cached_property
+    def planned(self) -> DataFrame:
+        """Each change with its before- and after-image, spread over the Spark partitions that produce
+        its records (all of a key in one), in the per-key window's order; for tables without a key, each
+        row (an insert) spread over the tasks. What every other frame is computed from: cached by
+        :meth:`persisted` when more than one of them is read, so the join with the lookup and the
+        per-key window run once per batch."""
+        from pyspark.sql import functions as F
+
+        if not self.primary_key:
+            return self.changes.repartition(self.tasks).select(
+                *[quoted(c) for c in self.columns], F.col(OP_COLUMN), F.col(ROW_COLUMN)
+            )
+        joined = with_table_rows(self.changes, self.lookup, self.columns, self.primary_key)
+        spread = joined.repartition(self.tasks, *[quoted(c) for c in self.primary_key])
+        return before_and_after(spread, self.columns, self.primary_key)
+
+    @cached_property
+    def final(self) -> DataFrame:
+        """The last change of each key (the table's columns and the change kind): the MERGE's source
+        (every row, for tables without a key)."""
+        if not self.primary_key:
+            return table_columns(self.planned, self.columns)
+        return final_rows(self.planned, self.columns, self.primary_key)
 
     @cached_property
     def through(self) -> DataFrame:
@@ -166,7 +186,8 @@ class BatchPlan:
         return self
 
     def unpersist(self) -> None:
-        self.planned.unpersist()
+        if "planned" in self.__dict__:  # built (an unread plan was never cached)
+            self.planned.unpersist()
         if self.lookup is not None:
             self.lookup.unpersist()
 
@@ -221,20 +242,11 @@ def plan_row_kinds(
         partitions, all of a key in one (the per-key window needs no other shuffle), and the records are
         produced from those partitions as they are: per key in input order (the window's order).
     """
-    from pyspark.sql import functions as F
-
-    columns = [f.name for f in changes.schema.fields if f.name not in ADDED_COLUMNS]
+    columns = tuple(f.name for f in changes.schema.fields if f.name not in ADDED_COLUMNS)
     if not primary_key:
-        spread = changes.repartition(tasks).select(
-            *[quoted(c) for c in columns], F.col(OP_COLUMN), F.col(ROW_COLUMN)
-        )
-        return BatchPlan(spread, table_columns(spread, columns), tuple(columns), (), tasks=tasks)
+        return BatchPlan(changes, columns, (), tasks=tasks)
     lookup = current_rows(changes, target, primary_key, keys) if target is not None else None
-    joined = with_table_rows(changes, lookup, columns, primary_key)
-    spread = joined.repartition(tasks, *[quoted(c) for c in primary_key])
-    with_before = before_and_after(spread, columns, primary_key)
-    final = final_rows(with_before, columns, primary_key)
-    return BatchPlan(with_before, final, tuple(columns), tuple(primary_key), lookup, keys, tasks)
+    return BatchPlan(changes, columns, tuple(primary_key), lookup, keys, tasks)
 
 
 def current_rows(
@@ -269,6 +281,14 @@ def appended_changes(changes: DataFrame, columns: Sequence[str], primary_key: Se
         inserted.alias(APPENDED_COLUMN),
         *[quoted(c) for c in columns],
     )
+
+
+def changes_final(changes: DataFrame, columns: Sequence[str]) -> DataFrame:
+    """:attr:`BatchPlan.final` of a batch that changes each key once (or has no key), straight from its
+    changes: each change is its key's last (a delete's other columns are not read)."""
+    from pyspark.sql import functions as F
+
+    return changes.select(*[quoted(c) for c in columns], F.col(OP_COLUMN))
 
 
 def table_columns(frame: DataFrame, columns: Sequence[str]) -> DataFrame:

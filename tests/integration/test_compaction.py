@@ -324,19 +324,18 @@ def _gate(started: Path, release: Path) -> Any:
 
 
 class GatedWriter(DualWriter):
-    """A dual writer whose MERGE blocks in ``tasks`` Spark tasks until released: its target snapshot is
-    planned, its commit not made yet. With two tasks it holds both cores of ``local[2]``."""
+    """A dual writer whose MERGE (of the final rows it commits) blocks in ``tasks`` Spark tasks until
+    released: its target snapshot is planned, its commit not made yet. With two tasks it holds both
+    cores of ``local[2]``."""
 
     gate: Any = None
     tasks = 1
 
-    def _plan(self, changes: Any, target: Any, keys: Any) -> Any:
+    def _commit_logged(self, counted: Any, produced: Any, rows: Any) -> Any:
         from pyspark.sql import functions as F
 
-        plan = super()._plan(changes, target, keys)
-        return replace(
-            plan, final=plan.final.repartition(self.tasks).withColumn("id", self.gate(F.col("id")))
-        )
+        gated = rows.final.repartition(self.tasks).withColumn("id", self.gate(F.col("id")))
+        return super()._commit_logged(counted, produced, replace(rows, final=gated))
 
 
 class Gate:

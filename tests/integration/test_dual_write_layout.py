@@ -239,8 +239,12 @@ def test_a_batch_of_new_keys_is_appended_only_on_the_snapshot_it_was_planned_aga
         monkeypatch.setattr(KeysAbsent, "hold_for", lambda self, base, rows: True)
     handle = make_table(env)
     _write(spark, handle, tmp_path, BATCHES[:1], "first")  # ids 1..40
-    new_keys = [{"id": 50, "name": "a50", "amount": 1}, {"id": 51, "name": "a51", "amount": 2}]
-    other = [{"id": 51, "name": "b51", "amount": 3}]
+    new_keys = [
+        {"id": 50, "name": "a50", "amount": 1},
+        {"id": 51, "name": "a51", "amount": 2},
+        {"id": 52, "op": "delete"},  # of nothing, as planned
+    ]
+    other = [{"id": 51, "name": "b51", "amount": 3}, {"id": 52, "name": "b52", "amount": 4}]
 
     def other_writer_commits() -> None:
         _write(spark, handle, tmp_path, [other], "other")
@@ -253,11 +257,12 @@ def test_a_batch_of_new_keys_is_appended_only_on_the_snapshot_it_was_planned_aga
     rows = spark.table(handle.spark_name()).where("id >= 50").collect()
     ids = sorted(row["id"] for row in rows)
     if planted:
-        assert appended and ids == [50, 51, 51]  # the checker catches the planted bug
+        assert appended and ids == [50, 51, 51, 52]  # the checker catches the planted bug
         return
     assert not appended  # main moved between the plan and the commit: merged
     assert ids == [50, 51] and result.snapshot_id is not None
     assert {row["id"]: row["name"] for row in rows} == {50: "a50", 51: "a51"}  # the later commit wins
+    assert result.noop_deletes == 1  # as planned: 52 had no row then; the later commit deletes it
 
     caplog.clear()  # nothing in between now: the same kind of batch is appended
     with caplog.at_level(logging.INFO, logger="airflow_logstore.spark.committing"):
