@@ -193,7 +193,8 @@ def write_through(rows: DataFrame, ctx: ProduceContext, table: str, tasks: int) 
     for key, value in WRITE_THROUGH_OPTIONS.items():
         writer = writer.option(key, value)
     writer.append()
-    found = [json.loads(str(report)) for report in reports.value()]
+    joined = str(jvm.java.lang.String.join("\n", reports.value()))  # one call (a report is one line)
+    found = [json.loads(report) for report in joined.split("\n")] if joined else []
     partitions = sorted(int(str(report["task"]).split(".")[0]) for report in found)
     if partitions != list(range(tasks)):
         raise RuntimeError(
@@ -248,8 +249,8 @@ def pause_settings(spark: SparkSession) -> dict[str, str]:
     ``spark.executorEnv.*`` reaches the executors' environments on a cluster, but in local mode the
     executor is the driver's JVM, started before that setting was read, so the producer gets them here.
     """
-    conf = spark.sparkContext.getConf()
-    found = {n: conf.get(f"spark.executorEnv.{n}") or os.environ.get(n) for n in TEST_POINT_VARIABLES}
+    conf = spark.conf  # the context's settings too, read one by one (getConf() copies them all)
+    found = {n: conf.get(f"spark.executorEnv.{n}", None) or os.environ.get(n) for n in TEST_POINT_VARIABLES}
     return {name: value for name, value in found.items() if value}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from airflow_logstore.table.schema import (
 )
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
 
@@ -74,7 +76,13 @@ class LogStoreTable:
         return cls(parsed, catalog or default_catalog(), dict(kafka_extra or {}))
 
     def load(self) -> Table:
-        return self.catalog.load().load_table(self.name.identifier)
+        return self.loaded_catalog.load_table(self.name.identifier)
+
+    @functools.cached_property
+    def loaded_catalog(self) -> Catalog:
+        """The catalog in pyiceberg, loaded once per handle: a job's steps load its table many times
+        (each load reads the catalog's current metadata; the catalog object holds no table state)."""
+        return self.catalog.load()
 
     def config(self, table: Table | None = None) -> LogStoreConfig:
         return parse_table_properties((table or self.load()).properties)
@@ -258,7 +266,7 @@ def _ensure_iceberg_table(
     handle: LogStoreTable, iceberg_schema: Schema, config: LogStoreConfig, properties: Mapping[str, str]
 ) -> bool:
     """Create the Iceberg table (True), or check the existing one is the same table (False)."""
-    catalog = handle.catalog.load()
+    catalog = handle.loaded_catalog
     catalog.create_namespace_if_not_exists(handle.name.namespace)
     if catalog.table_exists(handle.name.identifier):
         _verify_existing(catalog.load_table(handle.name.identifier), iceberg_schema, config)

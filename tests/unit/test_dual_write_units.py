@@ -101,10 +101,7 @@ class _Conf:
 class _Spark:
     def __init__(self, conf: dict[str, str]) -> None:
         self.sparkContext = self
-        self.conf = _Conf(conf)
-
-    def getConf(self) -> _Conf:
-        return self.conf
+        self.conf = _Conf(conf)  # spark.conf: the session sees the context's settings
 
 
 def test_the_java_producer_gets_the_points_a_test_named_for_the_executors(monkeypatch) -> None:

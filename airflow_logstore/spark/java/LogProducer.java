@@ -25,6 +25,7 @@ import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.header.internals.RecordHeaders;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.apache.spark.TaskContext;
 import org.apache.spark.api.java.function.MapPartitionsFunction;
@@ -119,7 +120,7 @@ public final class LogProducer implements MapPartitionsFunction<Row, String> {
      */
     final class TaskRun {
         private final String task;
-        private final List<Header> headers;
+        private final RecordHeaders headers; // each record copies them (a list copy from this class)
         private final Deliveries deliveries = new Deliveries();
         private final KafkaProducer<byte[], byte[]> producer;
         private long sent;
@@ -130,7 +131,7 @@ public final class LogProducer implements MapPartitionsFunction<Row, String> {
         TaskRun() throws IOException, InterruptedException {
             TaskContext context = TaskContext.get();
             task = context == null ? "0.0" : taskIdentity(context.partitionId(), context.taskAttemptId());
-            headers = headers(task);
+            headers = new RecordHeaders(headers(task));
             pause("produce:started");
             producer = borrow();
             if (context != null) {
