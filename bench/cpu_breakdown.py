@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
 import tempfile
 import time
-from collections import Counter
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +52,9 @@ def kind(name: str) -> str:
     return "other JVM threads"
 
 
-def threads_by_kind(pid: int) -> Counter[str]:
+def threads_by_kind(pid: int) -> dict[str, float]:
     """CPU seconds of the live threads of ``pid``, by kind (a thread that ended is not counted)."""
-    found: Counter[str] = Counter()
+    found: dict[str, float] = defaultdict(float)
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             name = (task / "comm").read_text().strip()
@@ -65,7 +64,7 @@ def threads_by_kind(pid: int) -> Counter[str]:
     return found
 
 
-def snapshot(jvm: int, broker: int) -> Counter[str]:
+def snapshot(jvm: int, broker: int) -> dict[str, float]:
     found = threads_by_kind(jvm)
     found["Kafka broker"] = cpu_seconds(Path(f"/proc/{broker}/stat"))
     found["Python driver"] = cpu_seconds(Path(f"/proc/{os.getpid()}/stat"))
@@ -100,11 +99,14 @@ def main() -> None:
         spark.stop()
 
     later = runs[1:] or runs
-    kinds = sorted({k for r in runs for k in r["cpu_s"]}, key=lambda k: -sum(r["cpu_s"].get(k, 0) for r in later))
+    kinds = sorted(
+        {k for r in runs for k in r["cpu_s"]}, key=lambda k: -sum(r["cpu_s"].get(k, 0) for r in later)
+    )
     print(f"\n{args.rows} rows, {args.runs} runs, {machine()}")
     print("CPU seconds per run (run 1, then the median of the later runs):\n")
     print("| | run 1 | later runs (median) |\n|---|---|---|")
-    print(f"| write (wall, s) | {runs[0]['write_s']} | {statistics.median(r['write_s'] for r in later):.2f} |")
+    median_write = statistics.median(r["write_s"] for r in later)
+    print(f"| write (wall, s) | {runs[0]['write_s']} | {median_write:.2f} |")
     for k in kinds:
         first = runs[0]["cpu_s"].get(k, 0.0)
         print(f"| {k} | {first:.2f} | {statistics.median(r['cpu_s'].get(k, 0.0) for r in later):.2f} |")

@@ -65,6 +65,8 @@ __all__ = ["BatchResult", "CrashPoint", "DualWriter", "open_writer", "task_ident
 
 #: The emit mode of a dual write (both stores).
 DUAL = frozenset({EMIT_FILE, EMIT_LOG})
+#: The emit mode of a log-only write.
+LOG_ONLY = frozenset({EMIT_LOG})
 
 log = logging.getLogger(__name__)
 
@@ -213,9 +215,9 @@ class DualWriter:
         if done is not None:
             return result.skipped_for(done)
         schema = self.spark.table(self.handle.spark_name()).schema
-        dual = self.emit_mode == DUAL  # the keys are checked for a write-through
+        # the keys are checked for a write-through, or a log-only batch's produce from its input
         changes = validated_changes(
-            raw, schema, self.primary_key, self.change_column, cache=not reread, check_keys=dual
+            raw, schema, self.primary_key, self.change_column, cache=not reread, check_keys=self._direct()
         )  # 2
         try:
             plan = self._plan(changes.frame, self._target(table), self._keys(changes, table))  # 3
@@ -224,6 +226,8 @@ class DualWriter:
                 absent = None if plan.holds_keys() else KeysAbsent(planned_at)
                 if absent is not None and self.emit_mode == DUAL:
                     written = self._write_through(plan, changes, result, absent)  # 4 to 6
+                elif absent is not None and self.emit_mode == LOG_ONLY and changes.keys_once:
+                    written = self._produce_direct(plan, changes, result, absent)  # 4 to 6
                 else:
                     written = self._write_planned(plan.persisted(), result, absent)  # 4 to 6
             finally:
@@ -231,6 +235,11 @@ class DualWriter:
         finally:
             changes.unpersist()
         return replace(written, seconds=round(time.monotonic() - started, 3))
+
+    def _direct(self) -> bool:
+        """Whether a batch that changes each key once, none of them in the table, skips the plan: it is
+        written through (a dual write) or produced from its input (a log-only write)."""
+        return self.emit_mode in (DUAL, LOG_ONLY)
 
     def _target(self, table: Table) -> DataFrame | None:
         """The table's rows as of ``table``'s current snapshot (None: it holds none)."""
@@ -266,11 +275,23 @@ class DualWriter:
         counts = plan.count()
         counted = result.counted(counts.changes, counts.noop_deletes)
         produced = (
-            produce_records(plan.through, self._produce_context(batch_id))
+            produce_records(plan.through, self._produce_context(batch_id)).produced
             if EMIT_LOG in self.emit_mode
             else NOTHING_PRODUCED
         )
         return self._commit_logged(counted, produced, BatchRows(plan.final, plan.keys, absent))
+
+    def _produce_direct(
+        self, plan: BatchPlan, changes: Changes, result: BatchResult, absent: KeysAbsent
+    ) -> BatchResult:
+        """A log-only write of a batch that changes each key once (or has no key), none of its keys in
+        the table: its records are produced from its input's partitions, as a write-through's are
+        (:meth:`_through`), in one Spark job that also counts its changes and no-op deletes; the plan
+        is not built, cached or counted."""
+        rows, _, final = self._through(plan, changes)
+        reported = produce_records(rows, self._produce_context(result.batch_id))
+        counted = result.counted(reported.changes, reported.noop_deletes)
+        return self._commit_logged(counted, reported.produced, BatchRows(final, plan.keys, absent))
 
     def _write_through(
         self, plan: BatchPlan, changes: Changes, result: BatchResult, absent: KeysAbsent

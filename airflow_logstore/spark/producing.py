@@ -131,7 +131,7 @@ def in_produce_order(changes: DataFrame) -> DataFrame:
     return changes.select(KEY_COLUMN, BEFORE_VALUE_COLUMN, AFTER_VALUE_COLUMN)
 
 
-def produce_records(changes: DataFrame, ctx: ProduceContext) -> Produced:
+def produce_records(changes: DataFrame, ctx: ProduceContext) -> TaskReports:
     """Produce the records of every planned change (:func:`airflow_logstore.spark.planning.
     write_through_rows`: a key and two record values), one Spark task per partition of ``changes`` (one
     Spark job), and merge what its tasks report."""
@@ -141,7 +141,7 @@ def produce_records(changes: DataFrame, ctx: ProduceContext) -> Produced:
     assert jvm is not None
     function = log_producer(spark, ctx)
     reports = ordered._jdf.mapPartitions(function, jvm.org.apache.spark.sql.Encoders.STRING()).collectAsList()
-    return merge_task_reports(json.loads(str(report)) for report in reports)
+    return task_reports(spark, reports)
 
 
 #: Iceberg write options of a write-through: the rows are written where they are produced, so the
@@ -150,16 +150,29 @@ WRITE_THROUGH_OPTIONS = {"distribution-mode": "none", "fanout-enabled": "true"}
 
 
 @dataclass(frozen=True)
-class WrittenThrough:
-    """What a write-through did: the records it produced, the changes it read, the no-op deletes among
-    them."""
+class TaskReports:
+    """What a batch's producing tasks reported: the records they produced, the changes they read, the
+    no-op deletes among them (changes with no record)."""
 
     produced: Produced
     changes: int
     noop_deletes: int
+    #: the partition of each report, sorted (a partition reported twice is listed twice)
+    partitions: tuple[int, ...] = ()
 
 
-def write_through(rows: DataFrame, ctx: ProduceContext, table: str, tasks: int) -> WrittenThrough:
+def task_reports(spark: SparkSession, reports: Any) -> TaskReports:
+    """Merge the tasks' reports (a Java list of JSON lines, one per task), fetched in one py4j call."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    joined = str(jvm.java.lang.String.join("\n", reports))  # a report is one line
+    found = [json.loads(report) for report in joined.split("\n")] if joined else []
+    changes, noops = sum(r["changes"] for r in found), sum(r["noop_deletes"] for r in found)
+    partitions = tuple(sorted(int(str(r["task"]).split(".")[0]) for r in found))
+    return TaskReports(merge_task_reports(found), changes, noops, partitions)
+
+
+def write_through(rows: DataFrame, ctx: ProduceContext, table: str, tasks: int) -> TaskReports:
     """Produce every record of ``rows`` (:func:`airflow_logstore.spark.planning.write_through_rows`) and
     append the rows marked appended to ``table`` (a branch), in one Spark job: each task sends its
     records while its rows are written, flushes when its input ends, then its writer commits.
@@ -193,16 +206,14 @@ def write_through(rows: DataFrame, ctx: ProduceContext, table: str, tasks: int) 
     for key, value in WRITE_THROUGH_OPTIONS.items():
         writer = writer.option(key, value)
     writer.append()
-    joined = str(jvm.java.lang.String.join("\n", reports.value()))  # one call (a report is one line)
-    found = [json.loads(report) for report in joined.split("\n")] if joined else []
-    partitions = sorted(int(str(report["task"]).split(".")[0]) for report in found)
-    if partitions != list(range(tasks)):
+    reported = task_reports(spark, reports.value())
+    if reported.partitions != tuple(range(tasks)):
         raise RuntimeError(
-            f"the write-through of batch {ctx.batch_id} has task reports of partitions {partitions} "
+            f"the write-through of batch {ctx.batch_id} has task reports of partitions "
+            f"{list(reported.partitions)} "
             f"for its {tasks} tasks"
         )
-    changes = sum(report["changes"] for report in found)
-    return WrittenThrough(merge_task_reports(found), changes, sum(report["noop_deletes"] for report in found))
+    return reported
 
 
 def log_producer(spark: SparkSession, ctx: ProduceContext) -> Any:

@@ -56,9 +56,11 @@ def test_keys_land_where_librdkafka_murmur2_puts_them_and_reports_match_the_log(
     keys = [f'{{"id":{i}}}'.encode() for i in range(300)] + ["ключ ü".encode(), b"\x00\xff"]
     rows = [(key, None, b'{"kind":"+I","row":{}}') for key in keys]
     spread = spark.createDataFrame(rows, SCHEMA).repartition(3, KEY_COLUMN)  # as a plan is spread
-    produced = produce_records(spread, _context(env, topic))
+    reported = produce_records(spread, _context(env, topic))
+    produced = reported.produced
 
     assert produced.count == len(keys) and len(produced.tasks or ()) == 3
+    assert (reported.changes, reported.noop_deletes, len(reported.partitions)) == (len(keys), 0, 3)
     # the same keys through the Python client, to a topic of as many partitions
     scratch = f"{topic}-python"
     ensure_topic(handle.kafka_config(), scratch, partitions=5, replication_factor=1, topic_configs={})

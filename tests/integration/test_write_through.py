@@ -227,6 +227,50 @@ def test_a_batch_that_changes_each_key_once_is_written_through_from_its_input_pa
     assert _plain(fold_log(read_log(handle, consistency="transactional"), ["id"])) == _plain(expected)
 
 
+@pytest.mark.parametrize("files", [0, 3], ids=["json", "parquet-3-files"])
+def test_a_log_only_batch_that_changes_each_key_once_is_produced_from_its_input_partitions(
+    env, spark, tmp_path: Path, monkeypatch: Any, files: int
+) -> None:
+    """A log-only write of such a batch takes the write-through's rows without the table write: its
+    records go from the input's partitions to the log in one Spark job, which also counts the changes
+    and the no-op deletes; the plan is neither cached nor counted. The log holds the batch once and
+    folds to what the batch makes of an empty table; the table is not written."""
+    from airflow_logstore.core.properties import parse_emit_mode
+    from airflow_logstore.spark import planning
+
+    handle = make_table(env)
+    produced: list[Any] = []
+    real = dual_write.produce_records
+
+    def recorded(rows: Any, ctx: Any) -> Any:
+        produced.append(rows)
+        return real(rows, ctx)
+
+    def not_counted(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the plan was counted")
+
+    monkeypatch.setattr(dual_write, "produce_records", recorded)
+    monkeypatch.setattr(planning.BatchPlan, "count", not_counted)
+    expected, records = _expected(ONCE, ["id"])
+    if files:
+        path = write_parquet(spark, tmp_path / "b1.parquet", ONCE, files)
+    else:
+        path = write_jsonl(tmp_path / "b1.jsonl", ONCE)
+    writer = open_writer(spark, str(handle.name), writer_id="log-once")
+    writer.emit_mode = parse_emit_mode("log", writer.config)
+
+    result = writer.write_path(str(path), 1)
+
+    [rows] = produced
+    assert not _shuffles(rows) and rows.rdd.getNumPartitions() == max(1, files)
+    assert (result.rows_in, result.log_records, result.noop_deletes) == (len(ONCE), records, 1)
+    assert result.snapshot_id is None and table_state(handle) == {}
+    eventual = eventual_log(handle)
+    assert len(eventual.records) == records == len(ONCE) - 1
+    assert {r.meta.task.split(".")[0] for r in eventual.records} == {str(p) for p in range(max(1, files))}
+    assert _plain(fold_log(eventual, ["id"])) == _plain(expected)
+
+
 def test_a_batch_that_changes_a_key_twice_takes_the_per_key_window(
     env, spark, tmp_path: Path, monkeypatch: Any
 ) -> None:
