@@ -40,6 +40,7 @@ from airflow_logstore.spark.planning import (
     KeysAbsent,
     appended_changes,
     changes_final,
+    deletes_in,
     key_filter,
     plan_row_kinds,
     table_rows,
@@ -65,8 +66,6 @@ __all__ = ["BatchResult", "CrashPoint", "DualWriter", "open_writer", "task_ident
 
 #: The emit mode of a dual write (both stores).
 DUAL = frozenset({EMIT_FILE, EMIT_LOG})
-#: The emit mode of a log-only write.
-LOG_ONLY = frozenset({EMIT_LOG})
 
 log = logging.getLogger(__name__)
 
@@ -215,9 +214,9 @@ class DualWriter:
         if done is not None:
             return result.skipped_for(done)
         schema = self.spark.table(self.handle.spark_name()).schema
-        # the keys are checked for a write-through, or a log-only batch's produce from its input
+        # the keys are checked: a batch that changes each once may skip the plan (_write_direct)
         changes = validated_changes(
-            raw, schema, self.primary_key, self.change_column, cache=not reread, check_keys=self._direct()
+            raw, schema, self.primary_key, self.change_column, cache=not reread, check_keys=True
         )  # 2
         try:
             plan = self._plan(changes.frame, self._target(table), self._keys(changes, table))  # 3
@@ -226,8 +225,8 @@ class DualWriter:
                 absent = None if plan.holds_keys() else KeysAbsent(planned_at)
                 if absent is not None and self.emit_mode == DUAL:
                     written = self._write_through(plan, changes, result, absent)  # 4 to 6
-                elif absent is not None and self.emit_mode == LOG_ONLY and changes.keys_once:
-                    written = self._produce_direct(plan, changes, result, absent)  # 4 to 6
+                elif absent is not None and changes.keys_once:
+                    written = self._write_direct(plan, changes, result, absent)  # 4 to 6
                 else:
                     written = self._write_planned(plan.persisted(), result, absent)  # 4 to 6
             finally:
@@ -235,11 +234,6 @@ class DualWriter:
         finally:
             changes.unpersist()
         return replace(written, seconds=round(time.monotonic() - started, 3))
-
-    def _direct(self) -> bool:
-        """Whether a batch that changes each key once, none of them in the table, skips the plan: it is
-        written through (a dual write) or produced from its input (a log-only write)."""
-        return self.emit_mode in (DUAL, LOG_ONLY)
 
     def _target(self, table: Table) -> DataFrame | None:
         """The table's rows as of ``table``'s current snapshot (None: it holds none)."""
@@ -281,17 +275,24 @@ class DualWriter:
         )
         return self._commit_logged(counted, produced, BatchRows(plan.final, plan.keys, absent))
 
-    def _produce_direct(
+    def _write_direct(
         self, plan: BatchPlan, changes: Changes, result: BatchResult, absent: KeysAbsent
     ) -> BatchResult:
-        """A log-only write of a batch that changes each key once (or has no key), none of its keys in
-        the table: its records are produced from its input's partitions, as a write-through's are
-        (:meth:`_through`), in one Spark job that also counts its changes and no-op deletes; the plan
-        is not built, cached or counted."""
+        """A single-store write of a batch that changes each key once (or has no key), none of its keys
+        in the table: no change has a before-image, so the plan is not built, cached or counted.
+
+        A log-only write produces the write-through's rows (:meth:`_through`) from the input's
+        partitions, in one Spark job that also counts the changes and no-op deletes. A file-only write
+        commits the changes as they are (appended, or merged if ``main`` moved since the plan), and its
+        no-op deletes are its deletes."""
         rows, _, final = self._through(plan, changes)
-        reported = produce_records(rows, self._produce_context(result.batch_id))
-        counted = result.counted(reported.changes, reported.noop_deletes)
-        return self._commit_logged(counted, reported.produced, BatchRows(final, plan.keys, absent))
+        if EMIT_LOG in self.emit_mode:
+            reported = produce_records(rows, self._produce_context(result.batch_id))
+            counted = result.counted(reported.changes, reported.noop_deletes)
+            produced = reported.produced
+        else:
+            counted, produced = result.counted(changes.rows, deletes_in(changes.frame)), NOTHING_PRODUCED
+        return self._commit_logged(counted, produced, BatchRows(final, plan.keys, absent))
 
     def _write_through(
         self, plan: BatchPlan, changes: Changes, result: BatchResult, absent: KeysAbsent

@@ -291,6 +291,14 @@ def changes_final(changes: DataFrame, columns: Sequence[str]) -> DataFrame:
     return changes.select(*[quoted(c) for c in columns], F.col(OP_COLUMN))
 
 
+def deletes_in(changes: DataFrame) -> int:
+    """How many of the changes are deletes (a count the optimizer answers without a scan when the
+    batch has no change column: every change is then an insert)."""
+    from pyspark.sql import functions as F
+
+    return changes.where(F.col(OP_COLUMN) == "D").count()
+
+
 def table_columns(frame: DataFrame, columns: Sequence[str]) -> DataFrame:
     return frame.select(*[quoted(c) for c in columns])
 

@@ -227,46 +227,59 @@ def test_a_batch_that_changes_each_key_once_is_written_through_from_its_input_pa
     assert _plain(fold_log(read_log(handle, consistency="transactional"), ["id"])) == _plain(expected)
 
 
+@pytest.mark.parametrize("mode", ["log", "file"])
 @pytest.mark.parametrize("files", [0, 3], ids=["json", "parquet-3-files"])
-def test_a_log_only_batch_that_changes_each_key_once_is_produced_from_its_input_partitions(
-    env, spark, tmp_path: Path, monkeypatch: Any, files: int
+def test_a_single_store_batch_that_changes_each_key_once_skips_the_plan(
+    env, spark, tmp_path: Path, monkeypatch: Any, files: int, mode: str
 ) -> None:
-    """A log-only write of such a batch takes the write-through's rows without the table write: its
-    records go from the input's partitions to the log in one Spark job, which also counts the changes
-    and the no-op deletes; the plan is neither cached nor counted. The log holds the batch once and
-    folds to what the batch makes of an empty table; the table is not written."""
+    """A log-only or file-only write of such a batch reads its changes from the input's partitions with
+    no shuffle, and never builds, caches or counts the plan. Log-only: one Spark job produces the
+    records and counts the changes and no-op deletes; the log holds the batch once and folds to what
+    the batch makes of an empty table; the table is not written. File-only: the changes are committed
+    as they are (appended); the table holds the batch, the log nothing."""
     from airflow_logstore.core.properties import parse_emit_mode
     from airflow_logstore.spark import planning
 
     handle = make_table(env)
-    produced: list[Any] = []
-    real = dual_write.produce_records
+    read: list[Any] = []
+    real_produce, real_commit = dual_write.produce_records, dual_write.commit_batch
 
-    def recorded(rows: Any, ctx: Any) -> Any:
-        produced.append(rows)
-        return real(rows, ctx)
+    def produced(rows: Any, ctx: Any) -> Any:
+        read.append(rows)
+        return real_produce(rows, ctx)
+
+    def committed(target: Any, rows: Any, commit: Any) -> Any:
+        read.append(rows.final)
+        return real_commit(target, rows, commit)
 
     def not_counted(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the plan was counted")
 
-    monkeypatch.setattr(dual_write, "produce_records", recorded)
+    monkeypatch.setattr(dual_write, "produce_records", produced)
+    monkeypatch.setattr(dual_write, "commit_batch", committed)
     monkeypatch.setattr(planning.BatchPlan, "count", not_counted)
     expected, records = _expected(ONCE, ["id"])
     if files:
         path = write_parquet(spark, tmp_path / "b1.parquet", ONCE, files)
     else:
         path = write_jsonl(tmp_path / "b1.jsonl", ONCE)
-    writer = open_writer(spark, str(handle.name), writer_id="log-once")
-    writer.emit_mode = parse_emit_mode("log", writer.config)
+    writer = open_writer(spark, str(handle.name), writer_id=f"{mode}-once")
+    writer.emit_mode = parse_emit_mode(mode, writer.config)
 
     result = writer.write_path(str(path), 1)
 
-    [rows] = produced
+    [rows] = read
     assert not _shuffles(rows) and rows.rdd.getNumPartitions() == max(1, files)
-    assert (result.rows_in, result.log_records, result.noop_deletes) == (len(ONCE), records, 1)
-    assert result.snapshot_id is None and table_state(handle) == {}
+    assert (result.rows_in, result.noop_deletes) == (len(ONCE), 1)
     eventual = eventual_log(handle)
-    assert len(eventual.records) == records == len(ONCE) - 1
+    if mode == "file":
+        assert result.log_records == 0 and eventual.records == []
+        assert _plain(table_state(handle)) == _plain(expected)
+        [commit] = [c for c in snapshot_commits(handle.load()) if c.writer_id == "file-once"]
+        assert commit.batch_id == 1 and result.snapshot_id is not None
+        return
+    assert result.log_records == records == len(ONCE) - 1 == len(eventual.records)
+    assert result.snapshot_id is None and table_state(handle) == {}
     assert {r.meta.task.split(".")[0] for r in eventual.records} == {str(p) for p in range(max(1, files))}
     assert _plain(fold_log(eventual, ["id"])) == _plain(expected)
 
