@@ -1,11 +1,11 @@
 """Step 2 of the dual write: one pass over a batch's changes checks every row against the table schema,
-counts them and, for a dual write, finds whether the batch changes each of its keys once.
+counts them and finds whether the batch changes each of its keys once.
 
 A bad row (:func:`airflow_logstore.spark.inputs.tagged_changes` tags it) fails the batch before anything
 is written, with an error naming its row, column and file. A batch that changes each key once, or a table
-without a key, needs no per-key window when it is written through: none of its keys is in the table
-(the write-through's condition), so no change has a before-image and no record depends on another change
-(:meth:`airflow_logstore.spark.dual_write.DualWriter._through`).
+without a key, needs no plan when none of its keys is in the table (the write-through's condition, and
+a single-store write's): no change has a before-image and no record depends on another change
+(:meth:`airflow_logstore.spark.dual_write.DualWriter._through`, ``_write_direct``).
 
 The pass is one Spark job over the changes: each task counts its rows, keeps the id of its first bad one
 and, when keys are checked, sorts a hash of each row's key (``xxhash64`` of the key columns) in the JVM
