@@ -281,12 +281,13 @@ class DualWriter:
         """A single-store write of a batch that changes each key once (or has no key), none of its keys
         in the table: no change has a before-image, so the plan is not built, cached or counted.
 
-        A log-only write produces the write-through's rows (:meth:`_through`) from the input's
+        A log-only write produces the write-through's rows (as :meth:`_through`'s) from the input's
         partitions, in one Spark job that also counts the changes and no-op deletes. A file-only write
         commits the changes as they are (appended, or merged if ``main`` moved since the plan), and its
-        no-op deletes are its deletes."""
-        rows, _, final = self._through(plan, changes)
+        no-op deletes are its deletes. Only the frames the write reads are built (each is driver work)."""
+        final = changes_final(changes.frame, plan.columns)
         if EMIT_LOG in self.emit_mode:
+            rows = appended_changes(changes.frame, plan.columns, plan.primary_key)  # as _through's
             reported = produce_records(rows, self._produce_context(result.batch_id))
             counted = result.counted(reported.changes, reported.noop_deletes)
             produced = reported.produced
