@@ -18,7 +18,6 @@ import argparse
 import json
 import random
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -165,7 +164,7 @@ def main() -> None:
     started = time.perf_counter()
     with logstore_environment() as env:
         spark = build_spark_session("bench-batch-scale")
-        workdir = Path(tempfile.mkdtemp(prefix="bench-scale-"))
+        workdir = env.scratch("bench-scale")
         for rows in sizes:
             inputs = batch_inputs(workdir / str(rows), rows, args.batches + 1, args.changes, args.seed)
             for layout in layouts:

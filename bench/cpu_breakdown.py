@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -86,7 +85,7 @@ def main() -> None:
         jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
         broker_pid = env.broker.pid()
         assert broker_pid is not None, "the broker is not running"
-        workdir = Path(tempfile.mkdtemp(prefix="bench-cpu-"))
+        workdir = env.scratch("bench-cpu")
         copies = iter(copies_of(generate(spark, args.rows, workdir / "input"), args.runs))
         run_mode(env, spark, "dual", str(generate(spark, 20_000, workdir / "warm")), 20_000)
         for n in range(args.runs):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +83,7 @@ def main() -> None:
 
     with logstore_environment() as env:
         spark = build_spark_session("bench-dual-write")
-        workdir = Path(tempfile.mkdtemp(prefix="bench-dual-"))
+        workdir = env.scratch("bench-dual")
         copies = iter(copies_of(generate(spark, args.rows, workdir / "input"), len(modes) * args.runs))
         warm = generate(spark, 20_000, workdir / "warm")
         for mode in modes:

@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 #: the first dual-write batches are slower (Spark and Python workers warm up); the transactional baseline
@@ -152,7 +150,7 @@ def main() -> None:
         # append-only by default: the batch interval stays constant over hundreds of batches
         handle = make_table(env, prefix="latency", primary_key=("id",) if args.primary_key else ())
         writer = open_writer(spark, str(handle.name), writer_id="latency")
-        work = Path(tempfile.mkdtemp(prefix="bench-latency-"))
+        work = env.scratch("bench-latency")
         stop = threading.Event()
         eventual_seen: dict[int, float] = {}
         consistent_seen: dict[int, float] = {}

@@ -6,7 +6,9 @@ the shared download cache, so parallel test sessions never collide.
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,6 +24,10 @@ from airflow_logstore.services.local import BrokerOptions, LocalBroker, free_por
 from airflow_logstore.settings import SOURCE_ROOT, LocalSettings, local_settings
 
 REPO_ROOT = SOURCE_ROOT
+# set (to anything but "" or "0") to keep an environment's folder after it ends, to look at what it left
+KEEP_ENV = "LOGSTORE_KEEP_TEST_HOME"
+
+log = logging.getLogger(__name__)
 
 
 def free_port_pair() -> int:
@@ -38,6 +44,12 @@ class LogStoreTestEnv:
     @property
     def bootstrap(self) -> str:
         return self.broker.bootstrap
+
+    def scratch(self, name: str) -> Path:
+        """A new folder inside the environment's own, removed with it."""
+        folder = self.settings.home / "scratch" / name
+        folder.mkdir(parents=True)
+        return folder
 
     def unique(self, prefix: str = "t") -> str:
         return f"{prefix}_{uuid.uuid4().hex[:8]}"
@@ -73,11 +85,21 @@ class LogStoreTestEnv:
 
 @contextmanager
 def logstore_environment(options: Mapping[str, Any] | None = None) -> Iterator[LogStoreTestEnv]:
-    """Start a broker in a fresh state folder and point LOGSTORE_* at it for the duration."""
+    """Start a broker in a fresh state folder and point LOGSTORE_* at it for the duration.
+
+    Spark's scratch folders (``SPARK_LOCAL_DIRS``: the jars each session copies, shuffle blocks) are in
+    that folder too, also those of drivers a test killed, and the folder is removed at the end
+    (unless ``LOGSTORE_KEEP_TEST_HOME`` is set): runs of the suite leave nothing behind in the temp dir.
+    """
     home = Path(tempfile.mkdtemp(prefix="logstore-test-"))
     port = free_port_pair()
     cache = os.environ.get("LOGSTORE_CACHE") or str(REPO_ROOT / ".cache")
-    env = {"LOGSTORE_HOME": str(home), "LOGSTORE_KAFKA_PORT": str(port), "LOGSTORE_CACHE": cache}
+    env = {
+        "LOGSTORE_HOME": str(home),
+        "LOGSTORE_KAFKA_PORT": str(port),
+        "LOGSTORE_CACHE": cache,
+        "SPARK_LOCAL_DIRS": str(home / "spark-local"),
+    }
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
     settings = local_settings()
@@ -93,3 +115,11 @@ def logstore_environment(options: Mapping[str, Any] | None = None) -> Iterator[L
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+        remove_home(home)
+
+
+def remove_home(home: Path) -> None:
+    if os.environ.get(KEEP_ENV, "") not in ("", "0"):
+        log.warning("kept the test environment's folder %s (%s is set)", home, KEEP_ENV)
+        return
+    shutil.rmtree(home, ignore_errors=True)

@@ -47,6 +47,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     env = {
         "LOGSTORE_HOME": str(home),
         "LOGSTORE_CACHE": os.environ.get("LOGSTORE_CACHE") or str(REPO_ROOT / ".cache"),
+        # the drivers' scratch folders (the jars each copies, shuffle blocks), removed with the rest
+        "SPARK_LOCAL_DIRS": str(home / "spark-local"),
     }
     topology = CLUSTER.with_ports(free_ports(port_count(CLUSTER), consecutive=2))
     service = LocalCluster(
