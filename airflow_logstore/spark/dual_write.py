@@ -273,7 +273,8 @@ class DualWriter:
             if EMIT_LOG in self.emit_mode
             else NOTHING_PRODUCED
         )
-        return self._commit_logged(counted, produced, BatchRows(plan.final, plan.keys, absent))
+        rows = BatchRows(plan.final, plan.keys, absent) if EMIT_FILE in self.emit_mode else None
+        return self._commit_logged(counted, produced, rows)
 
     def _write_direct(
         self, plan: BatchPlan, changes: Changes, result: BatchResult, absent: KeysAbsent
@@ -285,15 +286,13 @@ class DualWriter:
         partitions, in one Spark job that also counts the changes and no-op deletes. A file-only write
         commits the changes as they are (appended, or merged if ``main`` moved since the plan), and its
         no-op deletes are its deletes. Only the frames the write reads are built (each is driver work)."""
-        final = changes_final(changes.frame, plan.columns)
         if EMIT_LOG in self.emit_mode:
-            rows = appended_changes(changes.frame, plan.columns, plan.primary_key)  # as _through's
-            reported = produce_records(rows, self._produce_context(result.batch_id))
+            reported = produce_records(straight_rows(plan, changes), self._produce_context(result.batch_id))
             counted = result.counted(reported.changes, reported.noop_deletes)
-            produced = reported.produced
-        else:
-            counted, produced = result.counted(changes.rows, deletes_in(changes.frame)), NOTHING_PRODUCED
-        return self._commit_logged(counted, produced, BatchRows(final, plan.keys, absent))
+            return self._commit_logged(counted, reported.produced, None)
+        counted = result.counted(changes.rows, deletes_in(changes.frame))
+        final = changes_final(changes.frame, plan.columns)
+        return self._commit_logged(counted, NOTHING_PRODUCED, BatchRows(final, plan.keys, absent))
 
     def _write_through(
         self, plan: BatchPlan, changes: Changes, result: BatchResult, absent: KeysAbsent
@@ -325,19 +324,22 @@ class DualWriter:
         needed (the plan's frames are not even built). Any other batch goes through the plan's window
         (all of a key in one task, in input order)."""
         if changes.keys_once:  # found by the validation's pass
-            rows = appended_changes(changes.frame, plan.columns, plan.primary_key)
             # the changes' partitions, as the validation's pass counted them
-            return rows, changes.tasks, changes_final(changes.frame, plan.columns)
+            return straight_rows(plan, changes), changes.tasks, changes_final(changes.frame, plan.columns)
         return plan.through, plan.tasks, plan.final
 
-    def _commit_logged(self, counted: BatchResult, produced: Produced, rows: BatchRows) -> BatchResult:
-        """Steps 5 and 6 once the batch's records are flushed: commit its rows, record the commit."""
+    def _commit_logged(self, counted: BatchResult, produced: Produced, rows: BatchRows | None) -> BatchResult:
+        """Steps 5 and 6 once the batch's records are flushed: commit its rows, record the commit.
+
+        :param rows: what the commit writes; None when the emit mode writes no file (log only)."""
         batch_id = counted.batch_id
         logged = counted.produced(produced)
         log.info("batch %s: %s log records flushed, offsets %s", batch_id, produced.count, logged.offsets)
         self._crash_point("after-log", batch_id)
         commit = self._commit_info(batch_id, produced)
-        if EMIT_FILE not in self.emit_mode:
+        if (rows is None) != (EMIT_FILE not in self.emit_mode):
+            raise AssertionError(f"rows {rows!r} for emit mode {format_emit_mode(self.emit_mode)}")
+        if rows is None:
             return self._record(logged, commit)
         landed = commit_batch(self._commit_target(), rows, commit)
         self._crash_point("after-commit", batch_id)
@@ -385,6 +387,12 @@ class DualWriter:
         return CommitTarget(
             self.handle, self.writer_id, self.epoch, tuple(self.primary_key), self.read_control
         )
+
+
+def straight_rows(plan: BatchPlan, changes: Changes) -> DataFrame:
+    """The records' rows of a batch that changes each key once, none of its keys in the table: each
+    change as an insert or a delete, from the input's partitions (no before-image: no shuffle, no window)."""
+    return appended_changes(changes.frame, plan.columns, plan.primary_key)
 
 
 def open_writer(

@@ -100,7 +100,6 @@ class _Conf:
 
 class _Spark:
     def __init__(self, conf: dict[str, str]) -> None:
-        self.sparkContext = self
         self.conf = _Conf(conf)  # spark.conf: the session sees the context's settings
 
 
