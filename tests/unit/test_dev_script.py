@@ -82,12 +82,12 @@ def test_dev_test_stops_first_when_the_disk_is_full(tmp_path: Path) -> None:
 
 def test_dev_test_names_a_temp_dir_on_another_disk_without_room(tmp_path: Path) -> None:
     root = str(SOURCE_ROOT)
-    tools = fake_tools(tmp_path, {root: 500, str(tmp_path): 3}, {root: 7, str(tmp_path): 8})
+    tools = fake_tools(tmp_path, {root: 500, str(tmp_path): 2}, {root: 7, str(tmp_path): 8})
 
     result = run_dev("test", tools, tmp_path)
 
     assert result.returncode == 1, result.stderr
-    assert f"3 GiB free on the file system of {tmp_path}, and it needs about 4 GiB more there" in (
+    assert f"2 GiB free on the file system of {tmp_path}, and it needs about 3 GiB more there" in (
         result.stderr
     )
     assert "or set TMPDIR to a folder on another disk" in result.stderr
