@@ -9,10 +9,10 @@ through a file next to the table (:func:`job_result`), not through the driver's 
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,9 +28,12 @@ from airflow_logstore.spark.executors import package_zip
 from airflow_logstore.spark.jobconf import job_properties, split_secret_conf, submit_environment
 from airflow_logstore.spark.session import base_conf
 from airflow_logstore.table.catalog import CatalogSpec
+from airflow_logstore.tempdirs import private_folder, process_file, remove_orphans
 
 if TYPE_CHECKING:
     from airflow_logstore.table.tables import LogStoreTable
+
+log = logging.getLogger(__name__)
 
 
 def job_path(script: str) -> str:
@@ -140,14 +143,22 @@ def _ensure_spark_submit_on_path() -> None:
             os.environ["PATH"] = f"{bundled.parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
-def write_properties_file(properties: Mapping[str, str]) -> str:
-    """A 0600 temporary Spark properties file (the caller deletes it)."""
-    fd, path = tempfile.mkstemp(prefix="logstore-", suffix=".properties")
+#: the folder of the properties files in the temporary directory (one per OS user, see tempdirs)
+PROPERTIES_FOLDER = "logstore-submit"
+
+
+def write_properties_file(properties: Mapping[str, str], folder: Path | None = None) -> str:
+    """A 0600 Spark properties file in the user's own folder (the caller deletes it).
+
+    The files that killed tasks left there (holding their secrets) are removed first."""
+    folder = folder or private_folder(PROPERTIES_FOLDER)
+    for orphan in remove_orphans(folder, ".properties"):
+        log.info("removed %s, left by a task that was killed", orphan)
+    fd, path = process_file(folder, ".properties")
     with os.fdopen(fd, "w") as out:
         for key, value in properties.items():
             escaped = str(value).replace("\\", "\\\\").replace("\n", "\\n")
             out.write(f"{key}={escaped}\n")
-    os.chmod(path, 0o600)
     return path
 
 

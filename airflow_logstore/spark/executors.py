@@ -23,6 +23,7 @@ import zipfile
 from pathlib import Path
 
 import airflow_logstore
+from airflow_logstore.tempdirs import private_folder
 
 #: What Spark itself gives its executors (the Spark image's, or the worker's, pyspark), not in the list below.
 SPARK_PROVIDED: tuple[str, ...] = ("pyspark",)
@@ -55,14 +56,15 @@ def package_zip(folder: Path | None = None) -> Path:
 
     Named by a hash of its content, so every job of one installation reuses the same file.
 
-    :param folder: where to keep it (default: ``logstore-py-files-<uid>`` in the temporary directory)
+    :param folder: where to keep it (default: ``logstore-py-files-<uid>`` in the temporary directory, a
+        folder of this user only: see :func:`~airflow_logstore.tempdirs.private_folder`)
     """
     root = Path(airflow_logstore.__file__).resolve().parent
     files = _package_files(root)
     digest = hashlib.sha256()
     for path in files:
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
-    folder = folder or Path(tempfile.gettempdir()) / f"logstore-py-files-{os.getuid()}"
+    folder = folder or private_folder("logstore-py-files")
     target = folder / f"airflow_logstore-{airflow_logstore.__version__}-{digest.hexdigest()[:16]}.zip"
     if target.exists():
         return target

@@ -68,3 +68,35 @@ def test_services_up_is_idempotent_and_down_leaves_no_process(env, tmp_path: Pat
     stopped = _logstore(["status"], home, port)
     assert stopped.returncode == 3 and "stopped" in stopped.stdout
     assert "was not running" in _logstore(["down"], home, port).stdout
+
+
+DRIVER = """
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.master("local[1]").appName("killed").getOrCreate()
+spark.range(10).repartition(2).count()  # a shuffle: block files in its scratch folder
+print("ready", flush=True)
+import time; time.sleep(600)
+"""
+
+
+def test_an_environment_removes_its_folder_with_the_scratch_of_a_killed_driver() -> None:
+    """Runs of the suite leave nothing in the temp dir: Spark's scratch folders (also a SIGKILLed
+    driver's, which its shutdown hook never removes) are in the environment's folder, removed at its end."""
+    from airflow_logstore.testing.environment import logstore_environment
+
+    with logstore_environment() as inner:
+        home = inner.settings.home
+        local = Path(os.environ["SPARK_LOCAL_DIRS"])
+        assert local.parent == home
+        driver = subprocess.Popen(
+            [sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, text=True, start_new_session=True
+        )
+        try:
+            assert driver.stdout is not None
+            assert driver.stdout.readline().strip() == "ready"
+            assert list(local.glob("blockmgr-*")), sorted(p.name for p in local.iterdir())
+        finally:
+            os.killpg(driver.pid, 9)  # the driver and its JVM: no shutdown hook runs
+            driver.wait()
+        assert list(local.glob("blockmgr-*"))  # what the killed driver left
+    assert not home.exists()

@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "airflow_logstore"
 #: Lowest first. ``__init__`` is the package's own module (its version and provider info).
 LAYERS: list[set[str]] = [
     {"__init__", "exceptions", "versions", "pause"},
-    {"settings"},
+    {"settings", "tempdirs"},
     {"jars", "javac"},
     {"core"},
     {"log"},
