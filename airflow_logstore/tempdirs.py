@@ -2,8 +2,9 @@
 
 A folder with a predictable name in a shared ``/tmp`` can be made first by another user, who could then
 swap the files placed in it (the code executors run, a job's settings). :func:`private_folder` creates
-the folder, or accepts an existing one only when it is a real folder of this user that no other user can
-write to; anything else is an error naming the folder.
+the folder, or accepts an existing one only when it is a real folder of this user (one that others could
+write to, as earlier versions made it with the user's umask, is made private and emptied of its files);
+anything else is an error naming the folder.
 
 A task that is killed (SIGKILL, a lost worker) cannot delete the file it made, which then holds its
 secrets until the machine is cleaned: :func:`remove_orphans` removes the files of processes that are
@@ -34,10 +35,10 @@ class UnsafeFolderError(LogStoreError):
 
 
 def private_folder(name: str, base: Path | None = None) -> Path:
-    """``<temp dir>/<name>-<uid>``, created with mode 0700 if missing.
+    """``<temp dir>/<name>-<uid>``, created with mode 0700 if missing; made so, without its files, if
+    group or others could write to it.
 
-    :raises UnsafeFolderError: it exists and is not a folder of this user, or group or others can write
-        to it (or it is a symbolic link).
+    :raises UnsafeFolderError: it exists and is not a folder of this user (or is a symbolic link).
     """
     folder = (base or Path(tempfile.gettempdir())) / f"{name}-{os.getuid()}"
     with contextlib.suppress(FileExistsError):  # checked below either way
@@ -48,14 +49,23 @@ def private_folder(name: str, base: Path | None = None) -> Path:
         problem = "is not a folder (a symbolic link or a file)"
     elif info.st_uid != os.getuid():
         problem = f"belongs to user id {info.st_uid}, not to this user ({os.getuid()})"
-    elif info.st_mode & 0o022:
-        problem = f"can be written by other users (mode {stat.S_IMODE(info.st_mode):o})"
+    elif info.st_mode & 0o022:  # made so by an earlier version, with the user's umask
+        _make_private(folder)
     if problem:
         raise UnsafeFolderError(
             f"{folder} {problem}: LogStore keeps files there that others must not change; remove it "
             "(it is made again) or set TMPDIR to a folder of your own"
         )
     return folder
+
+
+def _make_private(folder: Path) -> None:
+    """Mode 0700, and none of the files others could have put or replaced while they could write there
+    (each is made again when needed)."""
+    folder.chmod(0o700)
+    for path in folder.iterdir():
+        if not path.is_dir() or path.is_symlink():
+            path.unlink()
 
 
 def process_file(folder: Path, suffix: str) -> tuple[int, str]:

@@ -43,14 +43,25 @@ def test_an_existing_folder_of_the_user_that_only_it_can_write_is_accepted(tmp_p
     assert private_folder("logstore-x", tmp_path) == folder
 
 
-@pytest.mark.parametrize("kind", ["writable by all", "symbolic link", "another user's"])
+def test_a_folder_of_the_user_others_could_write_is_made_private_and_emptied(tmp_path: Path) -> None:
+    """Earlier versions made the zip's folder with the user's umask (0775 with umask 002): anyone who
+    could write there could have put a zip in it, so its files go."""
+    folder = tmp_path / f"logstore-x-{os.getuid()}"
+    folder.mkdir()
+    folder.chmod(0o777)
+    (folder / "airflow_logstore-0.1.0-0123456789abcdef.zip").write_text("planted")
+    (folder / "link.zip").symlink_to(tmp_path / "elsewhere.zip")
+
+    assert private_folder("logstore-x", tmp_path) == folder
+
+    assert folder.stat().st_mode & 0o777 == 0o700
+    assert list(folder.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["symbolic link", "another user's"])
 def test_a_folder_others_could_change_is_refused(tmp_path: Path, kind: str) -> None:
     folder = tmp_path / f"logstore-x-{os.getuid()}"
-    if kind == "writable by all":
-        folder.mkdir()
-        folder.chmod(0o777)
-        expected = r"can be written by other users \(mode 777\)"
-    elif kind == "symbolic link":
+    if kind == "symbolic link":
         (tmp_path / "elsewhere").mkdir(mode=0o700)
         folder.symlink_to(tmp_path / "elsewhere")
         expected = "is not a folder"
