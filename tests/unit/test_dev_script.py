@@ -8,6 +8,7 @@ replaced here by scripts that report a chosen free space and file system for eac
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -39,7 +40,11 @@ def fake_tools(folder: Path, free_gib: dict[str, int], devices: dict[str, int]) 
 
 
 def run_dev(
-    command: str, bin_dir: Path, tmpdir: Path, extra_env: dict[str, str] | None = None
+    command: str,
+    bin_dir: Path,
+    tmpdir: Path,
+    extra_env: dict[str, str] | None = None,
+    script: Path = SOURCE_ROOT / "dev",
 ) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
@@ -49,7 +54,7 @@ def run_dev(
     }
     # its own process group: if the check let the command through, the test stops all it started
     process = subprocess.Popen(
-        [str(SOURCE_ROOT / "dev"), command],
+        [str(script), command],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -105,3 +110,23 @@ def test_dev_demo_stops_first_when_the_disk_is_full(tmp_path: Path) -> None:
         result.stderr
     )
     assert f"1 GiB in {home} while it runs" in result.stderr
+
+
+def test_a_clean_clone_needs_the_whole_install(tmp_path: Path) -> None:
+    """A clean clone has no .venv and no .cache yet: all of the install counts (and the check still
+    speaks: ``du`` fails on the missing folders, which must not end the script silently)."""
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    shutil.copy(SOURCE_ROOT / "dev", clone / "dev")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    tools = fake_tools(tmp_path, {str(clone): 11, str(temp): 11}, {str(clone): 7, str(temp): 7})
+
+    result = run_dev("test", tools, temp, script=clone / "dev")
+
+    assert result.returncode == 1, result.stderr
+    assert (
+        f"[dev] not enough disk space for ./dev test: 11 GiB free on the file system of {clone}, and it "
+        "needs about 12 GiB more there (9 GiB for .venv and .cache, of which 0 are there"
+    ) in result.stderr
+    assert not (clone / ".venv").exists()
