@@ -21,6 +21,7 @@ from typing import Any
 from bench.common import machine, measure, save
 
 MODES = {"kafka-only": "log", "iceberg-only": "file", "dual": "file,log"}
+CODEC_PROPERTY = "write.parquet.compression-codec"
 
 
 def generate(spark: Any, rows: int, path: Path) -> str:
@@ -44,16 +45,21 @@ def copies_of(data: str, count: int) -> list[str]:
     return [str(copy) for copy in copies]
 
 
-def run_mode(env: Any, spark: Any, mode: str, data: str, rows: int) -> dict[str, Any]:
+def run_mode(
+    env: Any, spark: Any, mode: str, data: str, rows: int, codec: str | None = None
+) -> dict[str, Any]:
     from airflow_logstore.core.properties import parse_emit_mode
     from airflow_logstore.spark.dual_write import open_writer
     from airflow_logstore.testing.tables import make_table
 
+    properties = {"log-store.partitions": "3"}
+    if codec:
+        properties[CODEC_PROPERTY] = codec
     handle = make_table(
         env,
         schema="id long, name string, amount long",
         primary_key=("id",),
-        properties={"log-store.partitions": "3"},
+        properties=properties,
         prefix="bench",
     )
     writer = open_writer(spark, str(handle.name), writer_id=f"bench-{mode.split()[0]}")
@@ -61,6 +67,8 @@ def run_mode(env: Any, spark: Any, mode: str, data: str, rows: int) -> dict[str,
     with measure() as result:
         batch = writer.write_path(data, 1)
     assert batch.rows_in == rows, batch
+    snapshot = handle.load().current_snapshot()
+    summary = snapshot.summary if snapshot is not None else None
     return {
         "mode": mode,
         "seconds": round(result.seconds, 2),
@@ -68,6 +76,8 @@ def run_mode(env: Any, spark: Any, mode: str, data: str, rows: int) -> dict[str,
         "peak_rss_mb": round(result.peak_rss_mb),
         "log_records": batch.log_records,
         "snapshot": batch.snapshot_id is not None,
+        # the size of the table's data files (0: a Kafka-only write)
+        "files_mb": round(int(summary.get("total-files-size") or 0) / 1e6, 1) if summary else 0,
     }
 
 
@@ -75,6 +85,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument(
+        "--codec", default=None, help=f"the tables' {CODEC_PROPERTY} (default: Iceberg's, zstd)"
+    )
     args = parser.parse_args()
     modes = list(MODES)
 
@@ -87,11 +100,11 @@ def main() -> None:
         copies = iter(copies_of(generate(spark, args.rows, workdir / "input"), len(modes) * args.runs))
         warm = generate(spark, 20_000, workdir / "warm")
         for mode in modes:
-            run_mode(env, spark, mode, warm, 20_000)
+            run_mode(env, spark, mode, warm, 20_000, args.codec)
         results: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
         for _ in range(args.runs):
             for mode in modes:
-                results[mode].append(run_mode(env, spark, mode, next(copies), args.rows))
+                results[mode].append(run_mode(env, spark, mode, next(copies), args.rows, args.codec))
                 print(results[mode][-1], flush=True)
         spark.stop()
 
@@ -100,21 +113,26 @@ def main() -> None:
             "seconds": statistics.median(r["seconds"] for r in runs),
             "rows_per_s": statistics.median(r["rows_per_s"] for r in runs),
             "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+            "files_mb": statistics.median(r["files_mb"] for r in runs),
         }
         for mode, runs in results.items()
     }
     slower = max(summary["kafka-only"]["seconds"], summary["iceberg-only"]["seconds"])
     ratio = summary["dual"]["seconds"] / slower
-    print(f"\n{args.rows} rows, {args.runs} run(s), {machine()}")
-    print("| path | wall time (s) | rows/s | peak RSS (MB) |\n|---|---|---|---|")
+    print(f"\n{args.rows} rows, {args.runs} run(s), codec {args.codec or 'default'}, {machine()}")
+    print("| path | wall time (s) | rows/s | peak RSS (MB) | data files (MB) |\n|---|---|---|---|---|")
     for mode, values in summary.items():
-        print(f"| {mode} | {values['seconds']:.1f} | {values['rows_per_s']:,} | {values['peak_rss_mb']:,} |")
+        print(
+            f"| {mode} | {values['seconds']:.1f} | {values['rows_per_s']:,} | {values['peak_rss_mb']:,} "
+            f"| {values['files_mb']} |"
+        )
     print(f"\ndual / slower single path = {ratio:.2f} (goal <= 1.1)")
     save(
         "dual_write",
         {
             "rows": args.rows,
             "runs": args.runs,
+            "codec": args.codec,
             "machine": machine(),
             "results": results,
             "summary": summary,
