@@ -29,7 +29,7 @@ ORPHAN_AGE_S = 600.0
 
 
 class UnsafeFolderError(LogStoreError):
-    """A folder LogStore keeps its files in belongs to another user or others can write to it."""
+    """A folder LogStore keeps its files in belongs to another user, or is not a folder (a link)."""
 
     retryable = False
 
@@ -73,10 +73,10 @@ def process_file(folder: Path, suffix: str) -> tuple[int, str]:
     return tempfile.mkstemp(prefix=f"{os.getpid()}-", suffix=suffix, dir=folder)
 
 
-def remove_orphans(folder: Path, suffix: str, *, now: float | None = None) -> list[Path]:
+def remove_orphans(folder: Path, suffix: str) -> list[Path]:
     """Remove the ``<pid>-...<suffix>`` files in ``folder`` whose process is gone (older than
     :data:`ORPHAN_AGE_S`); return them."""
-    now = time.time() if now is None else now
+    now = time.time()
     removed = []
     for path in folder.glob(f"*-*{suffix}"):
         pid = path.name.split("-", 1)[0]

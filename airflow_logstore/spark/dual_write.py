@@ -332,13 +332,13 @@ class DualWriter:
         """Steps 5 and 6 once the batch's records are flushed: commit its rows, record the commit.
 
         :param rows: what the commit writes; None when the emit mode writes no file (log only)."""
+        if (rows is None) != (EMIT_FILE not in self.emit_mode):
+            raise AssertionError(f"rows {rows!r} for emit mode {format_emit_mode(self.emit_mode)}")
         batch_id = counted.batch_id
         logged = counted.produced(produced)
         log.info("batch %s: %s log records flushed, offsets %s", batch_id, produced.count, logged.offsets)
         self._crash_point("after-log", batch_id)
         commit = self._commit_info(batch_id, produced)
-        if (rows is None) != (EMIT_FILE not in self.emit_mode):
-            raise AssertionError(f"rows {rows!r} for emit mode {format_emit_mode(self.emit_mode)}")
         if rows is None:
             return self._record(logged, commit)
         landed = commit_batch(self._commit_target(), rows, commit)

@@ -22,7 +22,7 @@ from airflow_logstore.services.cluster import ClusterSecrets, LocalCluster
 from airflow_logstore.services.local import free_ports
 from airflow_logstore.services.topology import CLUSTER, port_count
 from airflow_logstore.settings import local_settings
-from airflow_logstore.testing.environment import REPO_ROOT
+from airflow_logstore.testing.environment import REPO_ROOT, remove_home
 from tests.environments import executor_python
 
 logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -76,7 +76,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
         kafka_client.close_shared_producers()  # before the brokers go: no client left knocking
         service.down()
-        shutil.rmtree(home, ignore_errors=True)
+        remove_home(home)  # (LOGSTORE_KEEP_TEST_HOME keeps it)
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
