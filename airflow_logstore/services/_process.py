@@ -478,6 +478,14 @@ def tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
+def java_tmpdir(folder: Path) -> str:
+    """The JVM option that puts a Java process's temporary files in ``folder`` (made here): the native
+    libraries the JVM unpacks (LZ4, Snappy, SQLite) and the like. A process that is killed leaves them
+    behind; in its own folder they go with its state, not into the machine's temp dir."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"-Djava.io.tmpdir={folder}"
+
+
 def java() -> str:
     """The ``java`` of ``JAVA_HOME``, else of PATH."""
     java_home = os.environ.get("JAVA_HOME")

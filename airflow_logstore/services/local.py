@@ -18,7 +18,14 @@ from pathlib import Path
 
 from airflow_logstore.exceptions import ServiceError
 from airflow_logstore.jars import kafka_jars
-from airflow_logstore.services._process import ManagedProcess, cmdline, ensure_port_free, java, port_open
+from airflow_logstore.services._process import (
+    ManagedProcess,
+    cmdline,
+    ensure_port_free,
+    java,
+    java_tmpdir,
+    port_open,
+)
 from airflow_logstore.settings import LocalSettings, local_settings
 
 # -- the broker --------------------------------------------------------------------------------------
@@ -218,6 +225,7 @@ class LocalBroker:
             "-Xms128m",
             "-XX:+UseG1GC",
             "-Djava.awt.headless=true",
+            java_tmpdir(self.state_dir / "tmp"),
             f"-Dlog4j2.configurationFile={log4j}",
             f"-Dlogstore.state={self.state_dir}",
             "-cp",

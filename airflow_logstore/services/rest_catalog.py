@@ -160,6 +160,7 @@ class LocalRestCatalog(PortService):
             f"-Xmx{self.heap}",
             "-XX:+UseSerialGC",
             "-Djava.awt.headless=true",
+            _process.java_tmpdir(self.state_dir / "tmp"),
             "-Dlogstore.rest.host=127.0.0.1",
             f"-Dlogstore.state={self.state_dir}",
             "-cp",

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_logstore.log import kafka_client
+from airflow_logstore.services._process import java_tmpdir
 from airflow_logstore.services.local import BrokerOptions, LocalBroker, free_ports
 from airflow_logstore.settings import SOURCE_ROOT, LocalSettings, local_settings
 
@@ -87,8 +88,8 @@ class LogStoreTestEnv:
 def logstore_environment(options: Mapping[str, Any] | None = None) -> Iterator[LogStoreTestEnv]:
     """Start a broker in a fresh state folder and point LOGSTORE_* at it for the duration.
 
-    Spark's scratch folders (``SPARK_LOCAL_DIRS``: the jars each session copies, shuffle blocks) are in
-    that folder too, also those of drivers a test killed, and the folder is removed at the end
+    Spark's scratch folders (:func:`spark_scratch_env`) are in that folder too, also those of drivers a
+    test killed, and the folder is removed at the end
     (unless ``LOGSTORE_KEEP_TEST_HOME`` is set): runs of the suite leave nothing behind in the temp dir.
     """
     home = Path(tempfile.mkdtemp(prefix="logstore-test-"))
@@ -98,7 +99,7 @@ def logstore_environment(options: Mapping[str, Any] | None = None) -> Iterator[L
         "LOGSTORE_HOME": str(home),
         "LOGSTORE_KAFKA_PORT": str(port),
         "LOGSTORE_CACHE": cache,
-        "SPARK_LOCAL_DIRS": str(home / "spark-local"),
+        **spark_scratch_env(home),
     }
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
@@ -116,6 +117,18 @@ def logstore_environment(options: Mapping[str, Any] | None = None) -> Iterator[L
             else:
                 os.environ[key] = value
         remove_home(home)
+
+
+def spark_scratch_env(home: Path) -> dict[str, str]:
+    """The variables that keep the Spark drivers' scratch in ``home``: ``SPARK_LOCAL_DIRS`` (the jars each
+    session copies, shuffle blocks) and the drivers' ``java.io.tmpdir`` (through ``SPARK_SUBMIT_OPTS``,
+    which ``spark-submit`` gives the driver's JVM: its ``spark-*`` folder and the native libraries it
+    unpacks), so that what a killed driver leaves goes with ``home``."""
+    options = os.environ.get("SPARK_SUBMIT_OPTS", "")
+    return {
+        "SPARK_LOCAL_DIRS": str(home / "spark-local"),
+        "SPARK_SUBMIT_OPTS": f"{options} {java_tmpdir(home / 'java-tmp')}".strip(),
+    }
 
 
 def remove_home(home: Path) -> None:

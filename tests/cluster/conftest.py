@@ -22,7 +22,7 @@ from airflow_logstore.services.cluster import ClusterSecrets, LocalCluster
 from airflow_logstore.services.local import free_ports
 from airflow_logstore.services.topology import CLUSTER, port_count
 from airflow_logstore.settings import local_settings
-from airflow_logstore.testing.environment import REPO_ROOT, remove_home
+from airflow_logstore.testing.environment import REPO_ROOT, remove_home, spark_scratch_env
 from tests.environments import executor_python
 
 logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -47,8 +47,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     env = {
         "LOGSTORE_HOME": str(home),
         "LOGSTORE_CACHE": os.environ.get("LOGSTORE_CACHE") or str(REPO_ROOT / ".cache"),
-        # the drivers' scratch folders (the jars each copies, shuffle blocks), removed with the rest
-        "SPARK_LOCAL_DIRS": str(home / "spark-local"),
+        # the drivers' scratch folders, removed with the rest
+        **spark_scratch_env(home),
     }
     topology = CLUSTER.with_ports(free_ports(port_count(CLUSTER), consecutive=2))
     service = LocalCluster(

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from airflow_logstore.services import _process
 from airflow_logstore.testing.environment import free_port_pair
 
 
@@ -80,8 +81,9 @@ import time; time.sleep(600)
 
 
 def test_an_environment_removes_its_folder_with_the_scratch_of_a_killed_driver() -> None:
-    """Runs of the suite leave nothing in the temp dir: Spark's scratch folders (also a SIGKILLed
-    driver's, which its shutdown hook never removes) are in the environment's folder, removed at its end."""
+    """Runs of the suite leave nothing in the temp dir: Spark's scratch folders and its JVM's temp files
+    (also a SIGKILLed driver's, which its shutdown hook never removes) are in the environment's folder,
+    removed at its end."""
     from airflow_logstore.testing.environment import logstore_environment
 
     with logstore_environment() as inner:
@@ -99,4 +101,12 @@ def test_an_environment_removes_its_folder_with_the_scratch_of_a_killed_driver()
             os.killpg(driver.pid, 9)  # the driver and its JVM: no shutdown hook runs
             driver.wait()
         assert list(local.glob("blockmgr-*"))  # what the killed driver left
+        # its temp dir: its spark-* folder and the native library it unpacked for the shuffle's LZ4
+        java_tmp = sorted(p.name for p in (home / "java-tmp").iterdir())
+        assert [n for n in java_tmp if n.startswith("spark-")], java_tmp
+        assert [n for n in java_tmp if n.startswith("liblz4-java")], java_tmp
+        # the broker's JVM (killed in the chaos tests) keeps its temp files in its state folder
+        broker_pid = inner.broker.pid()
+        assert broker_pid is not None
+        assert f"-Djava.io.tmpdir={inner.broker.state_dir / 'tmp'}" in _process.cmdline(broker_pid)
     assert not home.exists()
