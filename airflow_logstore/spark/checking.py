@@ -120,8 +120,6 @@ def checked_changes(tagged: DataFrame, primary_key: Sequence[str] | None) -> Che
     from pyspark.sql import functions as F
 
     spark = tagged.sparkSession
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
     hash_keys = bool(primary_key)
     columns = [F.col(ROW_COLUMN), F.col(ERROR_COLUMN).isNotNull()]
     if primary_key:
@@ -133,8 +131,7 @@ def checked_changes(tagged: DataFrame, primary_key: Sequence[str] | None) -> Che
         .getConstructors()[0]
         .newInstance(java_arguments(spark, hash_keys, per_task))
     )
-    tasks = tagged.select(*columns)._jdf.mapPartitions(check, jvm.org.apache.spark.sql.Encoders.BINARY())
-    summary = check.summary(tasks.collectAsList())
+    summary = check.check(tagged.select(*columns)._jdf)
     rows, first_bad, keys = int(summary[0]), int(summary[1]), int(summary[2])
     if primary_key is None:
         keys_once = None

@@ -5,10 +5,11 @@ partition), tags every record with its task attempt, flushes, and reports the of
 driver merges those reports into the batch's offsets, task attempts and record count.
 
 The records never leave the JVM. A small Java class shipped with the package
-(``java/LogProducer.java``, a Spark ``MapPartitionsFunction<Row, String>``) is compiled once with
-``javac`` into a jar in the local cache (:mod:`airflow_logstore.javac`), added to the Spark context
-(``addJar``: executors fetch it from the driver, nothing is installed on them) and applied with
-``Dataset.mapPartitions`` through py4j. Each task borrows an idempotent Java ``KafkaProducer``
+(``java/LogProducer.java``, a function over the partitions of Spark's own rows, ``InternalRow``) is
+compiled once with ``javac`` into a jar in the local cache (:mod:`airflow_logstore.javac`), added to the
+Spark context (``addJar``: executors fetch it from the driver, nothing is installed on them) and applied
+through py4j to the rows of the frame's plan (``LogProducer.internalRows``: no conversion to ``Row``
+objects). Each task borrows an idempotent Java ``KafkaProducer``
 (``acks=all``, never transactional; kept per executor JVM and configuration, dropped on any error),
 sends every (key, value) with the batch's headers, keeps the first and last acknowledged offset per
 partition in the delivery callback, flushes, fails unless every record was acknowledged, and returns
@@ -64,10 +65,12 @@ WRITE_THROUGH_CLASS = PRODUCER_CLASS + "$WriteThrough"
 #: Classes whose jars ``LogProducer`` compiles against (found where the driver's JVM loaded them).
 _COMPILE_AGAINST = (
     "org.apache.kafka.clients.producer.KafkaProducer",
-    "org.apache.spark.TaskContext",
-    "org.apache.spark.api.java.function.MapPartitionsFunction",
-    "org.apache.spark.sql.Row",
-    "org.apache.spark.sql.RowFactory",
+    "org.apache.spark.TaskContext",  # Spark's core (JavaRDD)
+    "org.apache.spark.api.java.function.FlatMapFunction",
+    "org.apache.spark.sql.Row",  # Spark's SQL API (Dataset, the types)
+    "org.apache.spark.sql.catalyst.InternalRow",  # Catalyst (GenericInternalRow)
+    "org.apache.spark.sql.classic.SparkSession",  # Spark SQL (the classic Dataset's plan)
+    "org.apache.spark.internal.Logging",  # Spark's common utilities (a parent of the classic classes)
     "scala.Option",
 )
 #: Producer settings of the dual write (the connection's may add security; these always win).
@@ -137,11 +140,7 @@ def produce_records(changes: DataFrame, ctx: ProduceContext) -> TaskReports:
     Spark job), and merge what its tasks report."""
     ordered = in_produce_order(changes)
     spark = ordered.sparkSession
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    function = log_producer(spark, ctx)
-    reports = ordered._jdf.mapPartitions(function, jvm.org.apache.spark.sql.Encoders.STRING()).collectAsList()
-    return task_reports(spark, reports)
+    return task_reports(spark, log_producer(spark, ctx).produce(ordered._jdf))
 
 
 #: Iceberg write options of a write-through: the rows are written where they are produced, so the
@@ -190,19 +189,17 @@ def write_through(rows: DataFrame, ctx: ProduceContext, table: str, tasks: int) 
 
     spark = rows.sparkSession
     sc = spark.sparkContext
-    jvm = sc._jvm
-    assert jvm is not None and sc._jsc is not None
+    assert sc._jsc is not None
     reports = sc._jsc.sc().collectionAccumulator("logstore-write-through")
-    function = (
-        java_class(spark, WRITE_THROUGH_CLASS)
-        .getConstructors()[0]
-        .newInstance(java_arguments(spark, log_producer(spark, ctx), reports))
-    )
     names = rows.schema.names
     appended = StructType(rows.schema.fields[names.index(APPENDED_COLUMN) + 1 :])  # the table's columns
     schema = spark._jsparkSession.parseDataType(appended.json())
-    written = rows._jdf.mapPartitions(function, jvm.org.apache.spark.sql.Encoders.row(schema))
-    writer = PyDataFrame(written, spark).writeTo(table)
+    function = (
+        java_class(spark, WRITE_THROUGH_CLASS)
+        .getConstructors()[0]
+        .newInstance(java_arguments(spark, log_producer(spark, ctx), reports, schema))
+    )
+    writer = PyDataFrame(function.written(rows._jdf), spark).writeTo(table)
     for key, value in WRITE_THROUGH_OPTIONS.items():
         writer = writer.option(key, value)
     writer.append()

@@ -227,6 +227,46 @@ def test_a_batch_that_changes_each_key_once_is_written_through_from_its_input_pa
     assert _plain(fold_log(read_log(handle, consistency="transactional"), ["id"])) == _plain(expected)
 
 
+#: A column of each type a table may have (``table.schema``), with nulls and strings of many lengths
+#: (also non-ASCII).
+TYPED_SCHEMA = (
+    "id long, small int, share float, ratio double, price decimal(12,2), name string, raw binary, "
+    "flag boolean, day date, at timestamp, local_at timestamp_ntz"
+)
+TYPED_COLUMNS = (
+    "id",
+    "CASE WHEN id % 7 = 0 THEN NULL ELSE CAST(id % 1000 AS INT) END AS small",
+    "CAST(id / 7.0 AS FLOAT) AS share",
+    "id / 3.0D AS ratio",
+    "CAST(id * 1.25 AS DECIMAL(12,2)) AS price",
+    "CASE WHEN id % 5 = 0 THEN NULL ELSE concat('näme-', repeat('x', CAST(id % 40 AS INT)), id) END AS name",
+    "CASE WHEN id % 9 = 0 THEN NULL ELSE CAST(concat('b', repeat('y', CAST(id % 17 AS INT))) AS BINARY) END"
+    " AS raw",
+    "id % 2 = 0 AS flag",
+    "date_add(DATE'2024-01-01', CAST(id % 400 AS INT)) AS day",
+    "timestamp_micros(1700000000000000 + id * 1000003) AS at",
+    "CAST(timestamp_micros(1600000000000000 + id * 999983) AS TIMESTAMP_NTZ) AS local_at",
+)
+
+
+def test_a_write_through_keeps_every_column_type(env, spark, tmp_path: Path, monkeypatch: Any) -> None:
+    """The write-through hands Spark's own rows (``InternalRow``) to the table's writer, with each
+    column's value read where it is in the task's input row, which Spark reuses from row to row: every
+    type's values and nulls arrive as they were read, over several tasks."""
+    handle = make_table(env, schema=TYPED_SCHEMA)
+    frame = spark.range(0, 3000, numPartitions=3).selectExpr(*TYPED_COLUMNS)
+    path = tmp_path / "typed.parquet"
+    frame.write.parquet(str(path))
+    _no_other_write(monkeypatch)
+
+    result = open_writer(spark, str(handle.name), writer_id="typed").write_path(str(path), 1)
+
+    assert (result.rows_in, result.log_records) == (3000, 3000)
+    written = spark.table(handle.spark_name()).orderBy("id").collect()
+    read = spark.read.parquet(str(path)).orderBy("id").collect()
+    assert [r.asDict(recursive=True) for r in written] == [r.asDict(recursive=True) for r in read]
+
+
 @pytest.mark.parametrize("mode", ["log", "file"])
 @pytest.mark.parametrize("files", [0, 3], ids=["json", "parquet-3-files"])
 def test_a_single_store_batch_that_changes_each_key_once_skips_the_plan(

@@ -28,9 +28,15 @@ import org.apache.kafka.common.header.internals.RecordHeader;
 import org.apache.kafka.common.header.internals.RecordHeaders;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.apache.spark.TaskContext;
-import org.apache.spark.api.java.function.MapPartitionsFunction;
+import org.apache.spark.api.java.JavaRDD;
+import org.apache.spark.api.java.function.FlatMapFunction;
+import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
-import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
 import org.apache.spark.util.CollectionAccumulator;
 import org.apache.spark.util.TaskCompletionListener;
 
@@ -40,7 +46,7 @@ import org.apache.spark.util.TaskCompletionListener;
  * airflow_logstore/spark/producing.py for the protocol; nothing here is logged (the settings may carry
  * SASL credentials).
  */
-public final class LogProducer implements MapPartitionsFunction<Row, String> {
+public final class LogProducer implements FlatMapFunction<Iterator<InternalRow>, String> {
     private static final long serialVersionUID = 1L;
 
     /** Idle producers of this JVM per configuration: a new idempotent one first waits for its id. */
@@ -81,6 +87,21 @@ public final class LogProducer implements MapPartitionsFunction<Row, String> {
         return partitionId + "." + taskAttemptId;
     }
 
+    /**
+     * A frame's rows as Spark's own rows, for the functions of this file: they read the binary and
+     * string columns where they are, with no conversion to {@link Row} objects (and back, for the
+     * rows the write-through hands on). The frame's plan runs as for Spark's own writes (its adaptive
+     * stages first); a task may get the same row object for every row, so nothing keeps one.
+     */
+    public static JavaRDD<InternalRow> internalRows(Dataset<Row> frame) {
+        return ((org.apache.spark.sql.classic.Dataset<Row>) frame).queryExecution().toRdd().toJavaRDD();
+    }
+
+    /** Produce every change of {@code changes} (see {@link #call}) in one Spark job; the tasks' reports. */
+    public List<String> produce(Dataset<Row> changes) {
+        return internalRows(changes).mapPartitions(this).collect();
+    }
+
     /** The headers of one task attempt's records. */
     public List<Header> headers(String task) {
         List<Header> headers = new ArrayList<>(headerNames.size());
@@ -105,7 +126,7 @@ public final class LogProducer implements MapPartitionsFunction<Row, String> {
      * after-image's; either may be null), sent in that order.
      */
     @Override
-    public Iterator<String> call(Iterator<Row> rows) throws Exception {
+    public Iterator<String> call(Iterator<InternalRow> rows) throws Exception {
         TaskRun run = new TaskRun();
         while (rows.hasNext()) {
             run.sendChange(rows.next());
@@ -148,14 +169,14 @@ public final class LogProducer implements MapPartitionsFunction<Row, String> {
         }
 
         /** The records of one change (key, before value, after value: see {@link #call}). */
-        void sendChange(Row row) {
+        void sendChange(InternalRow row) {
             changes++;
-            byte[] key = row.isNullAt(0) ? null : (byte[]) row.get(0);
+            byte[] key = row.isNullAt(0) ? null : row.getBinary(0);
             if (!row.isNullAt(1)) {
-                send(key, (byte[]) row.get(1));
+                send(key, row.getBinary(1));
             }
             if (!row.isNullAt(2)) {
-                send(key, (byte[]) row.get(2));
+                send(key, row.getBinary(2));
             } else if (row.isNullAt(1)) {
                 noops++;
             }
@@ -206,30 +227,45 @@ public final class LogProducer implements MapPartitionsFunction<Row, String> {
      * merges a result task's accumulator updates only when the task succeeded, once per partition, so
      * the driver sees exactly the reports of the task attempts whose rows are written.
      */
-    public static final class WriteThrough implements MapPartitionsFunction<Row, Row> {
+    public static final class WriteThrough implements FlatMapFunction<Iterator<InternalRow>, InternalRow> {
         private static final long serialVersionUID = 1L;
         private static final int FIRST_COLUMN = 4;
 
         private final LogProducer producer;
         private final CollectionAccumulator<String> reports;
+        private final StructType table;
 
-        public WriteThrough(LogProducer producer, CollectionAccumulator<String> reports) {
+        /** @param table the table's columns (the input's columns from {@code FIRST_COLUMN} on) */
+        public WriteThrough(LogProducer producer, CollectionAccumulator<String> reports, StructType table) {
             this.producer = producer;
             this.reports = reports;
+            this.table = table;
+        }
+
+        /** The rows the tasks of {@code rows} hand on (the table's columns), to be written by a writer. */
+        public Dataset<Row> written(Dataset<Row> rows) {
+            org.apache.spark.sql.classic.SparkSession session =
+                    ((org.apache.spark.sql.classic.Dataset<Row>) rows).sparkSession();
+            return session.internalCreateDataFrame(internalRows(rows).mapPartitions(this).rdd(), table, false);
         }
 
         @Override
-        public Iterator<Row> call(Iterator<Row> rows) throws Exception {
+        public Iterator<InternalRow> call(Iterator<InternalRow> rows) throws Exception {
             TaskRun run = producer.new TaskRun();
-            return new Iterator<Row>() {
-                private Row next;
+            StructField[] fields = table.fields();
+            DataType[] types = new DataType[fields.length];
+            for (int i = 0; i < types.length; i++) {
+                types[i] = fields[i].dataType();
+            }
+            return new Iterator<InternalRow>() {
+                private InternalRow next;
                 private boolean ended;
 
                 @Override
                 public boolean hasNext() {
                     while (next == null && !ended) {
                         if (rows.hasNext()) {
-                            next = consume(run, rows.next());
+                            next = consume(run, rows.next(), types);
                         } else {
                             ended = true;
                             reports.add(finish(run));
@@ -239,27 +275,31 @@ public final class LogProducer implements MapPartitionsFunction<Row, String> {
                 }
 
                 @Override
-                public Row next() {
+                public InternalRow next() {
                     if (!hasNext()) {
                         throw new NoSuchElementException();
                     }
-                    Row row = next;
+                    InternalRow row = next;
                     next = null;
                     return row;
                 }
             };
         }
 
-        private static Row consume(TaskRun run, Row row) {
+        /**
+         * Send a row's records; the row to append, if it is one: its table columns' values as they are
+         * in the input row (the writer's first step copies them before this task reads its next row).
+         */
+        private static InternalRow consume(TaskRun run, InternalRow row, DataType[] types) {
             run.sendChange(row);
             if (!row.getBoolean(3)) {
                 return null;
             }
-            Object[] values = new Object[row.length() - FIRST_COLUMN];
+            Object[] values = new Object[types.length];
             for (int i = 0; i < values.length; i++) {
-                values[i] = row.get(FIRST_COLUMN + i);
+                values[i] = row.get(FIRST_COLUMN + i, types[i]);
             }
-            return RowFactory.create(values);
+            return new GenericInternalRow(values);
         }
 
         private static String finish(TaskRun run) {
@@ -281,7 +321,7 @@ public final class LogProducer implements MapPartitionsFunction<Row, String> {
      * its sorted hashes (8 bytes each). {@link #summary} merges the tasks' arrays on the driver. Two
      * keys with the same hash count as a repeat: "once" may be a false "no", never a false "yes".
      */
-    public static final class ChangeCheck implements MapPartitionsFunction<Row, byte[]> {
+    public static final class ChangeCheck implements FlatMapFunction<Iterator<InternalRow>, byte[]> {
         private static final long serialVersionUID = 1L;
         static final byte ONCE = 0;
         static final byte REPEATED = 1;
@@ -296,14 +336,19 @@ public final class LogProducer implements MapPartitionsFunction<Row, String> {
             this.hashLimit = hashLimit;
         }
 
+        /** The summary (see {@link #summary}) of the rows of {@code tagged}, in one Spark job. */
+        public long[] check(Dataset<Row> tagged) {
+            return summary(internalRows(tagged).mapPartitions(this).collect());
+        }
+
         @Override
-        public Iterator<byte[]> call(Iterator<Row> rows) {
+        public Iterator<byte[]> call(Iterator<InternalRow> rows) {
             long count = 0;
             long firstBad = -1;
             long[] hashes = hashKeys ? new long[1024] : null;
             int hashed = 0;
             while (rows.hasNext()) {
-                Row row = rows.next();
+                InternalRow row = rows.next();
                 count++;
                 long id = row.getLong(0);
                 if (row.getBoolean(1) && (firstBad < 0 || id < firstBad)) {
