@@ -244,9 +244,8 @@ class JvmScan:
                     )
                 archive.keep()
             finally:
-                if process.poll() is None:
-                    process.kill()
-                    process.wait()
+                if process.poll() is None:  # the reader stopped early (a limit, an error)
+                    _stop(process)
                 archive.discard()
 
     def _frames(self, process: subprocess.Popen[bytes], out: IO[bytes]) -> Iterator[Chunk]:
@@ -397,3 +396,19 @@ def _pyspark_jars() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise ServiceError("the JVM log scan needs the pyspark wheel's jars (pyspark is not installed)")
     return Path(next(iter(spec.submodule_search_locations))) / "jars"
+
+
+#: How long a scan's JVM may take to exit after SIGTERM before it is killed.
+STOP_TIMEOUT_S = 10
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """End a scan's JVM before its end: SIGTERM first, so that its exit hooks remove the native library
+    it unpacked into the temp dir (LZ4's, about 1 MB with its lock file; a SIGKILL leaves them there),
+    SIGKILL if it has not exited after :data:`STOP_TIMEOUT_S`."""
+    process.terminate()
+    try:
+        process.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

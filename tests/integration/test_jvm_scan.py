@@ -191,3 +191,26 @@ def test_a_jvm_that_cannot_start_names_why(env, monkeypatch: pytest.MonkeyPatch)
     scan = jvm_scan.JvmScan({"bootstrap.servers": env.bootstrap}, "t", {0: 0}, {0: 5})
     with pytest.raises(ServiceError, match="NoSuchOption"):
         _scan(scan)
+
+
+def test_a_scan_left_early_ends_its_jvm_with_its_temp_files(env, tmp_path, monkeypatch) -> None:
+    """A reader that stops before the scan's end (a limit, an error) ends its JVM with SIGTERM first: the
+    JVM's exit hooks remove the native LZ4 library it unpacked into its temp dir. A SIGKILL left it
+    there, one for every scan left early."""
+    monkeypatch.setattr(jvm_scan, "JVM_OPTIONS", (*jvm_scan.JVM_OPTIONS, f"-Djava.io.tmpdir={tmp_path}"))
+    topic = env.unique("jvmleft")
+    config = {"bootstrap.servers": env.bootstrap}
+    kafka_client.ensure_topic(config, topic, partitions=1, replication_factor=1, topic_configs={})
+    prod = kafka_client.producer(config, **{"compression.type": "lz4"})
+    tracker = kafka_client.DeliveryTracker()
+    for i in range(20_000):
+        prod.produce(topic, f"v{i}".encode(), f"k{i}".encode(), partition=0, headers=A, on_delivery=tracker)
+    kafka_client.flush(prod, tracker, 20_000, "scan records")
+
+    chunks = jvm_scan.JvmScan(config, topic, {0: 0}, {0: 20_000}, frame_records=500).chunks()
+    assert len(next(chunks).offsets) > 0
+    unpacked = sorted(p.name for p in tmp_path.glob("liblz4-java*"))
+    assert unpacked, sorted(p.name for p in tmp_path.iterdir())  # the running JVM's library
+    chunks.close()  # the reader stops early
+
+    assert not list(tmp_path.glob("liblz4-java*")), unpacked
