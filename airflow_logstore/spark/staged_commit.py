@@ -149,7 +149,11 @@ def drop_staging(handle: LogStoreTable, ref: str, attempts: int = 3) -> None:
                 return
             with table.transaction() as tx:
                 ManageSnapshots(tx).remove_branch(ref).commit()
-                ExpireSnapshots(tx).by_id(head.snapshot_id).commit()
+                expire = ExpireSnapshots(tx)
+                # its own set: pyiceberg 0.10.0 shares one among all instances (fixed in 0.11.0), so a
+                # later drop in the same process would also name earlier drops' snapshots, and fail
+                expire._snapshot_ids_to_expire = set()
+                expire.by_id(head.snapshot_id).commit()
             return
         except CommitFailedException:  # another commit landed meanwhile: load again
             continue
