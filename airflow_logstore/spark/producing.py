@@ -204,13 +204,18 @@ def write_through(rows: DataFrame, ctx: ProduceContext, table: str, tasks: int) 
         writer = writer.option(key, value)
     writer.append()
     reported = task_reports(spark, reports.value())
+    check_one_report_each(reported, tasks, ctx.batch_id)
+    return reported
+
+
+def check_one_report_each(reported: TaskReports, tasks: int, batch_id: int) -> None:
+    """Fail the batch, before its commit, unless each of its ``tasks`` partitions reported exactly once."""
     if reported.partitions != tuple(range(tasks)):
         raise RuntimeError(
-            f"the write-through of batch {ctx.batch_id} has task reports of partitions "
-            f"{list(reported.partitions)} "
-            f"for its {tasks} tasks"
+            f"the write-through of batch {batch_id} ran {tasks} tasks but has reports of partitions "
+            f"{list(reported.partitions)} (one per partition expected), so its records are not "
+            "accounted for; the batch is not committed and a retry writes it again"
         )
-    return reported
 
 
 def log_producer(spark: SparkSession, ctx: ProduceContext) -> Any:

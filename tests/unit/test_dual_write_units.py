@@ -20,6 +20,8 @@ from airflow_logstore.spark.planning import KeyFilter, sql_literal
 from airflow_logstore.spark.producing import (
     NOTHING_PRODUCED,
     Produced,
+    TaskReports,
+    check_one_report_each,
     merge_task_reports,
     pause_settings,
 )
@@ -316,3 +318,20 @@ def test_table_rows_come_from_the_current_snapshot_summary() -> None:
     assert table_rows(table(None, empty=True)) == 0  # no snapshot: no rows
     assert table_rows(table(Summary(Operation.APPEND))) is None  # no total: unknown
     assert table_rows(table(None)) is None
+
+
+@pytest.mark.parametrize(
+    "partitions",
+    [(0, 1), (0, 1, 1, 2), (0, 2, 3), (0, 1, 2, 3)],
+    ids=["one missing", "one twice", "one unplanned", "one more"],
+)
+def test_a_write_through_without_one_report_per_task_fails_before_its_commit(
+    partitions: tuple[int, ...],
+) -> None:
+    reported = TaskReports(NOTHING_PRODUCED, changes=0, noop_deletes=0, partitions=partitions)
+    with pytest.raises(RuntimeError) as raised:
+        check_one_report_each(reported, tasks=3, batch_id=7)
+    message = str(raised.value)
+    assert "batch 7 ran 3 tasks" in message and str(list(partitions)) in message, message
+    assert "not committed" in message
+    check_one_report_each(TaskReports(NOTHING_PRODUCED, 0, 0, (0, 1, 2)), tasks=3, batch_id=7)
