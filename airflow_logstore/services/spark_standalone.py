@@ -5,8 +5,9 @@ The wheel has ``bin/spark-class`` but no ``sbin`` start scripts, so each daemon 
 with its PID file and log under ``state_dir`` (``master/``, ``worker-<i>/``), and stopped by PID.
 
 Each worker gets its own environment, as a separate host would have: its own work dir
-(``SPARK_WORKER_DIR``), scratch dir (``SPARK_LOCAL_DIRS``) and ``LOGSTORE_HOME``
-(``worker-<i>/home``), so nothing can rely on a folder shared with the driver.
+(``SPARK_WORKER_DIR``), scratch dir (``SPARK_LOCAL_DIRS``), ``LOGSTORE_HOME`` (``worker-<i>/home``) and
+its executors' ``java.io.tmpdir`` (``worker-<i>/tmp``), so nothing can rely on a folder shared with the
+driver, and nothing a killed executor unpacked stays in the host's temp dir.
 
 Executors' Python: a PySpark driver sends its own ``PYSPARK_PYTHON`` (default ``python3``) with every
 task, and executors run that command. ``PYSPARK_PYTHON`` in a worker's environment is therefore only
@@ -28,7 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from airflow_logstore.exceptions import ServiceError
-from airflow_logstore.services._process import STATE_ENV, ManagedProcess, ensure_port_free, has_env, wait_for
+from airflow_logstore.services._process import (
+    STATE_ENV,
+    ManagedProcess,
+    ensure_port_free,
+    has_env,
+    java_tmpdir,
+    wait_for,
+)
 from airflow_logstore.services.topology import SparkCluster
 from airflow_logstore.settings import LocalSettings
 
@@ -211,13 +219,18 @@ class LocalSparkCluster:
             str(self.workers[i].folder),
         ]
 
-    def _base_env(self) -> dict[str, str]:
-        """The daemons' common environment: loopback only, small heaps, no conf from elsewhere."""
+    def _base_env(self, folder: Path) -> dict[str, str]:
+        """A daemon's environment: loopback only, small heaps, no conf from elsewhere. Its conf folder
+        (``folder/conf``) holds ``java-opts``, which Spark's launcher adds to every JVM it starts from
+        there: the daemon's, and a worker's executors'. It puts their temporary files (the native
+        libraries they unpack) in ``folder/tmp``, so a killed one leaves them in its state, not in the
+        host's temp dir."""
         inherited = {
             k: v for k, v in os.environ.items() if not k.startswith(("LOGSTORE_", "SPARK_", "PYSPARK_"))
         }
-        conf = self.state_dir / "conf"
+        conf = folder / "conf"
         conf.mkdir(parents=True, exist_ok=True)
+        (conf / "java-opts").write_text(java_tmpdir(folder / "tmp") + "\n")
         return {
             **inherited,
             "SPARK_HOME": str(_spark_home()),
@@ -227,12 +240,12 @@ class LocalSparkCluster:
         }
 
     def _master_env(self) -> dict[str, str]:
-        return self._base_env()
+        return self._base_env(self.master.folder)
 
     def _worker_env(self, i: int) -> dict[str, str]:
         """Worker ``i``'s own environment (inherited by its executors), as on a host of its own."""
         folder = self.workers[i].folder
-        env = self._base_env()
+        env = self._base_env(folder)
         env.update(
             {
                 "SPARK_WORKER_DIR": str(folder),

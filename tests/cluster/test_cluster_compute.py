@@ -230,11 +230,13 @@ def session(spark_cluster: LocalSparkCluster) -> Iterator[Any]:
 
 def _where() -> dict[str, Any]:
     """Where this task runs: its executor's id and JVM pid, that JVM's parent (the worker), Python."""
-    pid, jvm, executor = os.getpid(), None, None
+    pid, jvm, executor, tmpdir = os.getpid(), None, None, None
     while pid > 1 and jvm is None:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         if b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in cmdline:
             jvm, executor = pid, cmdline[cmdline.index(b"--executor-id") + 1].decode()
+            options = [arg.decode() for arg in cmdline if arg.startswith(b"-Djava.io.tmpdir=")]
+            tmpdir = options[-1].split("=", 1)[1] if options else None
         else:
             pid = _parent(pid)
     return {
@@ -244,6 +246,7 @@ def _where() -> dict[str, Any]:
         "worker": _parent(jvm) if jvm else None,
         "prefix": sys.prefix,
         "home": os.environ.get("LOGSTORE_HOME"),
+        "tmpdir": tmpdir,
     }
 
 
@@ -292,6 +295,8 @@ def test_tasks_run_in_executors_on_both_workers(
     for row in rows:
         own = spark_cluster.workers[workers.index(row["worker"])].folder
         assert Path(row["home"]) == own / "home"  # each worker's own LOGSTORE_HOME, not the driver's
+        # and its own temp dir, not the host's /tmp: a killed executor's unpacked libraries stay there
+        assert row["tmpdir"] is not None and Path(row["tmpdir"]) == own / "tmp", row
     jvms = {row["jvm"] for row in rows}
     memory = {
         "master": _rss_mb(spark_cluster.master.pid()),
