@@ -164,7 +164,7 @@ def test_a_write_through_short_of_a_task_report_fails_before_any_commit(
     writer = open_writer(spark, str(handle.name), writer_id="short")
     tasks = spark.sparkContext.defaultParallelism  # the plan's
     reported = re.escape(str(list(range(tasks))))
-    with pytest.raises(RuntimeError, match=f"reports of partitions {reported} for its {tasks + 1} tasks"):
+    with pytest.raises(RuntimeError, match=f"ran {tasks + 1} tasks but has reports of partitions {reported}"):
         writer.write_path(str(write_jsonl(tmp_path / "b1.jsonl", BATCH)), 1)
     assert snapshot_commits(handle.load()) == [] and table_state(handle) == {}
     assert _stage_refs(handle) == []
