@@ -244,11 +244,12 @@ def drop_attempt(handle: LogStoreTable, refs: AttemptRefs) -> bool:
     what is left). True unless the fence tag was gone, i.e. a newer epoch fenced the attempt."""
     try:
         table = handle.load()
+        tagged = refs.fence_tag in table.metadata.refs  # before the removal, which updates ``table``
         remove_refs(table, [ref for ref in (refs.branch, refs.fence_tag) if ref in table.metadata.refs])
     except Exception as exc:  # the refs are harmless: never counted, removed by the next fence
         log.warning("could not drop the refs of %s (%s): %s", handle.name, refs, exc)
         return True
-    return refs.fence_tag in table.metadata.refs
+    return tagged
 
 
 def remove_refs(table: Table, names: list[str]) -> None:

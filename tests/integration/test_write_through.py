@@ -123,6 +123,36 @@ def test_a_batch_with_keys_the_table_holds_is_merged_not_written_through(
     assert _stage_refs(handle) == []
 
 
+def test_a_transient_failure_in_a_commit_attempt_is_reported_as_itself_and_a_retry_commits_once(
+    env, spark, tmp_path: Path
+) -> None:
+    """An error inside a commit attempt that is not a lost race (here an outage of the catalog's storage
+    just before the publish) reaches the caller as itself, which a retry can fix, not as a fence,
+    which no retry can (dropping the attempt's refs used to answer "fenced" whenever it removed a tag).
+    The batch's second try by the same writer commits it once."""
+    from airflow_logstore.exceptions import FencedError
+    from airflow_logstore.pause import on_pause
+
+    handle = make_table(env)
+    path = str(write_jsonl(tmp_path / "b1.jsonl", BATCH))
+    writer = open_writer(spark, str(handle.name), writer_id="flaky")
+
+    def outage() -> None:
+        raise OSError("the catalog's storage did not answer (simulated)")
+
+    with on_pause("commit:before-publish", outage), pytest.raises(OSError, match="simulated") as raised:
+        writer.write_path(path, 1)
+    assert not isinstance(raised.value, FencedError)
+    assert not snapshot_commits(handle.load()) and _stage_refs(handle) == []
+
+    result = writer.write_path(path, 1)
+
+    expected, records = _expected(BATCH, ["id"])
+    assert result.snapshot_id is not None and result.log_records == records
+    assert _plain(table_state(handle)) == _plain(expected)
+    assert [c.batch_id for c in snapshot_commits(handle.load()) if c.writer_id == "flaky"] == [1]
+
+
 def test_a_crashed_write_through_leaves_its_staging_branch_to_the_next_epochs_fence(env, tmp_path) -> None:
     handle = make_table(env)
     path = write_jsonl(tmp_path / "b1.jsonl", BATCH)

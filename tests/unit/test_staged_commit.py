@@ -11,9 +11,17 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from airflow_logstore.spark.staged_commit import drop_staging
+from airflow_logstore.core.commit import attempt_refs
+from airflow_logstore.spark.staged_commit import (
+    drop_attempt,
+    drop_staging,
+    load_base,
+    open_attempt,
+    remove_refs,
+)
 
 STAGE = "logstore_stage_w_0123abcd_1_1_0"
+REFS = attempt_refs("w", 1, 1, 1)  # a commit attempt's branch and fence tag
 
 
 @dataclass
@@ -66,3 +74,17 @@ def test_staging_branches_of_several_tables_are_dropped_in_one_process(catalog: 
     assert _dropped(first, first_head)
     assert _dropped(second, second_head)
     assert second.load().current_snapshot() is not None  # main keeps its snapshot
+
+
+@pytest.mark.parametrize("fenced", [False, True])
+def test_dropping_an_attempt_tells_whether_a_fence_had_removed_its_tag(catalog: Any, fenced: bool) -> None:
+    """The refs go either way; the answer decides whether an attempt's error is reported as a fence
+    (which no retry can fix) or as itself. pyiceberg updates a table in place on commit, so the answer
+    must be read before the removal."""
+    handle, _ = _staged(catalog, f"drop_{fenced}")
+    open_attempt(load_base(handle), REFS)  # type: ignore[arg-type]
+    if fenced:
+        remove_refs(handle.load(), [REFS.fence_tag])
+
+    assert drop_attempt(handle, REFS) is (not fenced)  # type: ignore[arg-type]
+    assert not {REFS.branch, REFS.fence_tag} & set(handle.load().metadata.refs)
