@@ -168,18 +168,18 @@ def write_and_publish(
     )
     if append and target.primary_key:
         log.info("batch %s: none of its keys is in base %s: appended", commit.batch_id, base.snapshot_id)
-    if append and rows.staged is not None:
-        staged_commit.append_staged(target.handle, rows.staged, branch, commit.to_summary())
+    if append and rows.staged is not None:  # a catalog commit: the table as it left it, no load
+        table, head = staged_commit.append_staged(target.handle, rows.staged, branch, commit.to_summary())
     else:
         table_name = branch_table(target.handle.spark_name(), branch)
         write_branch(rows.final, table_name, target.primary_key, commit, rows.keys, append)
-    table, head = staged_commit.branch_head(target.handle, attempt.refs)
+        table, head = staged_commit.branch_head(target.handle, attempt.refs)  # Spark committed it
     snapshot = table.snapshot_by_id(head)
     check_staged_head(
         snapshot, attempt.base.snapshot_id, branch, (target.writer_id, commit.batch_id, target.epoch)
     )
     pause_point("commit:before-publish")
-    staged_commit.publish(attempt, head, target.handle)
+    staged_commit.publish(attempt, head, table, rows.staged)
     assert snapshot is not None  # checked above
     return replace(
         commit,

@@ -26,7 +26,7 @@ from airflow_logstore.core.summary import OP_BASE, S_OPERATION
 from airflow_logstore.exceptions import FencedError
 
 if TYPE_CHECKING:
-    from pyiceberg.table import Table
+    from pyiceberg.table import Table, Transaction
 
     from airflow_logstore.table.tables import LogStoreTable
 
@@ -98,20 +98,29 @@ def open_staging(handle: LogStoreTable, ref: str) -> Base:
     return base
 
 
-def append_staged(handle: LogStoreTable, staging: str, branch: str, summary: dict[str, str]) -> None:
+def append_staged(
+    handle: LogStoreTable, staging: str, branch: str, summary: dict[str, str]
+) -> tuple[Table, int]:
     """Append to ``branch`` the data files that the head of ``staging`` added, with ``summary``: the
     attempt's write of a batch whose files were written before its commit (a catalog commit, no data
-    written or read). The branch's head must still be what it was when loaded.
+    written or read). Returns the table as this commit left it (pyiceberg updates a table in place on
+    commit) and the branch's new head.
 
-    :raises pyiceberg.exceptions.CommitFailedException: ``staging`` is gone (only a newer epoch's fence
-        removes it: the attempt decides again, and fenced) or the branch moved (a lost race).
+    The table is loaded first: a new snapshot's sequence number must follow the table's last, which
+    other writers' commits to ``main`` move.
+
+    :raises pyiceberg.exceptions.CommitFailedException: ``staging`` or ``branch`` is gone, or ``branch``
+        moved before the append landed (only a newer epoch's fence removes them: the attempt decides
+        again, and is fenced).
     """
     from pyiceberg.exceptions import CommitFailedException
     from pyiceberg.manifest import ManifestEntryStatus
 
     table = handle.load()
-    if staging not in table.metadata.refs:
-        raise CommitFailedException(f"staging branch {staging} was removed (a newer epoch fenced the writer)")
+    for ref in (staging, branch):
+        if ref not in table.metadata.refs:
+            raise CommitFailedException(f"branch {ref} was removed (a newer epoch fenced the writer)")
+    parent = table.metadata.refs[branch].snapshot_id
     staged = table.snapshot_by_id(table.metadata.refs[staging].snapshot_id)
     assert staged is not None
     files = [
@@ -127,11 +136,21 @@ def append_staged(handle: LogStoreTable, staging: str, branch: str, summary: dic
     ):
         for file in files:
             append.append_data_file(file)
+    head = table.snapshot_by_id(table.metadata.refs[branch].snapshot_id)
+    if head is None or head.parent_snapshot_id != parent:
+        # pyiceberg (0.12) retries a refused append on the table as it is then, which re-creates a
+        # removed branch: the append is not on the branch this attempt opened
+        raise CommitFailedException(
+            f"branch {branch} was not at {parent} any more when the staged files were appended "
+            "(a newer epoch's fence removed it)"
+        )
+    return table, head.snapshot_id
 
 
 def drop_staging(handle: LogStoreTable, ref: str, attempts: int = 3) -> None:
-    """Remove the branch ``ref`` and the snapshot at its head, in one catalog commit (best effort: a
-    newer epoch's fence removes a branch left behind, and expiry its snapshot).
+    """Remove the branch ``ref`` and the snapshot at its head, in one catalog commit, if it is still
+    there (best effort: a newer epoch's fence removes a branch left behind, and expiry its snapshot).
+    A publish removes it already (:func:`publish`); this is for a batch that ended without one.
 
     The head is a write-through's staging snapshot: no other ref or snapshot holds it (commit attempts
     append its data files on their own bases), so the table's snapshots are what they would be without
@@ -139,21 +158,17 @@ def drop_staging(handle: LogStoreTable, ref: str, attempts: int = 3) -> None:
     removal takes them).
     """
     from pyiceberg.exceptions import CommitFailedException
-    from pyiceberg.table.update.snapshot import ExpireSnapshots, ManageSnapshots
+    from pyiceberg.table.update.snapshot import ManageSnapshots
 
     for _ in range(attempts):
         try:
             table = handle.load()
-            head = table.metadata.refs.get(ref)
-            if head is None:
+            if ref not in table.metadata.refs:
                 return
             with table.transaction() as tx:
+                staged = _staging_head(tx, ref)
                 ManageSnapshots(tx).remove_branch(ref).commit()
-                expire = ExpireSnapshots(tx)
-                # its own set: pyiceberg 0.10.0 shares one among all instances (fixed in 0.11.0), so a
-                # later drop in the same process would also name earlier drops' snapshots, and fail
-                expire._snapshot_ids_to_expire = set()
-                expire.by_id(head.snapshot_id).commit()
+                _expire_unless_kept(tx, staged)
             return
         except CommitFailedException:  # another commit landed meanwhile: load again
             continue
@@ -161,6 +176,31 @@ def drop_staging(handle: LogStoreTable, ref: str, attempts: int = 3) -> None:
             log.warning("could not drop %s of %s: %s", ref, handle.name, exc)
             return
     log.warning("could not drop %s of %s: the table changed during %s attempts", ref, handle.name, attempts)
+
+
+def _staging_head(tx: Transaction, ref: str | None) -> int | None:
+    """The snapshot at the head of the staging branch ``ref`` in the transaction (None: no such ref)."""
+    found = tx.table_metadata.refs.get(ref) if ref else None
+    return found.snapshot_id if found is not None else None
+
+
+def _expire_unless_kept(tx: Transaction, snapshot_id: int | None) -> None:
+    """Expire a removed staging branch's head in the transaction, unless ``main``'s history holds it
+    (a write-through that committed no snapshot leaves its branch at the ``main`` it started from) or a
+    ref still does."""
+    from pyiceberg.table.snapshots import ancestors_of
+    from pyiceberg.table.update.snapshot import ExpireSnapshots
+
+    metadata = tx.table_metadata
+    if snapshot_id is None or any(r.snapshot_id == snapshot_id for r in metadata.refs.values()):
+        return
+    if any(s.snapshot_id == snapshot_id for s in ancestors_of(metadata.current_snapshot(), metadata)):
+        return
+    expire = ExpireSnapshots(tx)
+    # its own set: pyiceberg 0.10.0 shares one among all instances (fixed in 0.11.0), so a later
+    # expiry in the same process would also name earlier ones' snapshots, and fail
+    expire._snapshot_ids_to_expire = set()
+    expire.by_id(snapshot_id).commit()
 
 
 def branch_head(handle: LogStoreTable, refs: AttemptRefs) -> tuple[Table, int]:
@@ -184,31 +224,41 @@ def check_not_fenced(table: Table, refs: AttemptRefs, name: object) -> None:
         )
 
 
-def publish(attempt: Attempt, head_snapshot_id: int, handle: LogStoreTable) -> None:
+def publish(attempt: Attempt, head_snapshot_id: int, table: Table, staging: str | None = None) -> None:
     """Move ``main`` from the base to ``head_snapshot_id`` and drop the attempt's refs, only if
-    ``main`` is still the base, the branch still is the head and the fence tag still exists.
+    ``main`` is still the base, the branch still is the head and the fence tag still exists; the same
+    commit drops the batch's staging branch (if ``table`` holds it) and expires its head.
 
+    :param table: the table as the attempt last saw it: a load after Spark's write to the branch, or
+        the table the attempt's own commit to the branch left (:func:`append_staged`), with no load in
+        between. The commit's requirements name the refs it holds, and the catalog checks them against
+        the table as it is then: every ref the commit moves or drops is asserted in one staging of the
+        transaction (pyiceberg keeps only the first requirement of each type a transaction stages).
     :raises pyiceberg.exceptions.CommitFailedException: ``main`` moved or a fence landed meanwhile
         (the compare-and-set lost).
-    :raises FencedError: a newer epoch fenced the table before this publish.
+    :raises FencedError: ``table`` shows a newer epoch's fence already.
     """
     from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.table.update.snapshot import ManageSnapshots
 
     base, refs = attempt.base, attempt.refs
-    current = handle.load()  # the requirements name what this load holds: checked against ours first
-    check_not_fenced(current, refs, handle.name)
+    check_not_fenced(table, refs, ".".join(table.name()))
     expected = {"main": base.snapshot_id, refs.branch: head_snapshot_id, refs.fence_tag: base.snapshot_id}
     for ref, snapshot_id in expected.items():
-        found = current.metadata.refs.get(ref)
+        found = table.metadata.refs.get(ref)
         if found is None or found.snapshot_id != snapshot_id:
             raise CommitFailedException(
                 f"ref {ref} has changed: expected id {snapshot_id}, "
                 f"found {found.snapshot_id if found else None}"
             )
-    with current.manage_snapshots() as manage:
-        manage.create_branch(snapshot_id=head_snapshot_id, branch_name="main")
-        manage.remove_branch(refs.branch)
-        manage.remove_tag(refs.fence_tag)
+    with table.transaction() as tx:
+        staged = _staging_head(tx, staging)
+        manage = ManageSnapshots(tx).create_branch(snapshot_id=head_snapshot_id, branch_name="main")
+        manage = manage.remove_branch(refs.branch).remove_tag(refs.fence_tag)
+        if staging is not None and staged is not None:
+            manage = manage.remove_branch(staging)
+        manage.commit()  # one staging: each ref's requirement is kept
+        _expire_unless_kept(tx, staged)
 
 
 def fence(handle: LogStoreTable, writer_id: str, epoch: int, attempts: int = 6) -> list[str]:

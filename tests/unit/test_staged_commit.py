@@ -1,6 +1,14 @@
-"""Dropping a write-through's staging branch (``spark/staged_commit.drop_staging``) on real pyiceberg tables
-(a SQLite catalog in a temporary folder): the branch and its head snapshot go in one commit, and so do
-those of the next table and the next batch in the same process."""
+"""A write-through's commit on real pyiceberg tables (a SQLite catalog in a temporary folder), with no
+Spark: the staged files appended to the attempt's branch and published (``spark/staged_commit``).
+
+- Dropping the staging branch: the branch and its head snapshot go in one commit, and so do those of the
+  next table and the next batch in the same process; a head that ``main``'s history holds stays.
+- The publish works on the table as the attempt's staged append left it, with no load of its own: the
+  catalog must still refuse it when ``main`` moved, a newer epoch's fence removed the attempt's refs, or
+  the staging branch is gone, after the attempt last saw the table. The append itself is refused on a
+  branch a fence removed, before its load or between its load and its commit.
+- Dropping an attempt's refs tells whether a fence had removed its tag.
+"""
 
 from __future__ import annotations
 
@@ -10,29 +18,39 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from pyiceberg.exceptions import CommitFailedException
 
 from airflow_logstore.core.commit import attempt_refs
 from airflow_logstore.spark.staged_commit import (
+    append_staged,
     drop_attempt,
     drop_staging,
     load_base,
     open_attempt,
+    publish,
     remove_refs,
 )
 
-STAGE = "logstore_stage_w_0123abcd_1_1_0"
-REFS = attempt_refs("w", 1, 1, 1)  # a commit attempt's branch and fence tag
+STAGE = attempt_refs("w", 1, 1, 0).branch  # the write-through's staging branch: attempt 0
+REFS = attempt_refs("w", 1, 1, 1)  # the commit attempt's branch and fence tag
+SUMMARY = {"logstore.writer": "w", "logstore.batch": "1", "logstore.epoch": "1"}
 
 
 @dataclass
 class _Handle:
-    """What ``drop_staging`` uses of a ``LogStoreTable``: its name and a fresh load of its table."""
+    """What ``staged_commit`` uses of a ``LogStoreTable``: its name and a fresh load of its table;
+    ``after_load`` runs once, right after the next load (another process's commit in that moment)."""
 
     catalog: Any
     name: str
+    after_load: Any = None
 
     def load(self) -> Any:
-        return self.catalog.load_table(self.name)
+        table = self.catalog.load_table(self.name)
+        if self.after_load is not None:
+            action, self.after_load = self.after_load, None
+            action()
+        return table
 
 
 @pytest.fixture
@@ -76,11 +94,107 @@ def test_staging_branches_of_several_tables_are_dropped_in_one_process(catalog: 
     assert second.load().current_snapshot() is not None  # main keeps its snapshot
 
 
+def test_a_staging_head_that_mains_history_holds_is_kept(catalog: Any) -> None:
+    """A staging branch with no snapshot of its own (a write that committed nothing) is at ``main``'s
+    snapshot: dropping the branch must not expire that snapshot from ``main``'s history."""
+    rows = pa.table({"id": pa.array([1], pa.int64())})
+    table = catalog.create_table("ns.kept", schema=rows.schema)
+    table.append(rows)
+    at_main = table.current_snapshot().snapshot_id
+    table.manage_snapshots().create_branch(at_main, STAGE).commit()
+    handle = _Handle(catalog, "ns.kept")
+    handle.load().append(rows)  # main moves on: the branch's head is now main's parent
+
+    drop_staging(handle, STAGE)  # type: ignore[arg-type]
+
+    after = handle.load()
+    assert STAGE not in after.metadata.refs
+    assert after.metadata.snapshot_by_id(at_main) is not None
+    assert after.current_snapshot().parent_snapshot_id == at_main
+
+
+def _attempt(handle: _Handle) -> tuple[Any, Any, int]:
+    """A staged batch and a commit attempt opened on it, as ``commit_batch`` opens one: the attempt,
+    the table as the staged append left it, and the head of the attempt's branch after that append."""
+    attempt = open_attempt(load_base(handle), REFS)  # type: ignore[arg-type]
+    table, head = append_staged(handle, STAGE, REFS.branch, SUMMARY)  # type: ignore[arg-type]
+    return attempt, table, head
+
+
+def _other(handle: _Handle) -> Any:
+    """The table as another process loads it."""
+    return handle.load()
+
+
+def test_a_staged_batch_is_published_and_its_staging_branch_dropped_in_one_commit(catalog: Any) -> None:
+    handle, staged_head = _staged(catalog, "published")
+    attempt, table, head = _attempt(handle)
+    commits_before = len(handle.load().metadata.metadata_log)
+
+    publish(attempt, head, table, STAGE)
+
+    after = handle.load()
+    assert after.current_snapshot().snapshot_id == head
+    assert after.current_snapshot().parent_snapshot_id == attempt.base.snapshot_id
+    assert after.current_snapshot().summary["logstore.batch"] == "1"
+    assert not {STAGE, REFS.branch, REFS.fence_tag} & set(after.metadata.refs)
+    assert after.metadata.snapshot_by_id(staged_head) is None  # expired with its branch
+    assert len(after.metadata.metadata_log) == commits_before + 1  # one catalog commit
+    assert after.scan().to_arrow().num_rows == 2  # main's row and the staged one
+
+
+@pytest.mark.parametrize("change", ["main moved", "fenced", "staging dropped"])
+def test_a_publish_on_the_table_its_attempt_holds_is_refused_after_a_change(
+    catalog: Any, change: str
+) -> None:
+    """The attempt holds the table its staged append left; another process changes it before the publish.
+    The publish's requirements (main at the base, the attempt's branch at its head, the fence tag at the
+    base, the staging branch at its head) must reach the catalog: all four are staged at once."""
+    handle, _ = _staged(catalog, change.replace(" ", "_"))
+    attempt, table, head = _attempt(handle)
+    other = _other(handle)
+    if change == "main moved":
+        other.append(pa.table({"id": pa.array([9], pa.int64())}))
+    elif change == "fenced":  # a newer epoch's fence removes the older epochs' attempt refs
+        remove_refs(other, [STAGE, REFS.branch, REFS.fence_tag])
+    else:
+        remove_refs(other, [STAGE])
+    main_before = handle.load().current_snapshot().snapshot_id
+
+    with pytest.raises(CommitFailedException):
+        publish(attempt, head, table, STAGE)
+
+    assert handle.load().current_snapshot().snapshot_id == main_before
+
+
+@pytest.mark.parametrize("when", ["before its load", "between its load and its commit"])
+def test_a_staged_append_on_a_branch_a_fence_removed_is_refused(catalog: Any, when: str) -> None:
+    """A newer epoch's fence removes the attempt's refs after the attempt opened them. The staged append
+    must fail as a lost race (the attempt then decides again and is fenced), also where pyiceberg
+    retries a refused append on the table as it is then, which re-creates the branch."""
+    handle, _ = _staged(catalog, "fenced_" + when.replace(" ", "_"))
+    attempt = open_attempt(load_base(handle), REFS)  # type: ignore[arg-type]
+
+    def fence() -> None:
+        remove_refs(_Handle(catalog, handle.name).load(), [STAGE, REFS.branch, REFS.fence_tag])
+
+    if when == "before its load":
+        fence()
+    else:
+        handle.after_load = fence
+    main_before = _Handle(catalog, handle.name).load().current_snapshot().snapshot_id
+
+    with pytest.raises(CommitFailedException):
+        append_staged(handle, STAGE, REFS.branch, SUMMARY)  # type: ignore[arg-type]
+
+    assert handle.load().current_snapshot().snapshot_id == main_before
+    assert attempt.base.snapshot_id == main_before
+
+
 @pytest.mark.parametrize("fenced", [False, True])
 def test_dropping_an_attempt_tells_whether_a_fence_had_removed_its_tag(catalog: Any, fenced: bool) -> None:
     """The refs go either way; the answer decides whether an attempt's error is reported as a fence
-    (which no retry can fix) or as itself. pyiceberg updates a table in place on commit, so the answer
-    must be read before the removal."""
+    (which no retry can fix) or as itself."""
     handle, _ = _staged(catalog, f"drop_{fenced}")
     open_attempt(load_base(handle), REFS)  # type: ignore[arg-type]
     if fenced:
