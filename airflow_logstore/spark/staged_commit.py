@@ -54,8 +54,10 @@ def load_base(handle: LogStoreTable) -> Base:
 def _create_empty_base(table: Table) -> None:
     """Commit a snapshot with no files on an empty ``main`` (a branch needs a snapshot to start at).
 
-    Two writers may race here: the loser's commit is refused (``main`` must still not exist) and its
-    caller simply loads the winner's base.
+    Two writers may race here. With pyiceberg 0.10 and 0.11 the loser's commit is refused (``main`` must
+    still not exist) and its caller simply loads the winner's base; pyiceberg 0.12 retries it on top of
+    the winner's, which leaves a second empty snapshot on ``main`` (no files: the table's rows are the
+    same, and the winner's attempt finds ``main`` moved and decides again).
     """
     from pyiceberg.exceptions import CommitFailedException
 
