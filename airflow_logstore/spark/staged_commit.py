@@ -189,7 +189,8 @@ def _staging_head(tx: Transaction, ref: str | None) -> int | None:
 def _expire_unless_kept(tx: Transaction, snapshot_id: int | None) -> None:
     """Expire a removed staging branch's head in the transaction, unless ``main``'s history holds it
     (a write-through that committed no snapshot leaves its branch at the ``main`` it started from) or a
-    ref still does."""
+    ref still does. Best effort: pyiceberg refuses an expiry before it stages it, and the transaction
+    (a publish) goes on without it; the snapshot is left to snapshot expiry."""
     from pyiceberg.table.snapshots import ancestors_of
     from pyiceberg.table.update.snapshot import ExpireSnapshots
 
@@ -202,7 +203,12 @@ def _expire_unless_kept(tx: Transaction, snapshot_id: int | None) -> None:
     # its own set: pyiceberg 0.10.0 shares one among all instances (fixed in 0.11.0), so a later
     # expiry in the same process would also name earlier ones' snapshots, and fail
     expire._snapshot_ids_to_expire = set()
-    expire.by_id(snapshot_id).commit()
+    try:
+        expire.by_id(snapshot_id)
+    except ValueError as exc:  # e.g. pyiceberg protects it: harmless, never counted
+        log.warning("staging snapshot %s kept: %s", snapshot_id, exc)
+        return
+    expire.commit()
 
 
 def branch_head(handle: LogStoreTable, refs: AttemptRefs) -> tuple[Table, int]:

@@ -202,3 +202,24 @@ def test_dropping_an_attempt_tells_whether_a_fence_had_removed_its_tag(catalog: 
 
     assert drop_attempt(handle, REFS) is (not fenced)  # type: ignore[arg-type]
     assert not {REFS.branch, REFS.fence_tag} & set(handle.load().metadata.refs)
+
+
+def test_a_publish_goes_on_when_pyiceberg_refuses_to_expire_the_staging_head(
+    catalog: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The staging head's expiry is best effort: its refusal must not stop the batch's publish."""
+    from pyiceberg.table.update.snapshot import ExpireSnapshots
+
+    def refuse(self: Any, snapshot_id: int) -> Any:
+        raise ValueError(f"Snapshot with snapshot id {snapshot_id} is protected (simulated)")
+
+    handle, staged_head = _staged(catalog, "expiry_refused")
+    attempt, table, head = _attempt(handle)
+    monkeypatch.setattr(ExpireSnapshots, "by_id", refuse)
+
+    publish(attempt, head, table, STAGE)
+
+    after = handle.load()
+    assert after.current_snapshot().snapshot_id == head
+    assert not {STAGE, REFS.branch, REFS.fence_tag} & set(after.metadata.refs)
+    assert after.metadata.snapshot_by_id(staged_head) is not None  # left to snapshot expiry
