@@ -28,8 +28,6 @@ from airflow_logstore.table.tables import merged_state
 #: 10 on the local broker: p99 56 ms vs 78 ms); the price is an empty fetch per 50 ms.
 TAILING_CONSUMER_SETTINGS = {"fetch.wait.max.ms": 50}
 
-EVENTUAL = ReadFilter(None, consistent=False)
-
 #: A consistent follower buffers at most about this many records per partition that the watermark has
 #: not passed yet; a partition at the limit is paused until its buffer drains to half.
 MAX_PENDING_PER_PARTITION = 50_000
@@ -89,6 +87,7 @@ def follow(
     pending: dict[int, list[Any]] = {}
     paused: set[int] = set()
     normalizer = Normalizer() if reader.normalize else None
+    eventual = ReadFilter(None, consistent=False)  # one per read: it remembers reconciler records' copies
     try:
         bounds = kafka_client.partition_offsets(cons, reader.topic, reader.config.partitions)
         first = reader.start_offsets(start, cons, bounds)
@@ -100,7 +99,7 @@ def follow(
                 if message.error() is not None:
                     continue
                 if gated is None:
-                    record = reader._decode(message, EVENTUAL, report)
+                    record = reader._decode(message, eventual, report)
                     if record is not None:
                         yield from reader._emit(record, normalizer, report)
                 else:
