@@ -8,8 +8,11 @@ order (:func:`fold`) gives a :class:`ControlState`. Record keys:
                           without a clock or a compare-and-set.
 ``commit/<writer>/<batch>``  the commit ledger: (writer, batch) -> epoch, snapshot, offsets. Survives
                           snapshot expiry (compaction keeps the latest record per key).
-``watermark``             the visibility watermark: per partition the highest offset below which every
-                          record is decided. Merged with ``max``: it never moves backwards.
+``watermark/<id>``        the visibility watermark: per partition the highest offset below which every
+                          record is decided. Merged with ``max``: it never moves backwards. Each move
+                          has a key of its own, tombstoned once a checkpoint holds it: compaction keeps
+                          the *last* record of a key, and the last move may be a stalled publisher's
+                          older one (``watermark``, one key for all, was how earlier versions wrote it).
 ``lease/<name>``          a lease claim (e.g. the reconciler's); the lease id is the claim's offset + 1.
                           Who holds it is decided by the log alone (see :class:`Lease`).
 ``reconcile``             the reconciler's progress: per partition the next offset to scan (plus the
@@ -36,6 +39,7 @@ from airflow_logstore.core.summary import CommitInfo
 K_EPOCH = "epoch/"
 K_COMMIT = "commit/"
 K_WATERMARK = "watermark"
+K_WATERMARK_PREFIX = "watermark/"
 K_LEASE = "lease/"
 K_RECONCILE = "reconcile"
 K_GAP = "log-gap/"
@@ -60,6 +64,8 @@ class ControlState:
     retired: dict[str, RetiredBatches] = field(default_factory=dict)  # see core.checkpoint
     watermark: dict[int, int] = field(default_factory=dict)
     watermark_commits: list[str] = field(default_factory=list)
+    #: keys of the watermark records folded since the checkpoint (tombstoned once a checkpoint holds them)
+    watermark_keys: list[str] = field(default_factory=list)
     # per partition: the offset ranges publish scans settled, and inside them the data records that are
     # not committed ("redundant" / "foreign" runs); see core.visibility.WatermarkScan.settled
     settled: dict[int, list[list[int]]] = field(default_factory=dict)
@@ -131,8 +137,10 @@ def _apply(state: ControlState, record: ControlRecord) -> None:
         if value is not None:
             commit = CommitInfo.from_json(value)
             state.commits.setdefault(commit.key, commit)
-    elif key == K_WATERMARK:
+    elif key == K_WATERMARK or key.startswith(K_WATERMARK_PREFIX):
         if value is not None:
+            if key != K_WATERMARK:
+                state.watermark_keys.append(key)
             for partition, offset in (value.get("offsets") or {}).items():
                 p = int(partition)
                 state.watermark[p] = max(state.watermark.get(p, -1), int(offset))
@@ -225,6 +233,32 @@ def _apply_lease(state: ControlState, name: str, value: dict[str, Any] | None, r
             )
 
 
+def rebased(checkpoint: ControlState, state: ControlState) -> ControlState:
+    """``checkpoint`` (a later checkpoint's state) with what ``state`` (an earlier fold, e.g. a
+    follower's) knows that it may lack: ledger entries it retired, settled ranges and holes, the highest
+    watermark and epochs.
+
+    A reader that missed control records (compaction removed them) re-bases on the latest checkpoint;
+    everything either fold holds is a fact of the control topic, and keeping the older fold's ledger
+    entries matters: a checkpoint retires an entry once retention deleted its records, but a follower
+    may still hold those records in its buffer, and only the entry classifies them as committed.
+    ``checkpoint`` is changed and returned.
+    """
+    for key, commit in state.commits.items():
+        checkpoint.commits.setdefault(key, commit)
+    for writer, epoch in state.epochs.items():
+        checkpoint.epochs[writer] = max(checkpoint.epochs.get(writer, 0), epoch)
+    for partition, offset in state.watermark.items():
+        checkpoint.watermark[partition] = max(checkpoint.watermark.get(partition, -1), offset)
+    for partition, spans in state.settled.items():
+        checkpoint.settled[partition] = ranges.merge([*checkpoint.settled.get(partition, []), *spans])
+    for partition, kinds in state.holes.items():
+        merged = checkpoint.holes.setdefault(partition, {})
+        for kind, runs in kinds.items():
+            merged[kind] = ranges.merge([*merged.get(kind, []), *runs])
+    return checkpoint
+
+
 def fold(records: Iterable[ControlRecord], state: ControlState | None = None) -> ControlState:
     """Apply records in offset order; a malformed record of a known kind is skipped, never fatal."""
     state = state or ControlState()
@@ -255,6 +289,11 @@ def decode(
     if payload is not None and not isinstance(payload, dict):
         return None
     return ControlRecord(text_key, payload, offset, timestamp_ms)
+
+
+def watermark_key(unique: str) -> str:
+    """The key of one watermark move (``unique``: an id no other move has, e.g. a random hex)."""
+    return f"{K_WATERMARK_PREFIX}{unique}"
 
 
 def commit_key(writer_id: str, batch_id: int) -> str:

@@ -704,6 +704,8 @@ class PartitionPlanner:
                 state = self._keys.get(key)
                 if state is None and self.lookback is not None and offset <= self.lookback[1]:
                     state = self._track(key)  # a previous run's output: it may shadow recent writes
+                elif state is None and decision is Decision.REASSERT:
+                    state = self._track(key)  # a half may be open: its originals may be gone (retention)
                 if state is not None:
                     if first:  # readers count only a record's first copy: so does the key's image
                         state.tail = _Tail(offset, meta.record_type, value)

@@ -130,6 +130,25 @@ class FirstCopies:
         return True
 
 
+def retired_unknown(
+    meta: RecordMeta, partition: int, offset: int, state: ControlState, log_start: int
+) -> bool:
+    """True for a data record :func:`classify` cannot decide any more: its batch's ledger entry retired
+    because retention deleted its records (this one too: it is below the partition's ``log_start``), and
+    no publish scan settled it. Only a reader that held the record since before it was deleted (a
+    follower's buffer) can meet one, and only when it missed the entry itself (compaction removed it
+    while the follower lagged behind the control topic): ``classify`` would call it another attempt's
+    copy, which holds only for records retention kept. Such a reader must stop, not guess."""
+    return (
+        meta.record_type is RecordType.DATA
+        and offset < log_start
+        and (meta.writer_id, meta.batch_id) not in state.commits
+        and meta.writer_id in state.retired
+        and state.retired[meta.writer_id].contains(meta.batch_id)
+        and state.settled_hole(partition, offset) is None
+    )
+
+
 def offset_breaks(state: ControlState, partition: int) -> list[int]:
     """The offsets of ``partition`` at which :func:`classify`'s answer for one header set may change.
 

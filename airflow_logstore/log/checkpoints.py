@@ -8,7 +8,18 @@ table's age.
 
 Publishing writes a checkpoint once the tail is :data:`CHECKPOINT_EVERY` records long; on the way it
 retires ledger entries whose records retention deleted, writing the checkpoint first and the entries'
-tombstones after (a crash in between leaves the entries in place, which is harmless).
+tombstones after (a crash in between leaves the entries in place, which is harmless), and tombstones the
+watermark records the checkpoint holds.
+
+**Checkpoints only move forward** (a compare-and-set on ``through``). Publishes overlap, and a stalled
+one could otherwise write a checkpoint older than the latest after it: compaction then removes the
+ledger entries the newer one retired (their tombstones), and the older one does not know them. Every
+checkpointer of a table shares one Kafka transactional id (:func:`checkpointer_id`): it first takes the
+id (``init_transactions``, which fences every earlier holder and aborts its open transaction), *then*
+reads the control state, and commits its checkpoint in a transaction, which fails if a newer
+checkpointer took the id meanwhile. A committed checkpoint was therefore computed from a read made after
+every earlier committed checkpoint. Readers take the last *committed* checkpoint
+(:func:`~airflow_logstore.log.kafka_client.last_committed`).
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ from airflow_logstore.core.checkpoint import decode_state, encode_state, retire
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.exceptions import TopicError
 from airflow_logstore.log import kafka_client
+from airflow_logstore.pause import pause_point
 
 if TYPE_CHECKING:
     from airflow_logstore.log.control_topic import ControlTopic
@@ -87,72 +99,123 @@ def _consumer(ctl: ControlTopic) -> Any:
 
 
 def _latest(ctl: ControlTopic, cons: Any, control_end: int) -> tuple[ControlState, int]:
-    """The latest checkpoint through ``cons``. Every offset request comes before its fetch: behind a
-    fetch, a request on the same connection waits up to ``fetch.wait.max.ms``."""
+    """The latest committed checkpoint (through ``cons``'s connection for the topic check, and a
+    read-committed consumer of its own for the record)."""
     topic = checkpoint_topic(ctl.topic)
     found = cons.list_topics(topic=topic, timeout=kafka_client.request_timeout(None)).topics.get(topic)
     if found is None or found.error is not None or not found.partitions:
         return ControlState(), 0  # no checkpoint yet
-    low, high = kafka_client.partition_offsets(cons, topic, 1)[0]
-    if high <= low:
+    committed = kafka_client.committed_consumer(ctl.config, **{"fetch.wait.max.ms": 5})
+    try:
+        message = kafka_client.last_committed(committed, topic)
+    finally:
+        committed.close()
+    if message is None:
         return ControlState(), 0
-    for batch in kafka_client.scan(cons, topic, {0: high - 1}, {0: high}):
-        for message in batch:
-            try:
-                state, through = _decode(message.value())
-            except (ValueError, TypeError, KeyError, zlib.error) as exc:
-                raise TopicError(
-                    f"the latest checkpoint in '{topic}' (offset {message.offset()}) does not decode "
-                    f"({exc}); the control state of '{ctl.topic}' cannot be read without it: ledger "
-                    "entries it retired are compacted away in the control topic. Restore a checkpoint "
-                    "this version reads (a newer LogStore may have written it: upgrade), or, only for a "
-                    "table whose batches are never run again, delete the checkpoint topic"
-                ) from exc
-            if through >= control_end:
-                log.warning("checkpoint of '%s' is past its end (recreated?): ignored", ctl.topic)
-                return ControlState(), 0
-            return state, through + 1
-    return ControlState(), 0
+    try:
+        state, through = _decode(message.value())
+    except (ValueError, TypeError, KeyError, zlib.error) as exc:
+        raise TopicError(
+            f"the latest checkpoint in '{topic}' (offset {message.offset()}) does not decode "
+            f"({exc}); the control state of '{ctl.topic}' cannot be read without it: ledger "
+            "entries it retired are compacted away in the control topic. Restore a checkpoint "
+            "this version reads (a newer LogStore may have written it: upgrade), or, only for a "
+            "table whose batches are never run again, delete the checkpoint topic"
+        ) from exc
+    if through >= control_end:
+        log.warning("checkpoint of '%s' is past its end (recreated?): ignored", ctl.topic)
+        return ControlState(), 0
+    return state, through + 1
+
+
+def checkpointer_id(control_topic: str) -> str:
+    """The Kafka transactional id every checkpointer of the table behind ``control_topic`` shares."""
+    return f"logstore-checkpoint-{control_topic}"
+
+
+#: A checkpointer that dies inside its transaction holds nothing up for long: the broker aborts the
+#: transaction after this, and readers never wait for it anyway (they read the last committed one).
+TRANSACTION_TIMEOUT_MS = 15_000
 
 
 def maybe_checkpoint(
     ctl: ControlTopic, state: ControlState, log_start: Mapping[int, int], *, every: int | None = None
 ) -> dict[str, Any] | None:
-    """Write a checkpoint of ``state`` when its tail is long enough; retire what retention deleted.
+    """Write a checkpoint when the tail of ``state`` is long enough; retire what retention deleted.
 
-    :param state: a state read with :func:`read_state` (folded from ``checkpoint_start`` to ``end_offset``).
+    The checkpoint is of the control state read *after* this checkpointer took the checkpointers'
+    transactional id (see the module docstring), not of ``state``.
+
+    :param state: the state a publish read (:func:`read_state`): it only says whether one is due.
     :param log_start: per log partition its first offset (records below were deleted by retention).
     :param every: the tail length that makes a checkpoint due (default :data:`CHECKPOINT_EVERY`).
     :returns: what was done, in numbers, or None when no checkpoint was due.
     """
     if state.end_offset - state.checkpoint_start < (every or CHECKPOINT_EVERY):
         return None
-    kept, gone = retire(state, log_start)
-    through = state.end_offset - 1
-    payload = _encode(encode_state(kept, through))
+    topic = checkpoint_topic(ctl.topic)
     kafka_client.ensure_topic(
-        ctl.config,
-        checkpoint_topic(ctl.topic),
-        partitions=1,
-        replication_factor=None,
-        topic_configs=CHECKPOINT_TOPIC_CONFIGS,
+        ctl.config, topic, partitions=1, replication_factor=None, topic_configs=CHECKPOINT_TOPIC_CONFIGS
     )
-    _append(ctl, payload)
+    prod = kafka_client.transactional_producer(
+        ctl.config,
+        checkpointer_id(ctl.topic),
+        **{
+            "linger.ms": 0,
+            "message.max.bytes": 16 * 1024 * 1024,
+            "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+            "message.timeout.ms": TRANSACTION_TIMEOUT_MS,
+        },
+    )
+    try:
+        written = _write_fenced(ctl, prod, topic, log_start)
+    finally:
+        prod.purge()
+    if written is None:
+        return {"skipped": "the latest checkpoint is as new as the control state"}
+    if "fenced" in written:
+        log.info("control checkpoint of '%s': %s", ctl.topic, written["fenced"])
+        return written
+    kept, gone, through, size = written["kept"], written["gone"], written["through"], written["bytes"]
     for writer_id, batch_id in gone:
         ctl.append(control.commit_key(writer_id, batch_id), None)
-    report = {"through": through, "bytes": len(payload), "commits": len(kept.commits), "retired": len(gone)}
+    for key in written["watermark_keys"]:
+        ctl.append(key, None)
+    report = {"through": through, "bytes": size, "commits": len(kept.commits), "retired": len(gone)}
     log.info("control checkpoint of '%s': %s", ctl.topic, report)
     return report
 
 
-def _append(ctl: ControlTopic, payload: bytes) -> None:
-    topic = checkpoint_topic(ctl.topic)
-    tracker = kafka_client.DeliveryTracker()
-    with kafka_client.shared_producer(
-        ctl.config, **{"linger.ms": 0, "message.max.bytes": 16 * 1024 * 1024}
-    ) as prod:
-        prod.produce(topic, key=CHECKPOINT_KEY, value=payload, partition=0, on_delivery=tracker)
-        kafka_client.flush(prod, tracker, 1, f"checkpoint topic '{topic}'", timeout=60.0)
+def _write_fenced(
+    ctl: ControlTopic, prod: Any, topic: str, log_start: Mapping[int, int]
+) -> dict[str, Any] | None:
+    """Take the transactional id, read the state, commit its checkpoint (None: not newer than the
+    latest; ``{"fenced": ...}``: a newer checkpointer took the id meanwhile)."""
+    timeout = kafka_client.request_timeout(None)
+    prod.init_transactions(timeout)  # fences every earlier checkpointer of the table
+    pause_point("checkpoint:token-taken")
+    state = read_state(ctl)  # after the token: newer than every committed checkpoint
+    if state.end_offset <= state.checkpoint_start:
+        return None
+    kept, gone = retire(state, log_start)
+    through = state.end_offset - 1
+    payload = _encode(encode_state(kept, through))
+    pause_point("checkpoint:before-write")
+    try:
+        prod.begin_transaction()
+        prod.produce(topic, key=CHECKPOINT_KEY, value=payload, partition=0)
+        prod.commit_transaction(timeout)
+    except Exception as exc:
+        if kafka_client.is_fenced(exc):
+            return {"fenced": f"checkpoint through {through} not written: a newer checkpointer took over"}
+        raise
+    return {
+        "kept": kept,
+        "gone": gone,
+        "through": through,
+        "bytes": len(payload),
+        "watermark_keys": list(state.watermark_keys),
+    }
 
 
 def _encode(data: Mapping[str, Any]) -> bytes:

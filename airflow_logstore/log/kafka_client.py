@@ -1,8 +1,9 @@
 """Kafka clients for the LogStore: topic admin, producers, log scans and the control topic.
 
 Every client is built from one librdkafka configuration: the table's bootstrap servers plus the
-connection's settings (security, SASL). Producers are idempotent with ``acks=all`` and never
-transactional; keys are partitioned with murmur2 like the Java client.
+connection's settings (security, SASL). Producers are idempotent with ``acks=all``; keys are
+partitioned with murmur2 like the Java client. Writers never use Kafka transactions: only the
+checkpointers of the control state do, to fence each other (:func:`transactional_producer`).
 """
 
 from __future__ import annotations
@@ -100,6 +101,75 @@ def producer(config: Mapping[str, Any], **overrides: Any) -> Producer:
     return Producer(producer_settings(config, **overrides))
 
 
+def transactional_producer(config: Mapping[str, Any], transactional_id: str, **overrides: Any) -> Producer:
+    """A new producer under ``transactional_id``: its ``init_transactions`` fences every earlier
+    producer of that id (their open transaction is aborted, their later commits fail). Only the
+    checkpointers of a table's control state use one (:mod:`airflow_logstore.log.checkpoints`); the
+    writers never do."""
+    from confluent_kafka import Producer
+
+    settings = producer_settings(config, **overrides)
+    settings["transactional.id"] = transactional_id
+    return Producer(settings)
+
+
+def is_fenced(exc: BaseException) -> bool:
+    """True when a transactional producer was fenced by a newer one of its transactional id."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    if not isinstance(exc, KafkaException) or not exc.args:
+        return False
+    error = exc.args[0]
+    codes = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+    return error.code() in codes
+
+
+def last_committed(cons: Consumer, topic: str, partition: int = 0) -> Message | None:
+    """The last committed record of ``topic``'s partition (None: none), read with ``cons`` made with
+    :func:`committed_consumer`: records of aborted or still open transactions and transaction markers are
+    skipped, so the answer never waits for a transaction to end."""
+    from confluent_kafka import KafkaError, TopicPartition
+
+    low, high = cons.get_watermark_offsets(
+        TopicPartition(topic, partition), timeout=request_timeout(None), cached=False
+    )
+    step = 16
+    start = max(low, high - step)
+    while high > low:
+        cons.assign([TopicPartition(topic, partition, start)])
+        last = None
+        deadline = time.monotonic() + request_timeout(None)
+        try:
+            while time.monotonic() < deadline:
+                message = cons.poll(0.2)
+                if message is None:
+                    continue
+                error = message.error()
+                if error is None:
+                    last = message
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    break
+                else:
+                    raise KafkaUnavailableError(f"reading '{topic}' failed: {error.str()}")
+            else:
+                raise KafkaUnavailableError(f"reading '{topic}': no end of partition {partition} in time")
+        finally:
+            cons.unassign()
+        if last is not None or start <= low:
+            return last
+        step *= 16
+        start = max(low, high - step)
+    return None
+
+
+def committed_consumer(config: Mapping[str, Any], **overrides: Any) -> Consumer:
+    """A consumer for :func:`last_committed`: committed records only, and the end of a partition
+    reported (librdkafka reports it at the last stable offset)."""
+    return consumer(
+        config, **{"isolation.level": "read_committed", "enable.partition.eof": True, **overrides}
+    )
+
+
 def producer_settings(config: Mapping[str, Any], **overrides: Any) -> dict[str, Any]:
     settings = _only(config, _CONSUMER_ONLY)
     settings.update(
@@ -113,7 +183,7 @@ def producer_settings(config: Mapping[str, Any], **overrides: Any) -> dict[str, 
         }
     )
     settings.update(overrides)
-    settings.pop("transactional.id", None)  # LogStore never uses Kafka transactions
+    settings.pop("transactional.id", None)  # writers never use Kafka transactions
     return settings
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -94,9 +95,7 @@ def publish_visible_offsets(handle: LogStoreTable) -> PublishReport:
     report = _report(handle, state, move, current_snapshot_id(table), ledger_added)
     if report.advanced:
         value = watermark_value(move, report.newly_visible, report.current_snapshot_id)
-        offset = side.control.append(control.K_WATERMARK, value)
-        if offset == state.end_offset:  # nothing came between: the checkpoint can include this move
-            state = control.fold([control.ControlRecord(control.K_WATERMARK, value, offset)], state)
+        side.control.append(control.watermark_key(uuid.uuid4().hex), value)
     report.checkpoint = maybe_checkpoint(side.control, state, {p: low for p, (low, _) in bounds.items()})
     report.seconds = round(time.monotonic() - started, 3)
     _log(handle, report)

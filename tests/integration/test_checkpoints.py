@@ -117,7 +117,12 @@ def test_retention_retires_ledger_entries_and_leaves_what_the_protocol_asks(tabl
         ]
     finally:
         cons.close()
-    assert sorted(keys) == sorted(control.commit_key("w", b).encode() for b in range(1, 13))  # ... tombstoned
+    retired = [k for k in keys if k.startswith(control.K_COMMIT.encode())]  # ... tombstoned
+    assert sorted(retired) == sorted(control.commit_key("w", b).encode() for b in range(1, 13))
+    # so are the watermark moves the checkpoint holds (each has a key of its own: compaction keeps the last
+    # record of a key, which a stalled publisher may have written with an older watermark)
+    moves = [k for k in keys if not k.startswith(control.K_COMMIT.encode())]
+    assert moves and all(k.startswith(control.K_WATERMARK_PREFIX.encode()) for k in moves)
     publish_visible_offsets(table)
     consistent = read_log(table, consistency="transactional")
     assert len(consistent.records) == 8 * BATCH
@@ -130,7 +135,9 @@ def test_a_checkpoint_that_does_not_decode_stops_reads_and_names_it(table: LogSt
     assert publish_visible_offsets(table).checkpoint is not None
     ctl = table.control()
     assert ctl.read().committed("w", 1) is not None
-    checkpoints._append(ctl, b"not a checkpoint")  # e.g. written by a newer version, or damaged
+    with kafka_client.shared_producer(ctl.config) as prod:  # e.g. written by a newer version, or damaged
+        prod.produce(checkpoints.checkpoint_topic(ctl.topic), key=b"checkpoint", value=b"not a checkpoint")
+        prod.flush(30)
     with pytest.raises(TopicError, match=r"-checkpoint' \(offset \d+\) does not decode") as failure:
         ctl.read()
     assert "ledger entries it retired" in str(failure.value)
@@ -170,3 +177,61 @@ def test_records_deleted_while_a_publish_scans_fail_the_publish_not_settle_unsee
     assert state.watermark[0] == 3 * BATCH - 1
     consistent = read_log(table, consistency="transactional")
     assert sorted({r.meta.batch_id for r in consistent.records}) == [3]  # batches 1-2 are gone
+
+
+def compacted_read(table: LogStoreTable) -> ControlState:
+    """The control state as a reader folds it once the log cleaner has run: the latest checkpoint, then
+    the records after it without the tombstoned keys (the cleaner removes a key's records once a later
+    tombstone exists, and the tombstone itself later)."""
+    ctl = table.control()
+    state, start = checkpoints.latest(ctl)
+    cons = kafka_client.consumer(ctl.config)
+    try:
+        low, end = kafka_client.partition_offsets(cons, ctl.topic, 1)[0]
+        records = [
+            control.decode(m.key(), m.value(), m.offset(), kafka_client.message_timestamp_ms(m))
+            for batch in kafka_client.scan(cons, ctl.topic, {0: max(start, low)}, {0: end})
+            for m in batch
+        ]
+    finally:
+        cons.close()
+    tombstoned = {r.key for r in records if r is not None and r.value is None}
+    return control.fold((r for r in records if r is not None and r.key not in tombstoned), state)
+
+
+def test_a_stalled_publish_never_writes_a_checkpoint_older_than_the_latest(table: LogStoreTable) -> None:
+    """Hole 3 of issue 33: a publish reads the control state and stalls before its checkpoint; another
+    publish checkpoints past it, retires batches 13-24 and tombstones them; the first one then writes its
+    older checkpoint. Before the fix it became the latest, and once the cleaner removed the tombstoned
+    entries, batches 13-24 counted as never committed (a retry would commit one again). Now its
+    checkpoint's transaction is fenced by the newer checkpointer's transactional id."""
+    import threading
+
+    from airflow_logstore.pause import on_pause
+
+    write_batches(table, 1, 12)  # a checkpoint is due
+    reached, release = threading.Event(), threading.Event()
+
+    def hold_the_first() -> None:
+        if not reached.is_set():
+            reached.set()
+            assert release.wait(120)
+
+    results: dict[str, Any] = {}
+    with on_pause("checkpoint:before-write", hold_the_first):
+        older = threading.Thread(target=lambda: results.setdefault("older", publish_visible_offsets(table)))
+        older.start()
+        assert reached.wait(120)  # its state is read, its checkpoint not written yet
+        write_batches(table, 13, 12)
+        newer = publish_visible_offsets(table)
+        release.set()
+        older.join(120)
+    assert newer.checkpoint is not None
+    _, start = checkpoints.latest(table.control())
+    assert start == newer.checkpoint["through"] + 1  # the latest checkpoint is the newer one
+    state = compacted_read(table)
+    assert [b for b in range(1, 25) if state.committed("w", b) is None] == []
+    assert "fenced" in results["older"].checkpoint
+    assert newer.checkpoint["retired"] == 24  # its checkpoint holds its own watermark move
+    publish_visible_offsets(table)
+    assert len(read_log(table, consistency="transactional").records) == 24 * BATCH

@@ -49,10 +49,12 @@ from airflow_logstore.core.summary import (
     positions_from_json,
 )
 from airflow_logstore.core.visibility import (
+    Decision,
     ReadFilter,
     classify,
     included_commits,
     recorded_positions,
+    retired_unknown,
     scan_watermark,
     watermark_scan_range,
     with_positions,
@@ -89,6 +91,20 @@ class Bugs:
     # issue 18: the reconciler's position moves past records in flight; its progress record must keep
     # their attempts (pending) so that the run after their batch commits elsewhere reverses them
     forget_pending: bool = False
+    # issue 33, holes 1 and 2: readers count every copy of a reconciler record (a reconcile task retried
+    # after a partial flush resends its records; two reconcilers plan and write the same window)
+    readers_count_copies: bool = False
+    # issue 33, hole 3: a checkpoint is written without the checkpointers' transactional id (no fencing
+    # token) from the state the publish read before (no read after the token, no forward-only check)
+    stale_checkpoint: bool = False
+    # issue 33, hole 3 (followers): a consistent follower that missed compacted records keeps tailing
+    # without re-reading the latest checkpoint
+    follower_ignores_compaction: bool = False
+    # issue 33, hole 4: a commit whose state is unknown (the catalog answered 5xx) counts as committed
+    unknown_as_success: bool = False
+    # found by this simulation (README, Findings): every watermark record under one key; compaction keeps
+    # the last, which a stalled publisher may have written with an older watermark
+    one_watermark_key: bool = False
 
     def any(self) -> bool:
         return any(getattr(self, f.name) for f in fields(self))
@@ -124,6 +140,9 @@ class Observed:
     # ground truth: the records the reader reached that retention had deleted (it cannot return them)
     gone: set[tuple[int, int]] = field(default_factory=set)
     low: dict[int, int] = field(default_factory=dict)  # a log read's log start when it scanned
+    # a follower that stopped with an error (it lagged behind compaction and retention): what it did not
+    # return after that is not lost, it is refused
+    stopped: bool = False
 
 
 @dataclass
@@ -143,6 +162,9 @@ class World:
     latest: dict[str, int] = field(default_factory=dict)  # ground truth: each writer's newest epoch
     in_force: dict[str, int] = field(default_factory=dict)  # ground truth: each writer's newest fenced epoch
     checkpoint_every: int = 5  # checkpoints.maybe_checkpoint(every=...): small, so checkpoints are frequent
+    reconcilers: int = 1  # reconciler actors that may run at once
+    reconcile_task_retries: bool = False  # a reconcile produce task may fail after a prefix and be retried
+    unknown_commits: float = 0.0  # share of catalog commits that answer "commit state unknown"
 
     @property
     def primary_key(self) -> list[str]:
@@ -379,7 +401,11 @@ def _commit(
         )
         yield "commit:before-publish"  # branch_head, check_staged_head; pause_point("commit:before-publish")
         required = () if world.bugs.ignore_fence else (refs.fence_tag,)
-        if world.catalog.cas_main(base.main, snapshot.snapshot_id, (refs.branch, refs.fence_tag), required):
+        unknown = world.rng.random() < world.unknown_commits
+        applied = (not unknown or world.rng.random() < 0.5) and world.catalog.cas_main(
+            base.main, snapshot.snapshot_id, (refs.branch, refs.fence_tag), required
+        )
+        if applied:
             world.landed.append(
                 Landed(
                     snapshot.snapshot_id,
@@ -392,6 +418,17 @@ def _commit(
                 )
             )
             world.note(f"{name} commits snapshot {snapshot.snapshot_id} positions {positions}", "commit")
+        if unknown:  # CommitStateUnknownException: the catalog may or may not have applied it
+            world.note(f"{name}: commit state unknown (applied: {applied})", "commit state unknown")
+            if world.bugs.unknown_as_success:
+                return replace(
+                    staged, snapshot_id=snapshot.snapshot_id, sequence_number=snapshot.sequence_number
+                )
+            # staged_commit.is_lost_race: decide again on a new base (its lineage holds the commit if
+            # it applied: ALREADY_COMMITTED by this epoch, then its ledger entry)
+            world.catalog.remove_refs([refs.branch, refs.fence_tag])  # drop_attempt
+            continue
+        if applied:
             return replace(staged, snapshot_id=snapshot.snapshot_id, sequence_number=snapshot.sequence_number)
         fenced = refs.fence_tag not in world.catalog.refs
         world.catalog.remove_refs([refs.branch, refs.fence_tag])  # drop_attempt
@@ -476,19 +513,29 @@ def publisher(world: World) -> Steps:
         if world.bugs.no_holes:
             settled["holes"] = {}
         value = {"offsets": {str(p): o for p, o in sorted(new.items())}, **settled}
-        yield "publish: append watermark"  # ctl.append(K_WATERMARK, watermark_value(move, ...))
-        offset = world.control.append(control.K_WATERMARK, value)
+        yield "publish: append watermark"  # ctl.append(watermark_key(...), watermark_value(move, ...))
+        key = (
+            control.K_WATERMARK
+            if world.bugs.one_watermark_key
+            else control.watermark_key(f"{offset_id(world)}")
+        )
+        offset = world.control.append(key, value)
         world.note(
             f"publisher: watermark {previous} -> {new} (blocked by {move.blocked_by}), settled {settled}",
             "watermark moved",
         )
         if offset == state.end_offset:  # nothing came between: the checkpoint can include this move
-            state = control.fold([control.ControlRecord(control.K_WATERMARK, value, offset)], state)
+            state = control.fold([control.ControlRecord(key, value, offset)], state)
         if settled["holes"]:
             world.events["watermark settled a hole"] += 1
     if move.blocked_by:
         world.events["watermark blocked by an undecided record"] += 1
     yield from maybe_checkpoint(world, state, {p: low for p, (low, _) in bounds.items()})
+
+
+def offset_id(world: World) -> int:
+    """A unique id for a watermark record's key (the real publisher's is random)."""
+    return len(world.control.records)
 
 
 def _scan_headers(world: World, entry: LogEntry) -> tuple[tuple[str, bytes], ...]:
@@ -500,21 +547,39 @@ def _scan_headers(world: World, entry: LogEntry) -> tuple[tuple[str, bytes], ...
 
 
 def maybe_checkpoint(world: World, state: ControlState, log_start: dict[int, int]) -> Steps:
-    """checkpoints.maybe_checkpoint: retire, write the checkpoint, then tombstone the retired keys."""
+    """checkpoints.maybe_checkpoint: when due, take the checkpointers' token (``init_transactions`` of
+    their shared transactional id), read the control state again, and unless the latest checkpoint is as
+    new, retire, write the checkpoint in the token's transaction, then tombstone the retired keys."""
     if state.end_offset - state.checkpoint_start < world.checkpoint_every:
         return
+    token = None
+    if not world.bugs.stale_checkpoint:
+        yield "checkpoint: token"  # checkpoints._Checkpointer: init_transactions (fences older tokens)
+        token = world.control.checkpoint_token()
+        yield "checkpoint: read control"  # read_state(ctl), after the token
+        state = world.control.read(full=False)
+        _, latest_next = world.control.latest(full=False)
+        if latest_next >= state.end_offset:  # checkpoints only move forward
+            world.note("publisher: the latest checkpoint is as new: none written", "checkpoint skipped")
+            return
     if world.bugs.retire_unsettled:  # as if retention had deleted every record
         log_start = {p: 1 << 62 for p in range(world.partitions)}
     kept, gone = retire(state, log_start)
     through = state.end_offset - 1
     data = encode_state(kept, through)
-    yield "checkpoint: write"  # checkpoints._append
-    world.control.write_checkpoint(data)
+    yield "checkpoint: write"  # checkpoints._append: in the token's transaction
+    _, latest_next = world.control.latest(full=False)
+    stale = latest_next > through + 1
+    if not world.control.write_checkpoint(data, token):
+        world.note(f"publisher: checkpoint through {through} fenced by a newer token", "checkpoint fenced")
+        return
     world.note(
         f"publisher: checkpoint through control offset {through}: {len(kept.commits)} ledger entries kept,"
         f" retired {gone}",
         "checkpoint written",
     )
+    if stale:  # only without the token (stale_checkpoint): an older checkpoint became the latest
+        world.events["a checkpoint older than the latest was written"] += 1
     if gone:
         world.events["commits retired"] += 1
     if any(not retirable(state.commits[key], {}, state.settled) for key in gone):
@@ -522,12 +587,92 @@ def maybe_checkpoint(world: World, state: ControlState, log_start: dict[int, int
     for writer_id, batch_id in gone:
         yield "checkpoint: tombstone"  # ctl.append(commit_key, None)
         world.control.append(control.commit_key(writer_id, batch_id), None)
+    for key in state.watermark_keys:  # the watermark records the checkpoint holds
+        yield "checkpoint: tombstone"
+        world.control.append(key, None)
+
+
+def cleaner(world: World) -> Steps:
+    """Kafka's log cleaner on the control topic (compaction), once."""
+    yield "cleaner"
+    removed = world.control.clean()
+    if removed:
+        tombstones = [o for o in removed if world.control.records[o].value is None]
+        world.note(f"cleaner: removed control offsets {removed}", "control topic compacted")
+        if any(world.control.records[o].key.startswith(control.K_COMMIT) for o in removed):
+            world.events["compaction removed a ledger entry"] += 1
+        if tombstones:
+            world.events["compaction removed a tombstone"] += 1
 
 
 # --- reconciler (the steps of reconciler._run) -------------------------------------------------------------
 
+LEASE_TTL = 80  # scheduler ticks (control-topic stamps are the scheduler's clock)
+LEASE_MARGIN = 4  # reconciler.LEASE_SKEW_MARGIN_MS: a holder stops acting this long before the expiry
 
-def reconciler(world: World) -> Steps:
+
+class _SimLease:
+    """reconciler.ReconcilerLease over the model: claim, check (renewing when half the time is gone),
+    release. The holder is whoever the control topic's fold names (``ControlState.live_lease``); the
+    run's own clock is the scheduler's (a paused actor's clock runs on: it stalled)."""
+
+    def __init__(self, world: World, owner: str) -> None:
+        self.world, self.owner = world, owner
+        self.lease_id: int | None = None
+        self.sent: dict[int, int] = {}
+
+    def _append(self, value: dict[str, Any]) -> int:
+        offset = self.world.control.append(control.lease_key(rec.LEASE_NAME), value)
+        self.sent[offset] = self.world.control.now
+        return offset
+
+    def claim(self) -> int:
+        return self._append({"owner": self.owner, "ttl_ms": LEASE_TTL}) + 1
+
+    def holds(self, lease_id: int) -> bool:
+        """acquire's read: True when the log names this claim the holder (else it steps aside)."""
+        holder = self.world.control.read().live_lease(rec.LEASE_NAME)
+        if holder is None or holder.lease_id != lease_id:
+            self.world.control.append(control.lease_key(rec.LEASE_NAME), {"release": lease_id})
+            return False
+        self.lease_id = lease_id
+        return True
+
+    def check(self) -> bool:
+        """ReconcilerLease.check: False (FencedError) when the log names another holder or this run's
+        own time is up; renews when less than half of it is left."""
+        holder = self.world.control.read().live_lease(rec.LEASE_NAME)
+        if holder is None or holder.lease_id != self.lease_id:
+            return False
+        sent = self.sent.get(holder.basis_offset)
+        left = -1 if sent is None else sent + LEASE_TTL - LEASE_MARGIN - self.world.control.now
+        if left <= 0:
+            return False
+        if left < LEASE_TTL / 2:
+            self._append({"renews": self.lease_id, "owner": self.owner, "ttl_ms": LEASE_TTL})
+        return True
+
+    def release(self) -> None:
+        if self.lease_id is not None:
+            self.world.control.append(control.lease_key(rec.LEASE_NAME), {"release": self.lease_id})
+
+
+def reconciler(world: World, name: str = "reconciler") -> Steps:
+    lease = _SimLease(world, name)
+    for tries in range(1, 4):  # the scheduler (Airflow) tries again later when another holds the lease
+        yield "reconcile: claim lease"  # take_lease: ReconcilerLease.acquire
+        lease_id = lease.claim()
+        yield "reconcile: lease holder"  # acquire: ctl.read().live_lease(...)
+        if lease.holds(lease_id):
+            break
+        world.note(f"{name}: another reconciler holds the lease", "reconciler found the lease held")
+        if tries == 3:
+            return
+        wake = world.control.now + LEASE_TTL // 2
+        while world.control.now < wake:
+            yield "reconcile: wait"
+    if world.events["reconciler found the lease held"] or world.reconcilers > 1:
+        world.events["reconcilers overlapped"] += 1
     yield "reconcile: bounds"  # safe_point: the log's end offsets
     bounds = world.log.bounds()
     yield "reconcile: read control"  # control_state: ctl.read(), after the safe point
@@ -546,35 +691,65 @@ def reconciler(world: World) -> Steps:
     pending = rec.pending_attempts(window.carried, (plan.stats for plan in plans))
     if world.bugs.forget_pending:
         pending = {}
+    if any(plan.output_count for plan in plans):
+        yield "reconcile: check lease"  # produce: lease.check() before the first record
+        if not lease.check():
+            world.note(f"{name}: lease lost before producing (FencedError)", "reconciler fenced")
+            return
+    yield "reconcile:produce"  # the stall that matters: past its lease between its check and its records
+    if world.reconcilers > 1 and world.rng.random() < 0.5:
+        # a GC pause, a SIGSTOP, renewals failing: this run stops here until its lease has expired and
+        # (often) the other reconciler took it and planned the same window
+        expiry = max(lease.sent.values()) + LEASE_TTL
+        while world.control.now <= expiry:
+            yield "reconcile: stalled"
+    if lease.sent and world.control.now > max(lease.sent.values()) + LEASE_TTL:
+        world.events["reconciler produced past its lease"] += 1
     output: dict[int, tuple[int, int]] = {}
-    for plan in plans:  # produce
-        for out in plan.iter_outputs():
-            yield "reconcile: produce"
-            offset = world.log.append(out.partition, out.key, out.value, out.headers(1, window.run), None)
-            world.events[f"{out.record_type.value} written"] += 1
-            output[out.partition] = ranges.widen(output.get(out.partition), offset, offset)
+    for plan in plans:  # produce: one Spark task per Kafka partition
+        outputs = list(plan.iter_outputs())
+        tries = [outputs]
+        if outputs and world.reconcile_task_retries and world.rng.random() < 0.3:
+            # the task flushes a prefix, fails (or loses its executor), and Spark runs it again: the
+            # retry sends the partition's records again; the driver keeps the retry's report
+            tries = [outputs[: world.rng.randint(0, len(outputs))], outputs]
+            world.note(f"{name}: produce task of partition {plan.partition} failed, retried")
+            world.events["reconcile task retried"] += 1
+        for attempt, batch in enumerate(tries):
+            for out in batch:
+                yield "reconcile: produce"
+                headers = out.headers(lease_id, window.run)
+                offset = world.log.append(out.partition, out.key, out.value, headers, None)
+                world.events[f"{out.record_type.value} written"] += 1
+                if attempt == len(tries) - 1:
+                    output[out.partition] = ranges.widen(output.get(out.partition), offset, offset)
     for gap in gaps:  # record_gaps: the log needs a hybrid re-read
         yield "reconcile: record gap"
         world.control.append(
-            control.gap_key(gap.partition), rec.gap_value(gap, run=window.run, lease_id=1, now_ms=0)
+            control.gap_key(gap.partition), rec.gap_value(gap, run=window.run, lease_id=lease_id, now_ms=0)
         )
-        world.note(f"reconciler run {window.run}: gap {gap.to_dict()}", f"retention gap ({gap.detected})")
+        world.note(f"{name} run {window.run}: gap {gap.to_dict()}", f"retention gap ({gap.detected})")
     if reconciler_steps.progress_changed(state, positions, output, gaps, pending):
+        yield "reconcile: check lease"  # record_progress: lease.check()
+        if not lease.check():
+            world.note(f"{name}: lease lost before its progress (FencedError)", "reconciler fenced")
+            return
         yield "reconcile:before-progress"
         value = rec.progress_value(
             positions=positions,
             safe_point=window.safe_point,
             output=output,
             pending=pending,
-            lease_id=1,
+            lease_id=lease_id,
             run=window.run,
-            owner="sim",
+            owner=name,
             summary={},
             now_ms=0,
         )
         world.control.append(control.K_RECONCILE, value)
-        note = f"reconciler run {window.run}: output {output}, positions {positions}"
-        world.note(note, "reconciler output")
+        world.note(f"{name} run {window.run}: output {output}, positions {positions}", "reconciler output")
+    yield "reconcile: release"
+    lease.release()
 
 
 # --- compaction (spark.compact_job + compaction.plan_expiry / secure_ledger) ----------------------------
@@ -640,9 +815,33 @@ def consistent_follower(world: World, seen: Observed) -> Steps:
     pending: dict[int, list[LogEntry]] = {p: [] for p in range(world.partitions)}
     while True:
         yield "follow: poll control"  # ControlFollower.poll
-        new = world.control.records[control_next:]
-        control_next += len(new)
-        control.fold(new, state)
+        end = len(world.control.records)
+        skipped = any(offset in world.control.removed for offset in range(control_next, end))
+        if skipped and not world.bugs.follower_ignores_compaction:
+            # compaction removed records it had not read: re-base on the latest checkpoint when that one
+            # is at or past its position (ControlFollower.poll)
+            checkpoint, checkpoint_next = world.control.latest(full=False)
+            if checkpoint_next > control_next:
+                state = merged_state(world.catalog.load(), control.rebased(checkpoint, state))
+                control_next = checkpoint_next
+                world.note(f"{seen.name}: re-based on the checkpoint through {checkpoint_next - 1}")
+                world.events["follower re-based on a checkpoint after compaction"] += 1
+        control.fold(world.control.live(control_next), state)
+        control_next = end
+        unknown = [
+            e
+            for messages in pending.values()
+            for e in messages
+            if retired_unknown(
+                decode_headers(e.headers), e.partition, e.offset, state, world.log.log_start[e.partition]
+            )
+        ]
+        if unknown:  # follow: ControlTopicLagError; the records it held need a hybrid re-read
+            world.note(
+                f"{seen.name}: stops: it held {unknown[0]} of a batch retired since", "follower stopped"
+            )
+            seen.stopped = True
+            return
         yield "follow: poll log"  # cons.consume (a position below the log start resets to it)
         ends = world.log.end_offsets()
         _reach(world, seen, log_next, ends)
@@ -694,14 +893,28 @@ def _decided(entry: LogEntry, state: ControlState) -> bool:
 
 
 def eventual_follower(world: World, seen: Observed) -> Steps:
-    """follow.follow (eventual): every record as it arrives."""
+    """follow.follow (eventual): every record as it arrives (one ``ReadFilter`` for the whole follow: a
+    later copy of a reconciler record is not returned)."""
     log_next = dict.fromkeys(range(world.partitions), 0)
+    read_filter = ReadFilter(None, consistent=False)
     while True:
         yield "follow: poll log"
         ends = world.log.end_offsets()
         _reach(world, seen, log_next, ends)
-        seen.records.extend(world.log.scan(log_next, ends))
+        for entry in world.log.scan(log_next, ends):
+            if _keeps(world, read_filter, decode_headers(entry.headers), entry):
+                seen.records.append(entry)
         log_next = ends
+
+
+def _keeps(world: World, read_filter: ReadFilter, meta: Any, entry: LogEntry) -> bool:
+    """``ReadFilter.decide``; ``readers_count_copies`` keeps every copy of a reconciler record."""
+    if world.bugs.readers_count_copies:
+        return read_filter.rule(meta, entry.partition, entry.offset)[0]
+    keep, decision = read_filter.decide(meta, entry.partition, entry.offset)
+    if decision is Decision.DUPLICATE:
+        world.events["reader skipped a copy of a reconciler record"] += 1
+    return keep
 
 
 def log_read(
@@ -746,7 +959,7 @@ def log_read(
     seen.start, seen.low = first, dict(enumerate(world.log.log_start))
     for entry in world.log.scan(first, last):
         meta = decode_headers(entry.headers)
-        keep, _ = read_filter.decide(meta, entry.partition, entry.offset)
+        keep = _keeps(world, read_filter, meta, entry)
         if state is not None:
             _note_settled(world, meta, entry, state)
         if keep:

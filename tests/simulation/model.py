@@ -107,36 +107,100 @@ class KafkaLog:
 
 
 class ControlTopic:
-    """The control topic (one partition) and its checkpoint topic.
+    """The control topic (one partition, compacted) and its checkpoint topic.
 
     ``read`` is ``checkpoints.read_state``: the latest checkpoint (``decode_state`` of its JSON) with the
     control records after its ``through`` folded on; with ``full`` (or while no checkpoint exists) the
-    whole topic is folded from offset 0 (what a reader does when the checkpoint does not decode).
-    Compaction is lazy, so a full fold still sees every record, tombstoned ledger entries included.
+    whole topic is folded from offset 0 (what a reader does when there is no checkpoint).
+
+    **Time**: records are stamped by the broker (``LogAppendTime``): ``now``, the scheduler's clock
+    (one tick a step), never earlier than the previous stamp. Leases are judged by these stamps.
+
+    **Compaction** (:meth:`clean`, Kafka's log cleaner): a record older than ``lag`` ticks (the topic's
+    ``min.compaction.lag.ms``) is removed once a later record of its key exists, and a tombstone older
+    than ``lag + delete_retention`` is removed itself. Removed records stay in ``records`` (ground
+    truth) but no read returns them. Without a cleaner (``lag`` None), compaction never runs.
+
+    **Checkpoints** are written in a Kafka transaction whose transactional id every publisher of the table
+    shares (``checkpoints.maybe_checkpoint``): :meth:`checkpoint_token` is ``init_transactions`` (it
+    fences every earlier token), :meth:`write_checkpoint` commits only under the newest token.
+
     Folding is incremental by design (``fold`` applies record by record), so each fold is cached and
-    extended, and every read returns a fresh copy the caller may change.
+    extended while nothing it read was removed, and every read returns a fresh copy.
     """
 
-    def __init__(self, full_fold_rate: float = 0.0, rng: Any = None) -> None:
+    def __init__(
+        self,
+        full_fold_rate: float = 0.0,
+        rng: Any = None,
+        lag: int | None = None,
+        delete_retention: int = 0,
+    ) -> None:
         self.records: list[ControlRecord] = []
-        self.clock = 0
+        self.removed: set[int] = set()  # offsets the cleaner removed
+        self.now = 0  # the scheduler's clock
+        self.clock = 0  # the last stamp
+        self.lag = lag
+        self.delete_retention = delete_retention
         self.checkpoints: list[str] = []  # the checkpoint topic: encode_state(...) as JSON, oldest first
+        self.checkpoint_tokens = 0  # the transactional id's producer epoch
         self.full_fold_rate = full_fold_rate  # how often a read ignores the checkpoint (seeded)
         self.rng = rng
         self._full = _Fold(ControlState(), 0)  # the whole topic folded so far
         self._tail: _Fold | None = None  # the latest checkpoint with the records after it folded so far
         self.reads: Counter[str] = Counter()  # coverage: reads from a checkpoint / of the whole topic
+        self.known: set[tuple[str, int]] = set()  # every (writer, batch) a read found committed
+        self.forgotten: set[tuple[str, int]] = set()  # ... that a later read did not
+        self.highest_watermark: dict[int, int] = {}  # per partition the highest watermark a read saw
+        self.regressed: set[tuple[int, int, int]] = set()  # (partition, read, highest before) regressions
 
     def append(self, key: str, value: dict[str, Any] | None) -> int:
-        self.clock += 1
+        self.clock = max(self.clock, self.now)
         offset = len(self.records)
         self.records.append(ControlRecord(key, value, offset, self.clock))
         return offset
 
-    def write_checkpoint(self, data: dict[str, Any]) -> None:
-        """checkpoints._append: the checkpoint topic's newest record (stored as the JSON Kafka carries)."""
+    def live(self, start: int = 0) -> list[ControlRecord]:
+        """The records from offset ``start`` on that compaction kept (what a consumer reads)."""
+        return [r for r in self.records[start:] if r.offset not in self.removed]
+
+    def clean(self) -> list[int]:
+        """One pass of the log cleaner; returns the offsets it removed now."""
+        if self.lag is None:
+            return []
+        latest: dict[str, int] = {}
+        for record in self.records:
+            latest[record.key] = record.offset
+        removed = []
+        for record in self.records:
+            if record.offset in self.removed or (record.timestamp_ms or 0) > self.now - self.lag:
+                continue
+            superseded = latest[record.key] != record.offset
+            expired = record.value is None and (record.timestamp_ms or 0) <= self.now - self.lag - (
+                self.delete_retention
+            )
+            if superseded or expired:
+                self.removed.add(record.offset)
+                removed.append(record.offset)
+        if removed:
+            self._full = _Fold(ControlState(), 0)
+            self._tail = None
+        return removed
+
+    def checkpoint_token(self) -> int:
+        """``init_transactions`` of the checkpointers' shared transactional id: a new producer epoch,
+        which fences every earlier one."""
+        self.checkpoint_tokens += 1
+        return self.checkpoint_tokens
+
+    def write_checkpoint(self, data: dict[str, Any], token: int | None = None) -> bool:
+        """checkpoints._append in its transaction: committed unless a newer token fenced ``token``
+        (None: written without a transaction, as before checkpoints were fenced)."""
+        if token is not None and token != self.checkpoint_tokens:
+            return False
         self.checkpoints.append(json.dumps(data, separators=(",", ":")))
         self._tail = None
+        return True
 
     def latest(self, full: bool | None = None) -> tuple[ControlState, int]:
         """checkpoints.latest: (the latest checkpoint's state, the control offset to fold on from)."""
@@ -163,9 +227,22 @@ class ControlTopic:
                 state.checkpoint_start = start
                 self._tail = _Fold(state, start)
             cached = self._tail
-        control.fold(self.records[cached.next :], cached.state)
+        control.fold(self.live(cached.next), cached.state)
         cached.next = len(self.records)
+        self._check_nothing_forgotten(cached.state)
         return copy_state(cached.state)
+
+    def _check_nothing_forgotten(self, state: ControlState) -> None:
+        """Ground truth for the oracle: once a read said (writer, batch) is committed, every later read
+        must say so too (decisions only move from undecided to decided; retiring changes none)."""
+        known = {key for key in self.known if state.committed(*key) is not None}
+        self.forgotten |= self.known - known
+        self.known |= known | set(state.commits)
+        for partition, offset in self.highest_watermark.items():  # W1: it never moves backwards
+            if state.watermark.get(partition, -1) < offset:
+                self.regressed.add((partition, state.watermark.get(partition, -1), offset))
+        for partition, offset in state.watermark.items():
+            self.highest_watermark[partition] = max(self.highest_watermark.get(partition, -1), offset)
 
     def claim_epoch(self, writer_id: str) -> int:
         return self.append(control.epoch_key(writer_id), {"writer": writer_id}) + 1

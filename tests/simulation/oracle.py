@@ -40,6 +40,8 @@ EVENTUAL_FOLD = "eventual read does not fold to the table"
 HYBRID = "hybrid read differs from the table"
 HYBRID_SPLIT_PAIR = "eventual hybrid read starts inside a reconciler reassert pair"
 STUCK = "watermark stuck below the log end at quiescence"
+LEDGER_LOST = "control state lost a committed batch"
+WATERMARK_BACK = "watermark moved backwards"
 
 
 def retract_fold(base: Counter[str], entries: Iterable[LogEntry]) -> Counter[str]:
@@ -77,8 +79,11 @@ def expected_rows(world: World, landed: Iterable[Landed]) -> Counter[str]:
     return Counter(keyed.values()) if world.keyed else appended
 
 
-def check(world: World, watermark: dict[int, int]) -> list[Violation]:
-    """Every invariant, on the finished run (after quiescence)."""
+def check(world: World, watermark: dict[int, int], known: set[tuple[str, int]]) -> list[Violation]:
+    """Every invariant, on the finished run (after quiescence).
+
+    :param known: the (writer, batch)s a control read at quiescence says are committed.
+    """
     found: list[Violation] = []
     catalog = world.catalog
     main = catalog.snapshots[catalog.refs["main"]]
@@ -110,6 +115,19 @@ def check(world: World, watermark: dict[int, int]) -> list[Violation]:
                     f"epoch {commit.in_force} was in force (had fenced the table)",
                 )
             )
+    forgotten = sorted({(c.writer_id, c.batch_id) for c in world.landed} - known)
+    if forgotten:  # a retried batch would commit again, its records would never be visible
+        found.append(Violation(LEDGER_LOST, f"{forgotten} landed, the control state does not know them"))
+    if world.control.forgotten:
+        found.append(
+            Violation(
+                LEDGER_LOST, f"a control read forgot {sorted(world.control.forgotten)} an earlier one knew"
+            )
+        )
+    if world.control.regressed:
+        found.append(
+            Violation(WATERMARK_BACK, f"(partition, read, before): {sorted(world.control.regressed)}")
+        )
     table = _clean(main.rows)
     if table != _clean(expected_rows(world, world.landed)):
         found.append(Violation(TABLE_ROWS, f"main {table} != {_clean(expected_rows(world, world.landed))}"))
@@ -137,9 +155,9 @@ def check(world: World, watermark: dict[int, int]) -> list[Violation]:
                 found.append(Violation(CONSISTENT_UNCOMMITTED, f"{seen.name}: {foreign}"))
         if seen.file_rows is None:  # a log read or a follower
             lost = committed - seen.gone - set(positions)  # retention's deletions are not the reader's
-            if seen.final and seen.consistent and lost:
+            if seen.final and seen.consistent and lost and not seen.stopped:
                 found.append(Violation(CONSISTENT_LOST, f"{seen.name}: {sorted(lost)}"))
-            if seen.final and not seen.gone and (seen.consistent or not gap_reported):
+            if seen.final and not seen.gone and not seen.stopped and (seen.consistent or not gap_reported):
                 folded = _clean(retract_fold(Counter(), seen.records))
                 if folded != table:
                     invariant = TABLE_ROWS if seen.consistent else EVENTUAL_FOLD

@@ -36,6 +36,7 @@ class Actor:
         """Take one step (noted in the trace as it happens); False once the run has ended."""
         if self.steps is None:
             self.steps = self.start()
+        world.control.now += 1  # time passes: the broker stamps control records with this clock
         world.note(f"{self.name}: {self.pending}")
         try:
             self.pending = next(self.steps)
@@ -45,11 +46,29 @@ class Actor:
         return True
 
 
+@dataclass(frozen=True)
+class Hazards:
+    """Which of issue 33's actors and faults a run may have (each drawn per seed when allowed); a
+    planted bug's test narrows them to the hazard it is about."""
+
+    reconcile_task_retries: bool = True
+    two_reconcilers: bool = True
+    compaction: bool = True
+    unknown_commits: bool = True
+    #: every run compacts its control topic, with a cleaner that runs at nearly every step and a lag of
+    #: a few steps (a day of compaction lag squeezed into the race windows), and 2-3 publishers that
+    #: overlap and checkpoint often
+    eager_cleaner: bool = False
+    #: two reconcilers in every run (else in 30 % of the runs that allow them)
+    always_two_reconcilers: bool = False
+
+
 @dataclass
 class Result:
     seed: int
     bugs: Bugs
     violations: list[Violation]
+    hazards: Hazards = field(default_factory=lambda: Hazards())
     trace: list[str] = field(default_factory=list)
     steps: int = 0
     events: Counter[str] = field(default_factory=Counter)
@@ -64,7 +83,9 @@ class Result:
         lines.append(f"trace (last {last} of {len(self.trace)} steps):")
         lines += [f"    {line}" for line in self.trace[-last:]]
         planted = ",".join(name for name, on in vars(self.bugs).items() if on)
+        narrowed = ",".join(f"{k}={v}" for k, v in vars(self.hazards).items() if v != getattr(Hazards(), k))
         env = f"LOGSTORE_SIM_SEED={self.seed}" + (f" LOGSTORE_SIM_BUGS={planted}" if planted else "")
+        env += f" LOGSTORE_SIM_HAZARDS={narrowed}" if narrowed else ""
         lines.append(f"replay: {env} .venv/bin/pytest tests/simulation -k replay -s -p no:cacheprovider")
         return "\n".join(lines)
 
@@ -91,11 +112,16 @@ def make_inputs(
     return inputs
 
 
-def run(seed: int, bugs: Bugs | None = None) -> Result:
+def run(seed: int, bugs: Bugs | None = None, hazards: Hazards | None = None) -> Result:
     rng = random.Random(seed)
     bugs = bugs or Bugs()
+    hazards = hazards or Hazards()
     writers = ["a", "b"] if rng.random() < 0.8 else ["a"]
     keyed = rng.random() < 0.6
+    # the control topic's cleaner (compaction) in half the runs, with a small min.compaction.lag; a run
+    # with compaction reads the whole topic only while no checkpoint exists, as the real readers do
+    compacted = hazards.compaction and (hazards.eager_cleaner or rng.random() < 0.5)
+    lag = (rng.randint(1, 4) if hazards.eager_cleaner else rng.randint(1, 30)) if compacted else None
     world = World(
         rng=rng,
         bugs=bugs,
@@ -104,9 +130,19 @@ def run(seed: int, bugs: Bugs | None = None) -> Result:
         inputs=make_inputs(rng, writers, rng.randint(2, 3), keyed),
         log=KafkaLog(2),
         # some reads fold the whole topic instead of the latest checkpoint + its tail
-        control=ControlTopic(full_fold_rate=rng.choice([0.0, 0.1, 0.3]), rng=rng),
+        control=ControlTopic(
+            full_fold_rate=0.0 if compacted else rng.choice([0.0, 0.1, 0.3]),
+            rng=rng,
+            lag=lag,
+            delete_retention=rng.randint(0, 30),
+        ),
         catalog=Catalog(),
-        checkpoint_every=rng.randint(3, 10),
+        checkpoint_every=rng.randint(1, 10) if hazards.eager_cleaner else rng.randint(3, 10),
+        reconcilers=2
+        if hazards.always_two_reconcilers or (hazards.two_reconcilers and rng.random() < 0.3)
+        else 1,
+        reconcile_task_retries=hazards.reconcile_task_retries and rng.random() < 0.5,
+        unknown_commits=rng.choice([0.0, 0.1, 0.3]) if hazards.unknown_commits else 0.0,
     )
     cast: list[Actor] = []
     for writer in writers:
@@ -119,14 +155,39 @@ def run(seed: int, bugs: Bugs | None = None) -> Result:
                     at_step=0 if attempt == 0 else rng.randint(1, 80),
                 )
             )
-    for publisher in range(1 if rng.random() < 0.6 else 2):  # publishes of two DAG runs may overlap
+    publishers = rng.choice([2, 3] if hazards.eager_cleaner else [1, 1, 2, 3])
+    for publisher in range(publishers):  # publishes of several DAG runs may overlap
         cast.append(
             Actor(
-                f"publisher#{publisher + 1}", partial(actors.publisher, world), True, runs=rng.randint(2, 6)
+                f"publisher#{publisher + 1}",
+                partial(actors.publisher, world),
+                True,
+                runs=rng.randint(4, 8) if hazards.eager_cleaner else rng.randint(2, 6),
             )
         )
-    if rng.random() < 0.7:
-        cast.append(Actor("reconciler", lambda: actors.reconciler(world), True, runs=rng.randint(1, 3)))
+    if rng.random() < 0.7 or world.reconcilers > 1:
+        for number in range(1, world.reconcilers + 1):  # two may run at once: the lease decides
+            name = "reconciler" if world.reconcilers == 1 else f"reconciler#{number}"
+            cast.append(
+                Actor(
+                    name,
+                    partial(actors.reconciler, world, name),
+                    True,
+                    runs=rng.randint(1, 3),
+                    at_step=rng.randint(0, 60) if number > 1 else 0,
+                )
+            )
+    if lag is not None:
+        cast.append(
+            Actor(
+                "cleaner",
+                partial(actors.cleaner, world),
+                False,
+                runs=10**6,
+                background=True,
+                period=1 if hazards.eager_cleaner else rng.randint(1, 8),
+            )
+        )
     if rng.random() < 0.5:
         cast.append(
             Actor(
@@ -200,9 +261,11 @@ def run(seed: int, bugs: Bugs | None = None) -> Result:
                 False,
             ),
         )
+    # a crashed or abandoned reconciler's lease expires first: time passes
+    world.control.now += actors.LEASE_TTL + 1
     for name, start in (
         ("publisher", actors.publisher),
-        ("reconciler", actors.reconciler),
+        ("reconciler", partial(actors.reconciler, name="final reconciler")),
         ("publisher", actors.publisher),
     ):
         _finish(world, Actor(f"final {name}", partial(start, world), False))
@@ -222,9 +285,11 @@ def run(seed: int, bugs: Bugs | None = None) -> Result:
     for steps_of in final_reads:
         for _ in steps_of:
             pass
-    watermark = world.control.read().watermark
+    state = world.control.read(full=False)
+    known = {(c.writer_id, c.batch_id) for c in world.landed if state.committed(c.writer_id, c.batch_id)}
     world.events.update(world.control.reads)
-    return Result(seed, bugs, check(world, watermark), world.trace, steps, world.events)
+    violations = check(world, state.watermark, known)
+    return Result(seed, bugs, violations, hazards, world.trace, steps, world.events)
 
 
 def _interleave(world: World, cast: list[Actor], rng: random.Random, busy_share: float = 0.75) -> int:

@@ -15,6 +15,7 @@ import pytest
 
 from .actors import Bugs
 from .oracle import (
+    BATCH_MISSING,
     BATCH_TWICE,
     CONSISTENT_DUPLICATE,
     CONSISTENT_LOST,
@@ -23,8 +24,10 @@ from .oracle import (
     FENCED_COMMIT,
     HYBRID,
     HYBRID_SPLIT_PAIR,
+    LEDGER_LOST,
+    WATERMARK_BACK,
 )
-from .sim import run
+from .sim import Hazards, run
 
 SEEDS = 10_000
 CHUNK = 500
@@ -48,12 +51,19 @@ def _bugs_from_env() -> Bugs:
     return Bugs(**dict.fromkeys(names, True))
 
 
+def _hazards_from_env() -> Hazards:
+    """``LOGSTORE_SIM_HAZARDS=eager_cleaner=True,two_reconcilers=False``: a narrowed run."""
+    pairs = [p.split("=") for p in os.environ.get("LOGSTORE_SIM_HAZARDS", "").split(",") if p.strip()]
+    return Hazards(**{name.strip(): value.strip() == "True" for name, value in pairs})
+
+
 def test_replay() -> None:
-    """Replays ``LOGSTORE_SIM_SEED`` (with ``LOGSTORE_SIM_BUGS``) and prints its whole trace."""
+    """Replays ``LOGSTORE_SIM_SEED`` (with ``LOGSTORE_SIM_BUGS`` and ``LOGSTORE_SIM_HAZARDS``) and prints
+    its whole trace."""
     seed = os.environ.get("LOGSTORE_SIM_SEED")
     if seed is None:
         pytest.skip("set LOGSTORE_SIM_SEED=<seed> to replay one run")
-    result = run(int(seed), _bugs_from_env())
+    result = run(int(seed), _bugs_from_env(), _hazards_from_env())
     print(result.explain(last=len(result.trace)))
     assert result.ok, result.explain()
 
@@ -100,6 +110,19 @@ COVERED = (
     "retention gap (scan)",
     "publish scan failed",
     "read skipped deleted records",
+    # issue 33: the actors around the writer
+    "reconcile task retried",
+    "reconciler found the lease held",
+    "reconciler produced past its lease",
+    "reconciler fenced",
+    "reader skipped a copy of a reconciler record",
+    "control topic compacted",
+    "compaction removed a ledger entry",
+    "compaction removed a tombstone",
+    "follower re-based on a checkpoint after compaction",
+    "checkpoint fenced",
+    "checkpoint skipped",
+    "commit state unknown",
 )
 
 
@@ -114,9 +137,10 @@ def test_the_seeds_reach_the_races(record_property: Any) -> None:
     assert not missing, f"events reached by fewer than 5 of 200 seeds: {missing} ({dict(seen)})"
 
 
-# Each planted bug (a test-only switch restoring the old behaviour of a hole of issue 13) must be found
-# within `within` seeds, as one of the named invariants.
-PLANTED = [
+# Each planted bug (a test-only switch restoring the old behaviour of a hole of issue 13 or 33) must be
+# found within `within` seeds, as one of the named invariants; a bug about one hazard is looked for in
+# runs narrowed to it (`Hazards`), and the first seed that finds it is named in the comment.
+PLANTED: list[tuple[str, set[str], int] | tuple[str, set[str], int, Hazards]] = [
     ("decide_once", {BATCH_TWICE, FENCED_COMMIT}, 300),
     ("ignore_fence", {FENCED_COMMIT}, 1000),
     ("attempt_number_tags", {CONSISTENT_UNCOMMITTED, CONSISTENT_DUPLICATE}, 300),
@@ -131,14 +155,37 @@ PLANTED = [
     ("publish_skips_deleted", {CONSISTENT_UNCOMMITTED}, 300),
     # issue 18: in-flight records no longer pin the reconciled position; their attempts are kept pending
     ("forget_pending", {EVENTUAL_FOLD}, 1000),
+    # issue 33, hole 1: a reconcile task retried after a partial flush resends its records (seed 15)
+    ("readers_count_copies", {EVENTUAL_FOLD}, 300, Hazards(two_reconcilers=False)),
+    # issue 33, hole 2: a reconciler stalled past its lease writes what the next one wrote (seed 68)
+    (
+        "readers_count_copies",
+        {EVENTUAL_FOLD},
+        300,
+        Hazards(reconcile_task_retries=False, always_two_reconcilers=True),
+    ),
+    # issue 33, hole 3: a stale checkpoint after a newer one's tombstones, then compaction (seed 20)
+    ("stale_checkpoint", {LEDGER_LOST}, 300, Hazards(eager_cleaner=True)),
+    # found by this simulation (README, Findings): one key for every watermark record (seed 9)
+    ("one_watermark_key", {WATERMARK_BACK}, 300, Hazards(eager_cleaner=True)),
+    # issue 33, hole 3 (followers): a follower that lagged past compaction (seed 0)
+    ("follower_ignores_compaction", {CONSISTENT_LOST}, 300),
+    # issue 33, hole 4: a commit whose state is unknown taken as committed (seed 1)
+    ("unknown_as_success", {BATCH_MISSING}, 300),
 ]
 
 
-@pytest.mark.parametrize(("bug", "invariants", "within"), PLANTED, ids=[p[0] for p in PLANTED])
-def test_planted_bug_is_found(bug: str, invariants: set[str], within: int, record_property: Any) -> None:
+def _planted_id(entry: tuple[Any, ...]) -> str:
+    return entry[0] if len(entry) == 3 else f"{entry[0]}-{entry[3]}"
+
+
+@pytest.mark.parametrize("entry", PLANTED, ids=[_planted_id(p) for p in PLANTED])
+def test_planted_bug_is_found(entry: tuple[Any, ...], record_property: Any) -> None:
+    bug, invariants, within = entry[:3]
+    hazards = entry[3] if len(entry) > 3 else None
     bugs = Bugs(**{bug: True})
     for seed in range(within):
-        result = run(seed, bugs)
+        result = run(seed, bugs, hazards)
         hit = {v.invariant for v in result.violations} & invariants
         if hit:
             record_property("report", f"planted bug {bug}: found at seed {seed}: {sorted(hit)}")

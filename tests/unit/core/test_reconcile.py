@@ -1060,3 +1060,25 @@ def test_a_copy_of_a_reassert_pair_cut_in_two_is_closed_by_the_next_run_and_hold
             0, record.offset, classify(meta, 0, record.offset, world.state), meta.pair_half, meta.reasserts
         )
     assert scan.finish({0: len(world.log[0])}) == {0: len(world.log[0]) - 1}
+
+
+def test_an_open_half_whose_originals_retention_deleted_is_still_closed() -> None:
+    """A run crashed between a pair's halves, and retention then deleted the redundant record the pair
+    followed: the next run's window starts after it, so no redundant record makes it follow the key.
+    The open half alone must: else the watermark stays before it for good (found by the simulation,
+    seed 7792 of issue 33's first sweep)."""
+    world = World(partitions=1)
+    e1 = world.claim()
+    world.write("w", e1, 1, ins(1))
+    world.write("w", e1, 2, upd(1, v="b"), die=True)
+    e2 = world.claim()
+    world.write("w", e2, 2, upd(1, v="b"))
+    world.write("w", e2, 3, upd(1, v="c"))
+    assert world.reconcile(deliver=0) == []  # planned, nothing delivered
+    planned = [o for plan in world.runs[-1] for o in plan.outputs]
+    opening = next(o for o in planned if o.record_type is RecordType.REASSERT and o.pair_half == 1)
+    offset = world.append(0, opening.key, opening.headers(5, 1), opening.value)  # then the run died
+    window = [r for r in world.log[0] if r.offset >= offset]  # retention deleted everything before
+    plans, _ = R.plan_partitions(window, _copy_state(world.state), {0: offset}, {0: offset + 1})
+    closing = [o for plan in plans for o in plan.outputs]
+    assert [(o.pair_half, o.pair_of(9)) for o in closing] == [(2, opening.pair_of(1))]
