@@ -86,6 +86,16 @@ def is_commit_conflict(exc: BaseException) -> bool:
     return _matches(exc, UNKNOWN_STATE_CLASSES) is None and _matches(exc, CONFLICT_CLASSES) is not None
 
 
+def is_unknown_commit_state(exc: BaseException) -> bool:
+    """True when the catalog could not say whether a commit applied: pyiceberg's
+    ``CommitStateUnknownException`` (a REST catalog's HTTP 500, 502 or 504), or Iceberg's Java one
+    behind a Spark write. A commit attempt then decides again from the table
+    (:func:`airflow_logstore.spark.staged_commit.is_lost_race`)."""
+    from pyiceberg.exceptions import CommitStateUnknownException
+
+    return isinstance(exc, CommitStateUnknownException) or _matches(exc, UNKNOWN_STATE_CLASSES) is not None
+
+
 def conflict_message(exc: BaseException) -> str:
     cause = _matches(exc, CONFLICT_CLASSES)
     if cause is None:

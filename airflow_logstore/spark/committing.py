@@ -23,7 +23,7 @@ from airflow_logstore.core.visibility import with_positions
 from airflow_logstore.exceptions import CommitConflictError, FencedError
 from airflow_logstore.pause import pause_point
 from airflow_logstore.spark import staged_commit
-from airflow_logstore.spark.commit_retry import backoff_seconds, is_commit_conflict
+from airflow_logstore.spark.commit_retry import backoff_seconds, is_commit_conflict, is_unknown_commit_state
 from airflow_logstore.spark.inputs import OP_COLUMN
 from airflow_logstore.spark.planning import KeyFilter, KeysAbsent, table_rows
 from airflow_logstore.table.tables import merged_state
@@ -99,7 +99,10 @@ def settled_by(decision: CommitDecision, writer_id: str, epoch: int, batch_id: i
 
     :raises FencedError: the decision fences this attempt.
     """
-    if decision.verdict is Verdict.ALREADY_COMMITTED and decision.existing is not None:
+    mine = decision.existing is not None and decision.existing.epoch == epoch
+    if decision.existing is not None and (decision.verdict is Verdict.ALREADY_COMMITTED or mine):
+        # (a newer epoch may have been claimed since this epoch's own publish, whose state the catalog
+        # could not tell: the batch is in the table all the same)
         log.info("batch %s: %s; nothing committed", batch_id, decision.reason)
         return decision.existing
     if decision.verdict is Verdict.FENCED:
@@ -141,6 +144,14 @@ def run_attempt(
             return write_and_publish(target, rows, attempt, with_positions(commit, state))
     except Exception as exc:
         fenced = not staged_commit.drop_attempt(target.handle, attempt.refs)
+        if is_unknown_commit_state(exc):  # the publish, or Spark's write to the attempt's own branch
+            log.warning(
+                "batch %s: the catalog could not say whether a commit applied (%s); deciding again "
+                "from the table",
+                commit.batch_id,
+                type(exc).__name__,
+            )
+            return None
         if staged_commit.is_lost_race(exc) or is_commit_conflict(exc):
             return None  # decide again: a fence shows there as the newer epoch's claim
         if fenced and not isinstance(exc, FencedError):  # e.g. Spark: the branch it wrote was removed

@@ -325,7 +325,16 @@ def remove_refs(table: Table, names: list[str]) -> None:
 
 
 def is_lost_race(exc: BaseException) -> bool:
-    """True when a publish lost its compare-and-set (another commit moved ``main``)."""
-    from pyiceberg.exceptions import CommitFailedException
+    """True when an attempt must decide again: its publish lost the compare-and-set (another commit
+    moved ``main``), or the catalog could not say whether a commit applied (a REST catalog answers HTTP
+    500, 502 or 504 with ``CommitStateUnknownException``, including after it applied the publish).
 
-    return isinstance(exc, CommitFailedException)
+    Deciding again resolves an unknown state from ``main`` itself, by construction: the new base's
+    lineage holds the batch exactly when the publish applied (then the decision is "already committed"
+    by this epoch, and its ledger entry is written as for any commit), and the next compare-and-set
+    requires ``main`` to be that base, so a publish still in flight that lands later makes it fail and
+    decide once more. Never reported as a fence: the commit may have removed the attempt's tag itself.
+    """
+    from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+
+    return isinstance(exc, CommitFailedException | CommitStateUnknownException)

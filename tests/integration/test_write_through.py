@@ -153,6 +153,44 @@ def test_a_transient_failure_in_a_commit_attempt_is_reported_as_itself_and_a_ret
     assert [c.batch_id for c in snapshot_commits(handle.load()) if c.writer_id == "flaky"] == [1]
 
 
+@pytest.mark.parametrize("applied", [True, False], ids=["applied", "not-applied"])
+def test_a_publish_whose_commit_state_is_unknown_is_decided_again_from_the_table(
+    env, spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, applied: bool
+) -> None:
+    """Hole 4 of issue 33: a REST catalog answers 500/502/504 with CommitStateUnknownException, also
+    after it applied the publish. The attempt then decides again on a new base: the base's lineage
+    holds the batch exactly when the publish applied ("already committed" by this epoch: its ledger entry
+    is written), else the batch commits now. It used to be reported as a fence (the applied commit had
+    removed the attempt's tag), which no retry fixes, and no ledger entry was written."""
+    from pyiceberg.exceptions import CommitStateUnknownException
+
+    from airflow_logstore.spark import staged_commit
+
+    handle = make_table(env)
+    path = str(write_jsonl(tmp_path / "b1.jsonl", BATCH))
+    writer = open_writer(spark, str(handle.name), writer_id="unsure")
+    real_publish, calls = staged_commit.publish, []
+
+    def publish_then_lose_the_answer(*args: Any, **kwargs: Any) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            if applied:
+                real_publish(*args, **kwargs)
+            raise CommitStateUnknownException("502 Bad Gateway from the catalog (simulated)")
+        real_publish(*args, **kwargs)
+
+    monkeypatch.setattr(staged_commit, "publish", publish_then_lose_the_answer)
+    result = writer.write_path(path, 1)
+
+    assert len(calls) == (1 if applied else 2)  # applied: the second decision finds it in the table
+    expected, records = _expected(BATCH, ["id"])
+    assert result.snapshot_id is not None and result.log_records == records
+    assert _plain(table_state(handle)) == _plain(expected)
+    assert [c.batch_id for c in snapshot_commits(handle.load()) if c.writer_id == "unsure"] == [1]
+    ledger = handle.control().read().committed("unsure", 1)
+    assert ledger is not None and ledger.epoch == writer.epoch and _stage_refs(handle) == []
+
+
 def test_a_crashed_write_through_leaves_its_staging_branch_to_the_next_epochs_fence(env, tmp_path) -> None:
     handle = make_table(env)
     path = write_jsonl(tmp_path / "b1.jsonl", BATCH)

@@ -335,3 +335,28 @@ def test_a_write_through_without_one_report_per_task_fails_before_its_commit(
     assert "batch 7 ran 3 tasks" in message and str(list(partitions)) in message, message
     assert "not committed" in message
     check_one_report_each(TaskReports(NOTHING_PRODUCED, 0, 0, (0, 1, 2)), tasks=3, batch_id=7)
+
+
+def test_a_fenced_decision_that_finds_this_epoch_s_own_commit_returns_it() -> None:
+    """A publish whose state was unknown had applied, and a newer epoch claimed before the attempt
+    decided again: the batch is in the table by this epoch, not left to reconciliation."""
+    mine = CommitInfo("w", 4, epoch=3, snapshot_id=99)
+    assert settled_by(CommitDecision(Verdict.FENCED, "epoch 5 was claimed", mine), "w", 3, 4) is mine
+    older = CommitInfo("w", 4, epoch=2, snapshot_id=98)
+    with pytest.raises(FencedError):
+        settled_by(CommitDecision(Verdict.FENCED, "epoch 5 was claimed", older), "w", 3, 4)
+
+
+def test_an_unknown_commit_state_is_decided_again_and_never_a_fence() -> None:
+    from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+
+    from airflow_logstore.spark.commit_retry import is_unknown_commit_state
+    from airflow_logstore.spark.staged_commit import is_lost_race
+
+    unknown = CommitStateUnknownException("504 Gateway Timeout")
+    assert is_lost_race(unknown) and is_unknown_commit_state(unknown)
+    assert is_lost_race(CommitFailedException("main moved")) and not is_unknown_commit_state(
+        CommitFailedException("main moved")
+    )
+    java = RuntimeError("org.apache.iceberg.exceptions.CommitStateUnknownException: timed out")
+    assert is_unknown_commit_state(java) and not is_lost_race(ValueError("no"))
