@@ -4,11 +4,16 @@ An eventual follower yields each record as soon as Kafka delivers it. A consiste
 the control topic and holds records until the visibility watermark passes them *and* its own control
 state decides them; then it yields only the committed ones (exactly once). Its buffer is bounded: a
 partition whose buffer is full is paused until it drains.
+
+**Control checkpoints.** The control topic is compacted: once a checkpoint retired a ledger entry and
+its tombstone follows, the cleaner removes the entry. A follower that reads past offsets compaction
+removed re-bases on the latest checkpoint when it covers any of them (:class:`ControlFollower`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import logging
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from airflow_logstore.core import control
@@ -16,12 +21,14 @@ from airflow_logstore.core.changelog import Normalizer
 from airflow_logstore.core.codec import decode_headers
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import Consistency
-from airflow_logstore.core.visibility import ReadFilter, classify
+from airflow_logstore.core.visibility import ReadFilter, classify, merge_watermarks
 from airflow_logstore.exceptions import RecordDecodeError
 from airflow_logstore.log import kafka_client
 from airflow_logstore.log.checkpoints import latest as latest_checkpoint
 from airflow_logstore.read.reader import LogReader, LogRecord, ReadReport, StartPosition
 from airflow_logstore.table.tables import merged_state
+
+log = logging.getLogger(__name__)
 
 #: A tailing reader keeps one fetch open per broker; the broker holds an empty fetch this long. Against
 #: the librdkafka default (500 ms) it trims the tail a little (a kept producer, 600 records in batches of
@@ -36,31 +43,106 @@ MAX_PENDING_PER_PARTITION = 50_000
 
 
 class ControlFollower:
-    """Keeps a ControlState current by tailing the control topic from its latest checkpoint."""
+    """Keeps a ControlState current by tailing the control topic from its latest checkpoint.
 
-    def __init__(self, reader: LogReader) -> None:
-        from confluent_kafka import TopicPartition
+    **Re-basing.** Compaction removes control records the follower may not have read yet: older records
+    of a key (epoch claims, watermark moves with the ranges they settled) and, a day after their
+    tombstones, ledger entries a checkpoint retired. Every removed offset it had not read shows as a
+    jump in the offsets it consumes (``next`` is the offset it folds next). On a jump it reads the latest
+    checkpoint; when that checkpoint's ``through`` is at or past ``next`` (it folded records this
+    follower never did), its state replaces the follower's (with the live snapshots' commits merged in
+    again, the watermark never moving backwards) and the follower goes on after ``through``.
 
+    Why that is enough: a ledger entry is removed only after the checkpoint that retired it (it folded
+    the entry, so its ``through`` is past it) and the tombstone written after that checkpoint. So when
+    the latest checkpoint, read after the records showing a jump were fetched, ends before ``next``, no
+    entry in that jump or in any later jump of the same fetch was retired: what was removed there were
+    older records of keys whose newest record the fold keeps anyway (epochs and the watermark merge by
+    ``max``), and the follower's state is what a fresh reader's is. A state from a checkpoint decides
+    every record as the whole topic does (invariants K1, K2), so the re-based state changes no decision
+    the follower has made. At most one checkpoint read per :meth:`poll`.
+
+    :param consumer: the control topic's consumer (assigned here).
+    :param topic: the control topic.
+    :param latest: reads the latest checkpoint: (its state, the control offset after its ``through``).
+    :param merge: adds what the state lacks and the table knows (the live snapshots' commits).
+    """
+
+    def __init__(
+        self,
+        consumer: Any,
+        topic: str,
+        latest: Callable[[], tuple[ControlState, int]],
+        merge: Callable[[ControlState], ControlState],
+    ) -> None:
+        self.consumer, self.topic = consumer, topic
+        self._latest, self._merge = latest, merge
+        self.rebased = 0  # how often a checkpoint replaced the state (for reports and tests)
+        try:
+            state, start = latest()
+            self.state = merge(state)
+            self.next = start
+            self._assign(start)
+        except BaseException:
+            consumer.close()
+            raise
+
+    @classmethod
+    def of(cls, reader: LogReader) -> ControlFollower:
+        """The control follower of ``reader``'s table."""
         ctl = reader.handle.control(reader.config)
-        state, start = latest_checkpoint(ctl)
-        self.state = merged_state(reader.table, state)
-        self.consumer = kafka_client.consumer(reader.kafka_config, **TAILING_CONSUMER_SETTINGS)
-        self.consumer.assign([TopicPartition(ctl.topic, 0, start)])
+        return cls(
+            kafka_client.consumer(reader.kafka_config, **TAILING_CONSUMER_SETTINGS),
+            ctl.topic,
+            lambda: latest_checkpoint(ctl),
+            lambda state: merged_state(reader.table, state),
+        )
 
     def poll(self, timeout: float = 0.0) -> bool:
         """Fold newly arrived control records; True when the watermark moved."""
         before = dict(self.state.watermark)
+        checked = False
         for message in self.consumer.consume(num_messages=1000, timeout=timeout):
-            if message.error() is None:
-                record = control.decode(
-                    message.key(),
-                    message.value(),
-                    message.offset(),
-                    kafka_client.message_timestamp_ms(message),
-                )
-                if record is not None:
-                    control.fold([record], self.state)
+            if message.error() is not None:
+                continue
+            offset = message.offset()
+            if offset < self.next:
+                continue  # folded already (fetched before a re-base)
+            if offset > self.next and not checked:
+                checked = True
+                if self._rebase():
+                    break  # the rest of this fetch is read again, after the checkpoint
+            record = control.decode(
+                message.key(), message.value(), offset, kafka_client.message_timestamp_ms(message)
+            )
+            if record is not None:
+                control.fold([record], self.state)
+            self.next = offset + 1
         return self.state.watermark != before
+
+    def _rebase(self) -> bool:
+        """Replace the state with the latest checkpoint's when it folded offsets at or past ``next``."""
+        state, start = self._latest()
+        if start <= self.next:  # its ``through`` (start - 1) is below ``next``: nothing this state lacks
+            return False
+        rebased = self._merge(state)
+        rebased.watermark = merge_watermarks(self.state.watermark, rebased.watermark)
+        log.info(
+            "control follower of '%s': offsets from %s were compacted away; re-based on the checkpoint "
+            "through %s",
+            self.topic,
+            self.next,
+            start - 1,
+        )
+        self.state, self.next = rebased, start
+        self.rebased += 1
+        self._assign(start)
+        return True
+
+    def _assign(self, offset: int) -> None:
+        from confluent_kafka import TopicPartition
+
+        self.consumer.assign([TopicPartition(self.topic, 0, offset)])
 
     def close(self) -> None:
         self.consumer.close()
@@ -85,7 +167,7 @@ def follow(
         str(reader.handle.name), "follow", reader.consistency.value, reader.changelog_mode.value
     )
     cons = kafka_client.consumer(reader.kafka_config, **TAILING_CONSUMER_SETTINGS)
-    gated = ControlFollower(reader) if reader.consistency is Consistency.TRANSACTIONAL else None
+    gated = ControlFollower.of(reader) if reader.consistency is Consistency.TRANSACTIONAL else None
     pending: dict[int, list[Any]] = {}
     paused: set[int] = set()
     normalizer = Normalizer() if reader.normalize else None

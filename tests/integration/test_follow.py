@@ -1,0 +1,202 @@
+"""Followers on the real broker, Spark and Iceberg.
+
+- A consistent follower stalled while the real log cleaner compacts the control topic re-bases on the
+  latest checkpoint; before, it dropped the batches whose ledger entries the cleaner removed.
+
+Every run ends by a deterministic condition, checked at the top of a follower round (its ``stop``
+object): the records its consumer delivered, counted by a wrapper, and what it yielded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from airflow_logstore.core import control
+from airflow_logstore.log import checkpoints, kafka_client
+from airflow_logstore.publish.publisher import publish_visible_offsets
+from airflow_logstore.read import follow as follow_module
+from airflow_logstore.read.follow import follow
+from airflow_logstore.read.reader import LogReader, LogRecord
+from airflow_logstore.table.tables import LogStoreTable
+from airflow_logstore.testing.tables import make_table
+
+ROWS = [
+    [{"id": i, "name": f"v{i}", "amount": i} for i in range(1, 9)],
+    [
+        {"id": 1, "name": "v1-b", "amount": 100, "op": "update"},
+        {"id": 2, "op": "delete"},
+        {"id": 9, "name": "v9", "amount": 9},
+    ],
+]
+
+
+class _Delivered:
+    """Counts the log records the follower's consumers (made with the tailing settings) deliver, and
+    keeps them: to pause the control follower's one (a stall)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, topic: str) -> None:
+        self.topic, self.count = topic, 0
+        self.consumers: list[_Counting] = []
+        make = kafka_client.consumer
+
+        def consumer(*args: Any, **kwargs: Any) -> Any:
+            made = make(*args, **kwargs)
+            if kwargs != follow_module.TAILING_CONSUMER_SETTINGS:
+                return made  # a publish's, a checkpoint read's, the test's own
+            self.consumers.append(_Counting(made, self))
+            return self.consumers[-1]
+
+        monkeypatch.setattr(kafka_client, "consumer", consumer)
+
+
+class _Counting:
+    def __init__(self, consumer: Any, delivered: _Delivered) -> None:
+        self._consumer, self._delivered = consumer, delivered
+        self.assigned: list[str] = []
+
+    def assign(self, partitions: list[Any]) -> None:
+        self.assigned = sorted({tp.topic for tp in partitions})
+        self._consumer.assign(partitions)
+
+    def consume(self, *args: Any, **kwargs: Any) -> Any:
+        messages = self._consumer.consume(*args, **kwargs)
+        topic = self._delivered.topic
+        self._delivered.count += sum(m.error() is None and m.topic() == topic for m in messages)
+        return messages
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+
+class _Until:
+    """A follower's ``stop``: at the top of each round, ``first`` runs once (the test's step while the
+    follower stands at that point), then the follower stops once ``done()`` holds. A guard, not a
+    timing: after ``WAIT_S`` it stops anyway and ``timed_out`` says so (a failing test ends)."""
+
+    def __init__(self, done: Callable[[], bool], first: Callable[[], None] | None = None) -> None:
+        self.done, self.first = done, first
+        self.deadline = time.monotonic() + WAIT_S
+        self.timed_out = False
+
+    def is_set(self) -> bool:
+        if self.first is not None:
+            first, self.first = self.first, None
+            first()
+            self.deadline = time.monotonic() + WAIT_S
+        if self.done():
+            return True
+        self.timed_out = time.monotonic() > self.deadline
+        return self.timed_out
+
+
+WAIT_S = 120
+
+
+def _run(reader: LogReader, start: Any, stop: _Until, seen: list[LogRecord]) -> list[LogRecord]:
+    for record in follow(reader, start, stop=stop, poll_timeout=0.2):
+        seen.append(record)
+    assert not stop.timed_out, f"the follower did not get there in {WAIT_S} s; it yielded {len(seen)}"
+    return seen
+
+
+# -- compaction of the control topic (hole 3's follower gap) -----------------------------------------------
+
+
+def _compacted(table: LogStoreTable) -> bool:
+    """True once the cleaner removed batch 1's ledger entry and every watermark record but the last
+    (the first one carried the range the first publish settled)."""
+    config = table.config()
+    cons = kafka_client.consumer(table.kafka_config(config))
+    try:
+        low, end = kafka_client.partition_offsets(cons, config.control_topic or "", 1)[0]
+        keys = [
+            m.key()
+            for batch in kafka_client.scan(cons, config.control_topic or "", {0: low}, {0: end})
+            for m in batch
+            if m.value() is not None
+        ]
+    finally:
+        cons.close()
+    return control.commit_key("w", 1).encode() not in keys and keys.count(control.K_WATERMARK.encode()) == 1
+
+
+def _append_one(ctl: Any) -> bool:
+    ctl.append_fill(1)
+    return True
+
+
+def _compact_quickly(table: LogStoreTable) -> None:
+    """Let the broker's log cleaner compact the control topic within seconds (the production setting
+    keeps records a day): segments roll every 100 ms, any dirty share is cleaned, tombstones go at once."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    config = table.config()
+    settings = {
+        "min.compaction.lag.ms": "0",
+        "segment.ms": "100",
+        "min.cleanable.dirty.ratio": "0.01",
+        "delete.retention.ms": "0",
+    }
+    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in settings.items()]
+    resource = ConfigResource(ConfigResource.Type.TOPIC, config.control_topic, incremental_configs=entries)
+    admin = kafka_client.admin_client(table.kafka_config(config))
+    admin.incremental_alter_configs([resource])[resource].result(timeout=30.0)
+
+
+def test_a_follower_stalled_past_compaction_re_bases_on_the_checkpoint_and_loses_nothing(
+    env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from confluent_kafka import TopicPartition
+
+    from tests.integration.test_checkpoints import BATCH as CHECKPOINT_BATCH
+    from tests.integration.test_checkpoints import write_batches
+
+    monkeypatch.setattr(checkpoints, "CHECKPOINT_EVERY", 20)
+    handle = make_table(env, properties={"log-store.partitions": "1"})
+    _compact_quickly(handle)
+    config = handle.config()
+    delivered = _Delivered(monkeypatch, config.topic or "")
+    followers: list[follow_module.ControlFollower] = []
+    make_follower = follow_module.ControlFollower.of
+
+    def of(reader: LogReader) -> follow_module.ControlFollower:
+        followers.append(make_follower(reader))
+        return followers[-1]
+
+    monkeypatch.setattr(follow_module.ControlFollower, "of", of)
+    reader = LogReader(handle, consistency="transactional")  # its table has no snapshot yet
+
+    def stall_through_compaction() -> None:
+        """The follower stands at its first round, its control consumer at offset 0: it stalls (no
+        fetch) while batches 1-12 commit, a publish settles them, a checkpoint retires their ledger
+        entries and tombstones them, batch 13 commits (a newer epoch), a second publish, the cleaner."""
+        (ctl,) = [c for c in delivered.consumers if c.assigned == [config.control_topic]]
+        ctl.pause([TopicPartition(config.control_topic, 0)])
+        write_batches(handle, 1, 12)
+        report = publish_visible_offsets(handle)
+        assert report.checkpoint is not None and report.checkpoint["retired"] == 12
+        write_batches(handle, 13, 1)
+        publish_visible_offsets(handle)
+        control_topic = handle.control(config)
+        # a record appended after a segment's 100 ms rolls it, and the cleaner takes the rolled ones
+        assert kafka_client.wait_until(
+            lambda: _append_one(control_topic) and _compacted(handle),
+            timeout=120,
+        ), "the log cleaner never compacted the control topic"
+        ctl.resume([TopicPartition(config.control_topic, 0)])
+
+    seen: list[LogRecord] = []
+    _run(
+        reader,
+        "earliest",
+        _Until(lambda: any(r.meta.batch_id == 13 for r in seen), stall_through_compaction),
+        seen,
+    )
+    # batch 13's records come after batches 1-12's in the partition: by now each was released or dropped
+    assert sorted({r.meta.batch_id for r in seen}) == list(range(1, 14))  # before: 13 only
+    assert len(seen) == len({(r.partition, r.offset) for r in seen}) == 13 * CHECKPOINT_BATCH
+    assert followers[0].rebased >= 1
