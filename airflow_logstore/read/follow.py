@@ -5,6 +5,15 @@ the control topic and holds records until the visibility watermark passes them *
 state decides them; then it yields only the committed ones (exactly once). Its buffer is bounded: a
 partition whose buffer is full is paused until it drains.
 
+**From a snapshot** (``snapshot:S``) a follower is the log part of a hybrid read of S, so that S's rows
+plus what it yields are each change once. A consistent follower keeps records by the batch reader's own
+rule (:func:`~airflow_logstore.read.reader.filter_for`, with S's sequence number, positions and
+``logstore.log-included``), built each round from its current control state. An eventual follower
+decides at once, so it only drops what can never change: the committed records of the commits S holds
+(decided by the state read at its start, which already knows every commit S holds), and reversals of
+records below S's positions (it never returned them; a reversal only undoes a redundant record, which
+no snapshot holds). It keeps everything else, as an eventual follower from any other start does.
+
 **Control checkpoints.** The control topic is compacted: once a checkpoint retired a ledger entry and
 its tombstone follows, the cleaner removes the entry. A follower that reads past offsets compaction
 removed re-bases on the latest checkpoint when it covers any of them (:class:`ControlFollower`).
@@ -18,14 +27,14 @@ from typing import Any
 
 from airflow_logstore.core import control
 from airflow_logstore.core.changelog import Normalizer
-from airflow_logstore.core.codec import decode_headers
+from airflow_logstore.core.codec import RecordMeta, RecordType, decode_headers
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import Consistency
-from airflow_logstore.core.visibility import ReadFilter, classify, merge_watermarks
+from airflow_logstore.core.visibility import Decision, ReadFilter, classify, merge_watermarks
 from airflow_logstore.exceptions import RecordDecodeError
 from airflow_logstore.log import kafka_client
 from airflow_logstore.log.checkpoints import latest as latest_checkpoint
-from airflow_logstore.read.reader import LogReader, LogRecord, ReadReport, StartPosition
+from airflow_logstore.read.reader import LogReader, LogRecord, ReadReport, StartPosition, filter_for
 from airflow_logstore.table.tables import merged_state
 
 log = logging.getLogger(__name__)
@@ -148,6 +157,26 @@ class ControlFollower:
         self.consumer.close()
 
 
+class EventualAfterSnapshot:
+    """An eventual follower's rule from snapshot S: drop what can never change, keep the rest.
+
+    :param rule: the hybrid read's rule for S (:func:`~airflow_logstore.read.reader.filter_for`) with
+        the control state read at the follower's start; only its answer for committed records is used.
+    :param floor: S's log positions (reversals of records below them are dropped).
+    """
+
+    def __init__(self, rule: ReadFilter, floor: Mapping[int, int]) -> None:
+        self.rule, self.floor = rule, dict(floor)
+
+    def decide(self, meta: RecordMeta, partition: int, offset: int) -> tuple[bool, Decision | None]:
+        if meta.record_type is RecordType.REVERSAL and meta.reverses is not None:
+            original_partition, original_offset = meta.reverses
+            return original_offset >= self.floor.get(original_partition, 0), Decision.REVERSAL
+        keep, decision = self.rule.decide(meta, partition, offset)
+        # a committed record the rule drops is held by S: final (the start state knows S's commits)
+        return keep or decision is not Decision.COMMITTED, decision
+
+
 def follow(
     reader: LogReader,
     start: StartPosition | Mapping[int, int] | str = "latest",
@@ -157,6 +186,7 @@ def follow(
 ) -> Iterator[LogRecord]:
     """Yield records as they arrive (eventual) or as the watermark passes them (consistent).
 
+    :param start: earliest, latest, timestamp:..., snapshot:<id> (the log part of a hybrid read of it).
     :param stop: an object with ``is_set()`` (e.g. ``threading.Event``) that ends the loop.
     """
     from confluent_kafka import TopicPartition
@@ -167,13 +197,19 @@ def follow(
         str(reader.handle.name), "follow", reader.consistency.value, reader.changelog_mode.value
     )
     cons = kafka_client.consumer(reader.kafka_config, **TAILING_CONSUMER_SETTINGS)
-    gated = ControlFollower.of(reader) if reader.consistency is Consistency.TRANSACTIONAL else None
+    gated: ControlFollower | None = None
     pending: dict[int, list[Any]] = {}
     paused: set[int] = set()
     normalizer = Normalizer() if reader.normalize else None
     try:
         bounds = kafka_client.partition_offsets(cons, reader.topic, reader.config.partitions)
         first = reader.start_offsets(start, cons, bounds)
+        hybrid = reader.snapshot_start(start)
+        if reader.consistency is Consistency.TRANSACTIONAL:
+            gated = ControlFollower.of(reader)
+        eventual: ReadFilter | EventualAfterSnapshot = EVENTUAL
+        if gated is None and hybrid is not None:
+            eventual = EventualAfterSnapshot(reader.read_filter(False, hybrid, first), dict(hybrid.positions))
         cons.assign([TopicPartition(reader.topic, p, o) for p, o in first.items()])
         while stop is None or not stop.is_set():
             if gated is not None:
@@ -182,13 +218,14 @@ def follow(
                 if message.error() is not None:
                     continue
                 if gated is None:
-                    record = reader._decode(message, EVENTUAL, report)
+                    record = reader._decode(message, eventual, report)
                     if record is not None:
                         yield from reader._emit(record, normalizer, report)
                 else:
                     pending.setdefault(message.partition(), []).append(message)
             if gated is not None:
-                yield from _release(reader, gated.state, pending, report, normalizer)
+                rule = filter_for(gated.state, True, hybrid, first)
+                yield from _release(reader, gated.state, rule, pending, report)
                 _flow_control(cons, reader.topic, pending, paused)
             reader.dead_letter.flush()  # a follower runs for long: its dead letters go out as they come
     finally:
@@ -201,14 +238,16 @@ def follow(
 def _release(
     reader: LogReader,
     state: ControlState,
+    rule: ReadFilter,
     pending: dict[int, list[Any]],
     report: ReadReport,
-    normalizer: Normalizer | None,
 ) -> Iterator[LogRecord]:
     """Emit the buffered records the watermark has passed, in offset order per partition.
 
     A record the follower's own control state still finds undecided stays buffered, with everything
     after it in its partition, until the state decides it: holding is always safe, dropping is not.
+
+    :param rule: the follower's read rule for ``state`` (see :func:`follow`).
     """
     for partition, messages in pending.items():
         mark = state.watermark.get(partition, -1)
@@ -216,9 +255,9 @@ def _release(
         while ready < len(messages) and messages[ready].offset() <= mark and _decided(messages[ready], state):
             ready += 1
         for message in messages[:ready]:
-            record = reader._decode(message, ReadFilter(state, consistent=True), report)
+            record = reader._decode(message, rule, report)
             if record is not None:
-                yield from reader._emit(record, normalizer, report)
+                yield from reader._emit(record, None, report)
         del messages[:ready]
 
 

@@ -19,7 +19,7 @@ import datetime as dt
 import logging
 from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_logstore.core.changelog import Normalizer
 from airflow_logstore.core.codec import RecordMeta, RowKind, decode_headers, decode_value, typed_row
@@ -46,7 +46,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["META_COLUMNS", "LogReader", "LogRecord", "ReadReport", "StartPosition", "run_read"]
+__all__ = [
+    "META_COLUMNS",
+    "LogReader",
+    "LogRecord",
+    "ReadReport",
+    "StartPosition",
+    "filter_for",
+    "run_read",
+]
 
 
 @dataclass(frozen=True)
@@ -167,10 +175,18 @@ def snapshot_positions(table: Table, snapshot_id: int | None) -> tuple[int | Non
 
 @dataclass(frozen=True)
 class SnapshotStart:
-    """What the log part of a hybrid read needs of its snapshot: which commits it already holds."""
+    """What the log part of a hybrid read needs of its snapshot: which commits it already holds.
 
-    sequence: int  # the snapshot's sequence number (0: no snapshot, it holds nothing)
-    included: frozenset[str] | None  # its ``logstore.log-included`` (None: written before that list)
+    :param sequence: the snapshot's sequence number (0: no snapshot, it holds nothing).
+    :param included: its ``logstore.log-included`` (None: written before that list).
+    :param snapshot_id: the snapshot (the LogStore snapshot whose summary applies), for reports.
+    :param positions: its ``logstore.log-positions``: where its log part starts each partition.
+    """
+
+    sequence: int
+    included: frozenset[str] | None
+    snapshot_id: int | None = None
+    positions: tuple[tuple[int, int], ...] = ()
 
 
 def snapshot_start(table: Table, snapshot_id: int | None) -> SnapshotStart:
@@ -180,6 +196,8 @@ def snapshot_start(table: Table, snapshot_id: int | None) -> SnapshotStart:
     return SnapshotStart(
         snapshot.sequence_number or 0 if snapshot is not None else 0,
         commit.included if commit is not None else (frozenset() if chosen is None else None),
+        chosen,
+        tuple(sorted(positions_from_json(summary.get(S_POSITIONS)).items())),
     )
 
 
@@ -205,6 +223,27 @@ def _logstore_summary(table: Table, snapshot_id: int | None) -> tuple[int | None
                 f"snapshot {chosen} has no log positions any more: it carries none (compaction) and its "
                 f"ancestor {parent} expired; read a newer snapshot",
             )
+
+
+class RecordRule(Protocol):
+    """What keeps or drops a record in a record-by-record read: a :class:`ReadFilter`, or a follower's
+    rule built on one (``read.follow.EventualAfterSnapshot``)."""
+
+    def decide(self, meta: RecordMeta, partition: int, offset: int) -> tuple[bool, Decision | None]: ...
+
+
+def filter_for(
+    state: ControlState | None, consistent: bool, hybrid: SnapshotStart | None, start: Mapping[int, int]
+) -> ReadFilter:
+    """The one rule every reader of this package keeps records by, for a given control state: a batch
+    read builds it once, a follower once per round from its current state.
+
+    :param hybrid: what the snapshot holds when the read is a hybrid read's log part (else None).
+    :param start: where the read starts each partition.
+    """
+    if hybrid is None:
+        return ReadFilter(state, consistent)
+    return ReadFilter(state, consistent, hybrid.sequence, dict(start), hybrid.included)
 
 
 class LogReader:
@@ -275,9 +314,7 @@ class LogReader:
     ) -> ReadFilter:
         """The rule this read keeps records by (the control state is read only when it is needed)."""
         state = self.state() if consistent or hybrid is not None else None
-        if hybrid is None:
-            return ReadFilter(state, consistent)
-        return ReadFilter(state, consistent, hybrid.sequence, dict(start), hybrid.included)
+        return filter_for(state, consistent, hybrid, start)
 
     def read(
         self,
@@ -459,7 +496,7 @@ class LogReader:
         for chunk in scan.chunks():
             yield [], decode_columns(chunk, scan.header_sets, read_filter, self.field_types), len(chunk)
 
-    def _decode(self, message: Any, read_filter: ReadFilter, report: ReadReport) -> LogRecord | None:
+    def _decode(self, message: Any, read_filter: RecordRule, report: ReadReport) -> LogRecord | None:
         """One record, decoded and classified on its own: the follower's path, and the reference the
         bulk path (``read.batches``) is tested against."""
         try:

@@ -1,5 +1,7 @@
 """Followers on the real broker, Spark and Iceberg.
 
+- A follower from ``snapshot:S`` is the log part of a hybrid read of S: S's rows plus what it yields
+  are each change once (H1; before, it returned S's own batch again).
 - A consistent follower stalled while the real log cleaner compacts the control topic re-bases on the
   latest checkpoint; before, it dropped the batches whose ledger entries the cleaner removed.
 
@@ -16,13 +18,16 @@ from typing import Any
 import pytest
 
 from airflow_logstore.core import control
+from airflow_logstore.core.changelog import apply_retract
+from airflow_logstore.core.codec import RowKind
 from airflow_logstore.log import checkpoints, kafka_client
 from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read import follow as follow_module
 from airflow_logstore.read.follow import follow
-from airflow_logstore.read.reader import LogReader, LogRecord
+from airflow_logstore.read.reader import LogReader, LogRecord, read_hybrid
+from airflow_logstore.spark.dual_write import open_writer
 from airflow_logstore.table.tables import LogStoreTable
-from airflow_logstore.testing.tables import make_table
+from airflow_logstore.testing.tables import make_table, table_state, write_jsonl
 
 ROWS = [
     [{"id": i, "name": f"v{i}", "amount": i} for i in range(1, 9)],
@@ -96,11 +101,70 @@ class _Until:
 WAIT_S = 120
 
 
+def _log_size(handle: LogStoreTable) -> int:
+    return sum(_log_ends(handle).values())  # the tables here are new: their logs start at 0
+
+
+def _log_ends(handle: LogStoreTable) -> dict[str, int]:
+    config = handle.config()
+    cons = kafka_client.consumer(handle.kafka_config(config))
+    try:
+        bounds = kafka_client.partition_offsets(cons, config.topic or "", config.partitions)
+    finally:
+        cons.close()
+    return {str(p): high for p, (_, high) in bounds.items()}
+
+
 def _run(reader: LogReader, start: Any, stop: _Until, seen: list[LogRecord]) -> list[LogRecord]:
     for record in follow(reader, start, stop=stop, poll_timeout=0.2):
         seen.append(record)
     assert not stop.timed_out, f"the follower did not get there in {WAIT_S} s; it yielded {len(seen)}"
     return seen
+
+
+# -- from a snapshot (hole 5) ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def snapshot_table(env, spark, tmp_path_factory: pytest.TempPathFactory) -> tuple[LogStoreTable, Any, Any]:
+    """Batch 1 committed before any publish, so its snapshot S starts the log at its beginning and
+    lists batch 1 in ``logstore.log-included``; S read (files + log) right then; then batch 2."""
+    tmp_path = tmp_path_factory.mktemp("follow-snapshot")
+    handle = make_table(env)
+    writer = open_writer(spark, str(handle.name), writer_id="snap")
+    first = writer.write_path(str(write_jsonl(tmp_path / "b1.jsonl", ROWS[0])), 1)
+    hybrid = read_hybrid(handle, first.snapshot_id, consistency="transactional")
+    assert hybrid.file_rows.num_rows == len(ROWS[0]) and hybrid.log.records == []
+    publish_visible_offsets(handle)
+    writer.write_path(str(write_jsonl(tmp_path / "b2.jsonl", ROWS[1])), 2)
+    publish_visible_offsets(handle)
+    return handle, first.snapshot_id, hybrid
+
+
+@pytest.mark.parametrize("consistency", ["transactional", "eventual"])
+def test_a_follower_from_a_snapshot_returns_each_change_once_with_the_snapshots_rows(
+    snapshot_table: tuple[LogStoreTable, Any, Any], consistency: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handle, snapshot_id, hybrid = snapshot_table
+    delivered = _Delivered(monkeypatch, handle.config().topic or "")
+    total = _log_size(handle)  # S's positions are the log's start: the follower reads all of it
+    reader = LogReader(handle, consistency=consistency)
+    commit = handle.control().read().committed("snap", 2)
+    assert commit is not None
+    batch_two = sum(last - first + 1 for first, last in commit.offsets.values())  # an update is -U, +U
+    seen: list[LogRecord] = []
+    # the follower stops once its consumer delivered the whole log and it yielded batch 2's records
+    done = _Until(lambda: delivered.count >= total and len(seen) >= batch_two)
+    _run(reader, f"snapshot:{snapshot_id}", done, seen)
+    assert delivered.count == total
+    assert sorted(r.meta.batch_id for r in seen) == [2] * batch_two  # before: batch 1's records again
+
+    # S read (its files, and its log part: empty), then what the follower yielded
+    changes = [((row["id"],), RowKind.INSERT, row) for row in hybrid.file_rows.to_pylist()]
+    changes += [((r.row["id"],), r.kind, r.row) for r in [*hybrid.log.records, *seen]]
+    folded = apply_retract(changes)
+    assert not folded.anomalies
+    assert folded.state == table_state(handle)
 
 
 # -- compaction of the control topic (hole 3's follower gap) -----------------------------------------------
