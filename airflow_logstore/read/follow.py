@@ -14,6 +14,13 @@ decides at once, so it only drops what can never change: the committed records o
 records below S's positions (it never returned them; a reversal only undoes a redundant record, which
 no snapshot holds). It keeps everything else, as an eventual follower from any other start does.
 
+**Resume positions.** Every record a follower yields carries ``resume_position``: per partition the
+first offset it has not handed out (every record below was yielded or filtered out by its rule), plain
+JSON, plus what S holds when it follows from a snapshot. ``follow(reader, start=<that position>)``
+goes on from there. A consistent follower releases a record only once it is decided, and a decision
+never changes, so the resumed follower yields each committed record the first one did not, once. An
+eventual one is at-least-once, as eventual reads are (see :class:`ResumePosition`).
+
 **Control checkpoints.** The control topic is compacted: once a checkpoint retired a ledger entry and
 its tombstone follows, the cleaner removes the entry. A follower that reads past offsets compaction
 removed re-bases on the latest checkpoint when it covers any of them (:class:`ControlFollower`).
@@ -22,7 +29,7 @@ removed re-bases on the latest checkpoint when it covers any of them (:class:`Co
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any
 
 from airflow_logstore.core import control
@@ -34,7 +41,14 @@ from airflow_logstore.core.visibility import Decision, ReadFilter, classify, mer
 from airflow_logstore.exceptions import RecordDecodeError
 from airflow_logstore.log import kafka_client
 from airflow_logstore.log.checkpoints import latest as latest_checkpoint
-from airflow_logstore.read.reader import LogReader, LogRecord, ReadReport, StartPosition, filter_for
+from airflow_logstore.read.reader import (
+    LogReader,
+    LogRecord,
+    ReadReport,
+    SnapshotStart,
+    StartPosition,
+    filter_for,
+)
 from airflow_logstore.table.tables import merged_state
 
 log = logging.getLogger(__name__)
@@ -157,6 +171,25 @@ class ControlFollower:
         self.consumer.close()
 
 
+class ResumePosition:
+    """Per partition the first offset a follower has not handed out: every record below it was yielded
+    or filtered out by the follower's rule; a record still held (consistent) or not yet read is at or
+    above it. Handed out as plain JSON with each record (``LogRecord.resume_position``).
+
+    A record an eventual normalizing follower yields as two changes (``-U``, ``+U``) counts as handed
+    out only with the second: a follower stopped between them yields both again when resumed.
+    """
+
+    def __init__(self, offsets: Mapping[int, int], hybrid: SnapshotStart | None) -> None:
+        self.offsets = dict(offsets)
+        self.hybrid = hybrid
+
+    def token(self) -> dict[str, Any]:
+        """The position as ``follow(reader, start=...)`` takes it back (a ``positions`` start)."""
+        offsets = tuple(sorted(self.offsets.items()))
+        return StartPosition("positions", None, offsets, self.hybrid).resume_token()
+
+
 class EventualAfterSnapshot:
     """An eventual follower's rule from snapshot S: drop what can never change, keep the rest.
 
@@ -179,20 +212,20 @@ class EventualAfterSnapshot:
 
 def follow(
     reader: LogReader,
-    start: StartPosition | Mapping[int, int] | str = "latest",
+    start: StartPosition | Mapping[Any, Any] | str = "latest",
     *,
     stop: Any = None,
     poll_timeout: float = 0.05,
-) -> Iterator[LogRecord]:
+) -> Generator[LogRecord, None, None]:
     """Yield records as they arrive (eventual) or as the watermark passes them (consistent).
 
-    :param start: earliest, latest, timestamp:..., snapshot:<id> (the log part of a hybrid read of it).
+    :param start: earliest, latest, timestamp:..., snapshot:<id>, or a record's ``resume_position``
+        (the mapping itself, or ``positions:<its JSON>``).
     :param stop: an object with ``is_set()`` (e.g. ``threading.Event``) that ends the loop.
     """
     from confluent_kafka import TopicPartition
 
-    if isinstance(start, str):
-        start = StartPosition.parse(start)
+    start = StartPosition.of(start)
     report = ReadReport(
         str(reader.handle.name), "follow", reader.consistency.value, reader.changelog_mode.value
     )
@@ -205,6 +238,7 @@ def follow(
         bounds = kafka_client.partition_offsets(cons, reader.topic, reader.config.partitions)
         first = reader.start_offsets(start, cons, bounds)
         hybrid = reader.snapshot_start(start)
+        position = ResumePosition(first, hybrid)
         if reader.consistency is Consistency.TRANSACTIONAL:
             gated = ControlFollower.of(reader)
         eventual: ReadFilter | EventualAfterSnapshot = EVENTUAL
@@ -218,14 +252,12 @@ def follow(
                 if message.error() is not None:
                     continue
                 if gated is None:
-                    record = reader._decode(message, eventual, report)
-                    if record is not None:
-                        yield from reader._emit(record, normalizer, report)
+                    yield from _hand_out(reader, message, eventual, report, normalizer, position)
                 else:
                     pending.setdefault(message.partition(), []).append(message)
             if gated is not None:
                 rule = filter_for(gated.state, True, hybrid, first)
-                yield from _release(reader, gated.state, rule, pending, report)
+                yield from _release(reader, gated.state, rule, pending, report, position)
                 _flow_control(cons, reader.topic, pending, paused)
             reader.dead_letter.flush()  # a follower runs for long: its dead letters go out as they come
     finally:
@@ -235,12 +267,32 @@ def follow(
             gated.close()
 
 
+def _hand_out(
+    reader: LogReader,
+    message: Any,
+    rule: ReadFilter | EventualAfterSnapshot,
+    report: ReadReport,
+    normalizer: Normalizer | None,
+    position: ResumePosition,
+) -> Iterator[LogRecord]:
+    """Decode one record by ``rule`` and yield what it gives, each with the resume position after it."""
+    partition, offset = message.partition(), message.offset()
+    record = reader._decode(message, rule, report)
+    outputs = reader._emit(record, normalizer, report) if record is not None else []
+    for index, output in enumerate(outputs):
+        position.offsets[partition] = offset + 1 if index == len(outputs) - 1 else offset
+        output.resume_position = position.token()
+        yield output
+    position.offsets[partition] = offset + 1
+
+
 def _release(
     reader: LogReader,
     state: ControlState,
     rule: ReadFilter,
     pending: dict[int, list[Any]],
     report: ReadReport,
+    position: ResumePosition,
 ) -> Iterator[LogRecord]:
     """Emit the buffered records the watermark has passed, in offset order per partition.
 
@@ -255,9 +307,7 @@ def _release(
         while ready < len(messages) and messages[ready].offset() <= mark and _decided(messages[ready], state):
             ready += 1
         for message in messages[:ready]:
-            record = reader._decode(message, rule, report)
-            if record is not None:
-                yield from reader._emit(record, None, report)
+            yield from _hand_out(reader, message, rule, report, None, position)
         del messages[:ready]
 
 

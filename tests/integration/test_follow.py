@@ -1,7 +1,10 @@
-"""Followers on the real broker, Spark and Iceberg.
+"""Followers on the real broker, Spark and Iceberg: from a snapshot, across a restart, past compaction.
 
 - A follower from ``snapshot:S`` is the log part of a hybrid read of S: S's rows plus what it yields
   are each change once (H1; before, it returned S's own batch again).
+- A consistent follower stopped mid-stream and restarted from the last record's ``resume_position``
+  yields every committed record exactly once across both runs; restarted with ``latest`` it loses the
+  committed records that were still above the watermark. An eventual one resumed misses nothing.
 - A consistent follower stalled while the real log cleaner compacts the control topic re-bases on the
   latest checkpoint; before, it dropped the batches whose ledger entries the cleaner removed.
 
@@ -19,7 +22,8 @@ import pytest
 
 from airflow_logstore.core import control
 from airflow_logstore.core.changelog import apply_retract
-from airflow_logstore.core.codec import RowKind
+from airflow_logstore.core.codec import RecordMeta, RowKind, encode_headers
+from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.log import checkpoints, kafka_client
 from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read import follow as follow_module
@@ -165,6 +169,97 @@ def test_a_follower_from_a_snapshot_returns_each_change_once_with_the_snapshots_
     folded = apply_retract(changes)
     assert not folded.anomalies
     assert folded.state == table_state(handle)
+    token = seen[-1].resume_position
+    assert token is not None and token["snapshot"]["id"] == snapshot_id
+
+
+# -- resume positions (hole 7, third item) ---------------------------------------------------------------
+
+BATCH = 4
+
+
+def _write_batch(table: LogStoreTable, batch: int) -> list[tuple[int, int]]:
+    """One committed batch of writer ``r`` (no Spark): its records in partitions 0 and 1, its ledger
+    entry. Returns the records' (partition, offset)."""
+    config = table.config()
+    ctl = table.control(config)
+    epoch = ctl.claim_epoch("r")
+    prod = kafka_client.producer(table.kafka_config(config))
+    tracker = kafka_client.DeliveryTracker()
+    headers = encode_headers(RecordMeta("r", epoch, batch, "0.1"))
+    for n in range(BATCH):
+        value = b'{"kind":"+I","row":{"id":%d,"name":"n","amount":1}}' % (batch * 100 + n)
+        prod.produce(config.topic, value=value, headers=headers, partition=n % 2, on_delivery=tracker)
+    kafka_client.flush(prod, tracker, BATCH, "test batch")
+    commit = CommitInfo("r", batch, epoch, offsets=dict(tracker.offsets), tasks=frozenset({"0.1"}))
+    ctl.record_commit(commit.to_json(), "r", batch)
+    return sorted((p, o) for p, (first, last) in tracker.offsets.items() for o in range(first, last + 1))
+
+
+def test_a_consistent_follower_restarted_from_its_resume_position_yields_each_record_once(
+    env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handle = make_table(env, properties={"log-store.partitions": "2"})
+    written = {batch: _write_batch(handle, batch) for batch in (1, 2)}
+    publish_visible_offsets(handle)
+    written |= {batch: _write_batch(handle, batch) for batch in (3, 4)}  # committed, above the watermark
+    delivered = _Delivered(monkeypatch, handle.config().topic or "")
+    reader = LogReader(handle, consistency="transactional")
+
+    # run 1 stops once it yielded batches 1-2 and its consumer delivered batches 3-4 (held)
+    total = _log_size(handle)
+    first: list[LogRecord] = []
+    _run(reader, "earliest", _Until(lambda: delivered.count >= total and len(first) >= 2 * BATCH), first)
+    assert sorted((r.partition, r.offset) for r in first) == sorted(written[1] + written[2])
+    token = first[-1].resume_position
+    assert token is not None and set(token) == {"positions"}
+    for partition, offset in written[3] + written[4]:  # the committed records held sit above the token
+        assert offset >= token["positions"][str(partition)], (partition, offset, token)
+
+    publish_visible_offsets(handle)  # batches 3-4 become visible while no follower runs
+
+    # `latest`: the follower starts at the log's end; batch 5 is written once it stands there
+    def write_five() -> None:
+        written[5] = _write_batch(handle, 5)
+        publish_visible_offsets(handle)
+
+    latest: list[LogRecord] = []
+    _run(reader, "latest", _Until(lambda: len(latest) >= BATCH, write_five), latest)
+    assert sorted((r.partition, r.offset) for r in latest) == written[5]  # batches 3-4 lost
+
+    # from the token: the follower stops once its resume position is the log's end (it handed out all)
+    rest: list[LogRecord] = []
+    ends = _log_ends(handle)
+    _run(reader, token, _Until(lambda: bool(rest) and rest[-1].resume_position == {"positions": ends}), rest)
+    both = [(r.partition, r.offset) for r in [*first, *rest]]
+    assert sorted(both) == sorted(o for batch in (1, 2, 3, 4, 5) for o in written[batch])  # each once
+    assert len(both) == len(set(both))
+
+
+def test_an_eventual_follower_restarted_from_its_resume_position_misses_nothing(
+    env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At-least-once: it yields records at once, so its position is just past the last one it yielded
+    (a record it yields as two changes counts with the second); resumed, it goes on from there."""
+    handle = make_table(env, properties={"log-store.partitions": "2"})
+    written = {batch: _write_batch(handle, batch) for batch in (1, 2, 3)}  # none published: eventual
+    reader = LogReader(handle, consistency="eventual")
+    _Delivered(monkeypatch, handle.config().topic or "")
+    first: list[LogRecord] = []
+    stream = follow(reader, "earliest", stop=_Until(lambda: False), poll_timeout=0.2)
+    for record in stream:  # the application stops after 5 records, in the middle of a fetch
+        first.append(record)
+        if len(first) == 5:
+            stream.close()
+            break
+    token = first[-1].resume_position
+    assert token is not None and sum(token["positions"].values()) == 5
+    rest: list[LogRecord] = []
+    ends = _log_ends(handle)
+    _run(reader, token, _Until(lambda: bool(rest) and rest[-1].resume_position == {"positions": ends}), rest)
+    both = [(r.partition, r.offset) for r in [*first, *rest]]
+    assert sorted(both) == sorted(o for batch in (1, 2, 3) for o in written[batch])
+    assert len(both) == len(set(both))
 
 
 # -- compaction of the control topic (hole 3's follower gap) -----------------------------------------------

@@ -73,7 +73,8 @@ def _state(watermark: int, *commits: CommitInfo) -> ControlState:
 def _release(state: ControlState, pending: dict[int, list[Any]]) -> list[int]:
     report = ReadReport("t", "follow", "transactional", "all-kinds")
     rule = filter_for(state, True, None, {})
-    return [r.offset for r in follow._release(_reader(), state, rule, pending, report)]
+    position = follow.ResumePosition({}, None)
+    return [r.offset for r in follow._release(_reader(), state, rule, pending, report, position)]
 
 
 def test_an_undecided_record_below_the_watermark_is_held_then_released_once_decided() -> None:

@@ -18,7 +18,7 @@ from airflow_logstore.core.properties import ChangelogMode
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.core.visibility import Decision
 from airflow_logstore.read import follow
-from airflow_logstore.read.reader import LogReader, ReadReport, SnapshotStart, filter_for
+from airflow_logstore.read.reader import LogReader, ReadReport, SnapshotStart, StartPosition, filter_for
 from tests.unit.read.test_follow_hold import _DeadLetters
 from tests.unit.test_topic_scan import _Message
 
@@ -88,7 +88,8 @@ def _consistent(hybrid: SnapshotStart | None) -> list[Any]:
     state = _state(watermark=7)
     rule = filter_for(state, True, hybrid, {0: 0})
     pending: dict[int, list[Any]] = {0: list(LOG)}
-    return list(follow._release(_reader(), state, rule, pending, _report()))
+    position = follow.ResumePosition({0: 0}, hybrid)
+    return list(follow._release(_reader(), state, rule, pending, _report(), position))
 
 
 def test_a_consistent_follower_from_a_snapshot_skips_the_commits_it_holds() -> None:
@@ -102,13 +103,24 @@ def test_without_the_hybrid_rule_the_snapshots_own_batch_comes_again() -> None:
     assert [r.offset for r in _consistent(None)] == [0, 1, 2, 3]
 
 
+def test_the_resume_position_of_a_snapshot_follower_keeps_the_snapshot() -> None:
+    records = _consistent(S)
+    token = records[-1].resume_position
+    assert token == {
+        "positions": {"0": 4},
+        "snapshot": {"id": 77, "sequence": 5, "included": ["w/1"], "positions": {"0": 0, "1": 3}},
+    }
+    resumed = StartPosition.of(token)
+    assert isinstance(resumed, StartPosition) and resumed.hybrid == S and resumed.offsets == ((0, 4),)
+
+
 def _eventual(hybrid: SnapshotStart) -> list[int]:
     state = _state(watermark=-1)  # eventual: no watermark; the state read at the follower's start
     rule = follow.EventualAfterSnapshot(filter_for(state, False, hybrid, {0: 0}), dict(hybrid.positions))
+    position = follow.ResumePosition({0: 0}, hybrid)
     out = []
     for message in LOG:
-        record = _reader()._decode(message, rule, _report())
-        out += [record.offset] if record is not None else []
+        out += [r.offset for r in follow._hand_out(_reader(), message, rule, _report(), None, position)]
     return out
 
 
