@@ -173,6 +173,8 @@ _CODECS: dict[str, tuple[Any, Any]] = {
     "settled": (_int_keys, _from_int_keys),
     "holes": (_int_keys, _from_int_keys),
     "leases": (_encode_leases, _decode_leases),
+    "lease_fences": (dict, dict),
+    "fenced_writes": (_same, int),
     "reconcile_positions": (_int_keys, _from_int_keys),
     "reconcile_lease": (_same, _same),
     "reconcile_progress": (_same, _same),

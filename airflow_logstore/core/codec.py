@@ -14,6 +14,8 @@ A record in the log topic is::
              reverses        "<partition>:<offset>" of the record a reversal undoes (reversals only)
              emit-mode       "log" when the batch was written to the log only (never committed)
              reassert-half   "1" on the record that opens a reassert pair, "2" on the one that closes it
+             reasserts       "<partition>:<offset>:<run>" of a reassert pair: the record whose image it
+                             restores and the reconciler run that planned it (the pair's identity)
 
 Keys are partitioned with Kafka's murmur2 partitioner (librdkafka ``murmur2_random``, the same as the
 Java client's default), so every change of one key lands in one partition, in order.
@@ -46,6 +48,7 @@ H_TYPE = "record-type"
 H_REVERSES = "reverses"
 H_EMIT = "emit-mode"
 H_PAIR = "reassert-half"
+H_REASSERTS = "reasserts"
 
 RECONCILER_WRITER_ID = "logstore-reconciler"
 PRODUCER_PARTITIONER = "murmur2_random"
@@ -91,6 +94,8 @@ class RecordMeta:
     reverses: tuple[int, int] | None = None
     log_only: bool = False
     pair_half: int = 0  # reasserts: 1 opens a pair, 2 closes it (0: not part of a pair)
+    #: reasserts: (partition, offset of the record whose image the pair restores, the run that planned it)
+    reasserts: tuple[int, int, int] | None = None
 
     @property
     def attempt_key(self) -> tuple[str, int, int]:
@@ -112,7 +117,14 @@ def encode_headers(meta: RecordMeta) -> list[tuple[str, bytes]]:
         headers.append((H_EMIT, b"log"))
     if meta.pair_half:
         headers.append((H_PAIR, str(meta.pair_half).encode()))
+    if meta.reasserts is not None:
+        headers.append((H_REASSERTS, ":".join(map(str, meta.reasserts)).encode()))
     return headers
+
+
+_KNOWN_HEADERS = frozenset(
+    (H_FORMAT, H_WRITER, H_EPOCH, H_BATCH, H_TASK, H_TYPE, H_REVERSES, H_EMIT, H_PAIR, H_REASSERTS)
+)
 
 
 def _header_text(name: str, value: Any) -> str:
@@ -154,7 +166,7 @@ def _decode_headers(headers: Sequence[tuple[str, Any]]) -> RecordMeta:
         raise RecordDecodeError("record has no LogStore headers (not written by airflow-logstore)")
     found: dict[str, str] = {}
     for name, value in headers:
-        if name in (H_FORMAT, H_WRITER, H_EPOCH, H_BATCH, H_TASK, H_TYPE, H_REVERSES, H_EMIT, H_PAIR):
+        if name in _KNOWN_HEADERS:
             found[name] = _header_text(name, value)
     version = found.get(H_FORMAT)
     if version is None:
@@ -174,6 +186,13 @@ def _decode_headers(headers: Sequence[tuple[str, Any]]) -> RecordMeta:
         reverses = (_header_int(H_REVERSES, part), _header_int(H_REVERSES, offset))
     if record_type is RecordType.REVERSAL and reverses is None:
         raise RecordDecodeError("reversal record has no 'reverses' header")
+    reasserts = None
+    if H_REASSERTS in found:
+        parts = found[H_REASSERTS].split(":")
+        if len(parts) != 3:
+            raise RecordDecodeError(f"header '{H_REASSERTS}' is not <partition>:<offset>:<run>")
+        numbers = [_header_int(H_REASSERTS, part) for part in parts]
+        reasserts = (numbers[0], numbers[1], numbers[2])
     return RecordMeta(
         writer_id=found[H_WRITER],
         epoch=_header_int(H_EPOCH, found[H_EPOCH]),
@@ -183,6 +202,7 @@ def _decode_headers(headers: Sequence[tuple[str, Any]]) -> RecordMeta:
         reverses=reverses,
         log_only=found.get(H_EMIT) == "log",
         pair_half=_header_int(H_PAIR, found[H_PAIR]) if H_PAIR in found else 0,
+        reasserts=reasserts,
     )
 
 

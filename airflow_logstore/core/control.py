@@ -15,6 +15,10 @@ order (:func:`fold`) gives a :class:`ControlState`. Record keys:
 ``reconcile``             the reconciler's progress: per partition the next offset to scan (plus the
                           run number, safe point and output offsets of the run that wrote it).
 ``log-gap/<partition>``   records deleted by retention before reconciliation scanned them.
+
+Progress and gap records carry the lease of the run that wrote them: a fencing token. Such a record
+counts only if no newer lease has held the lease before it in the log (:func:`lease_fenced`), so a
+reconciler that stalled past its lease (a GC pause, renewals failing) and writes late changes nothing.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 
 from airflow_logstore.core import ranges
 from airflow_logstore.core.checkpoint import RETIRED_EPOCH, RetiredBatches
-from airflow_logstore.core.lease import Lease
+from airflow_logstore.core.lease import RECONCILER_LEASE, Lease
 from airflow_logstore.core.summary import CommitInfo
 
 K_EPOCH = "epoch/"
@@ -61,6 +65,9 @@ class ControlState:
     settled: dict[int, list[list[int]]] = field(default_factory=dict)
     holes: dict[int, dict[str, list[list[int]]]] = field(default_factory=dict)
     leases: dict[str, list[Lease]] = field(default_factory=dict)
+    #: per lease name the newest lease id seen holding it: writes under an older lease are ignored
+    lease_fences: dict[str, int] = field(default_factory=dict)
+    fenced_writes: int = 0  # progress and gap records of a lease that had lost it (ignored)
     reconcile_positions: dict[int, int] = field(default_factory=dict)
     reconcile_lease: int | None = None
     reconcile_progress: dict[str, Any] | None = None  # the latest ``reconcile`` record, as written
@@ -133,14 +140,39 @@ def _apply(state: ControlState, record: ControlRecord) -> None:
             _apply_settled(state, value)
     elif key.startswith(K_LEASE):
         _apply_lease(state, key[len(K_LEASE) :], value, record)
+        lease_fenced(state, key[len(K_LEASE) :], None)
     elif key == K_RECONCILE:
-        if value is not None:
+        if value is not None and not _fenced(state, value):
             state.reconcile_positions = {int(p): int(o) for p, o in (value.get("positions") or {}).items()}
             state.reconcile_lease = value.get("lease")
             state.reconcile_progress = value
-    elif key.startswith(K_GAP) and value is not None:
+    elif key.startswith(K_GAP) and value is not None and not _fenced(state, value):
         state.gaps[int(key[len(K_GAP) :])] = value
     state.end_offset = max(state.end_offset, record.offset + 1)
+
+
+def lease_fenced(state: ControlState, name: str, lease_id: int | None) -> bool:
+    """Whether a write under ``lease_id`` of lease ``name``, at the end of the folded log, comes after a
+    newer lease held it (then the write must not count); first raises the lease's fence to its live
+    holder. None: only raise the fence.
+
+    The holder is judged by the log's own time (:class:`Lease`), so every reader of the log prefix
+    agrees. A write of a lease whose claim compaction removed (older than every claim the fold knows)
+    counts: nothing newer held the lease as far as the log still tells.
+    """
+    holder = state.live_lease(name)
+    if holder is not None and holder.lease_id > state.lease_fences.get(name, 0):
+        state.lease_fences[name] = holder.lease_id
+    return lease_id is not None and lease_id < state.lease_fences.get(name, 0)
+
+
+def _fenced(state: ControlState, value: dict[str, Any]) -> bool:
+    """A reconciler progress or gap record written under a lease that had lost it: counted, ignored."""
+    lease = value.get("lease")
+    if lease is None or not lease_fenced(state, RECONCILER_LEASE, int(lease)):
+        return False
+    state.fenced_writes += 1
+    return True
 
 
 def _lease_time(value: dict[str, Any], record: ControlRecord) -> tuple[int, int]:

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: The reconciler's lease: its id is the fencing token of every progress and gap record a run writes.
+RECONCILER_LEASE = "reconciler"
+
 
 @dataclass(frozen=True)
 class Lease:

@@ -74,11 +74,12 @@ from airflow_logstore.core.codec import (
     encode_value,
 )
 from airflow_logstore.core.control import ControlState
+from airflow_logstore.core.lease import RECONCILER_LEASE
 from airflow_logstore.core.summary import CommitInfo
-from airflow_logstore.core.visibility import Decision, classify
+from airflow_logstore.core.visibility import Decision, FirstCopies, classify
 from airflow_logstore.exceptions import RecordDecodeError
 
-LEASE_NAME = "reconciler"
+LEASE_NAME = RECONCILER_LEASE
 #: the points of a run where a test can crash it (``--crash-at``): after the lease, after planning,
 #: after the reversals are flushed (before the progress record), right before the progress record
 STAGES = ("lease-acquired", "planned", "output-flushed", "before-progress")
@@ -407,6 +408,9 @@ class Output:
     source: int  # offset of the record reversed or of the image reasserted (-1: completes a cut pair)
     reverses: tuple[int, int] | None = None
     pair_half: int = 0  # reasserts: 1 opens the pair, 2 closes it (the watermark never splits a pair)
+    #: reasserts: the pair's identity (partition, source, run) when another run planned the pair (the
+    #: closing half of a pair a crash or a copy left open); None: the pair of the run writing it
+    pair: tuple[int, int, int] | None = None
 
     def headers(self, lease_id: int, run: int) -> list[tuple[str, bytes]]:
         return encode_headers(
@@ -417,8 +421,17 @@ class Output:
                 record_type=self.record_type,
                 reverses=self.reverses,
                 pair_half=self.pair_half,
+                reasserts=self.pair_of(run),
             )
         )
+
+    def pair_of(self, run: int) -> tuple[int, int, int] | None:
+        """The ``reasserts`` identity this record carries when written by ``run``."""
+        if self.record_type is not RecordType.REASSERT:
+            return None
+        if self.pair is not None:
+            return self.pair
+        return (self.partition, self.source, run) if self.source >= 0 else None
 
 
 @dataclass
@@ -443,6 +456,7 @@ class PartitionStats:
     dead_lettered: int = 0
     dead_letter_reasons: dict[str, int] = field(default_factory=dict)
     foreign: int = 0
+    copies_seen: int = 0  # second copies of reconciler records (a retried task, a second reconciler)
     next_position: int = 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -465,6 +479,8 @@ class PartitionPlan:
     partition: int
     stats: PartitionStats
     actions: list[tuple[str, bytes | None, int, bytes]]
+    #: per "complete" action, in order, the pair of the half it closes (None: a pair without identity)
+    completes: list[tuple[int, int, int] | None] = field(default_factory=list)
 
     @property
     def output_count(self) -> int:
@@ -473,6 +489,7 @@ class PartitionPlan:
     def iter_outputs(self) -> Iterator[Output]:
         """The records to write, in order, built one at a time."""
         partition = self.partition
+        completes = iter(self.completes)
         for action, key, offset, value in self.actions:
             if action == "reversal":
                 yield Output(
@@ -483,7 +500,8 @@ class PartitionPlan:
                     yield Output(partition, key, half, RecordType.REASSERT, offset, pair_half=number)
             else:
                 second = with_kind(value, _FIRST_HALF[kind_of(value)])
-                yield Output(partition, key, second, RecordType.REASSERT, -1, pair_half=2)
+                pair = next(completes, None)
+                yield Output(partition, key, second, RecordType.REASSERT, -1, pair_half=2, pair=pair)
 
     @property
     def outputs(self) -> list[Output]:
@@ -501,12 +519,17 @@ class _Tail:
         self.value = value
 
 
+#: An opening half of a reassert pair not closed yet: its value and its pair (None: written before pairs
+#: had an identity; matched by row then)
+_OpenHalf = tuple[bytes, "tuple[int, int, int] | None"]
+
+
 class _KeyState:
     __slots__ = ("first_redundant", "legit", "open_halves", "redundant", "tail")
 
     def __init__(self) -> None:
         self.first_redundant: int | None = None
-        self.open_halves: list[bytes] | None = None  # first halves of reassert pairs cut by a crash
+        self.open_halves: list[_OpenHalf] | None = None  # opening halves not closed (a crash, a copy)
         self.redundant: list[tuple[int, bytes]] = []
         self.legit: tuple[int, bytes | None] | None = None  # the last legitimate record: offset, value
         self.tail: _Tail | None = None
@@ -515,19 +538,26 @@ class _KeyState:
 _FIRST_HALF = {RowKind.UPDATE_BEFORE: RowKind.UPDATE_AFTER, RowKind.INSERT: RowKind.DELETE}
 
 
-def _pair_up(state: _KeyState, value: bytes | None) -> None:
-    """Match reassert halves: a producer that dies mid-run delivers a prefix, maybe half a pair."""
+def _pair_up(state: _KeyState, value: bytes | None, pair: tuple[int, int, int] | None) -> None:
+    """Match reassert halves: a producer that dies mid-run delivers a prefix, maybe half a pair, and a
+    copy of a pair (a retried task, a second reconciler) may be cut too. A closing half closes the open
+    half of its own pair (``reasserts``), and an opening half opens its pair unless it is open already
+    (as :class:`~airflow_logstore.core.visibility.WatermarkScan` counts them); halves written before
+    pairs had an identity are matched by row."""
     try:
         kind, row = decode_value(value)
     except RecordDecodeError:
         return
     assert value is not None
     if kind in _FIRST_HALF:
-        state.open_halves = [*(state.open_halves or []), value]
-        return
-    for index, half in enumerate(state.open_halves or []):
+        if pair is None or all(open_pair != pair for _, open_pair in state.open_halves or []):
+            state.open_halves = [*(state.open_halves or []), (value, pair)]
+        return  # a copy of a half still open (a retried task resent it) opens nothing more
+    for index, (half, half_pair) in enumerate(state.open_halves or []):
+        if half_pair != pair:
+            continue
         first, first_row = decode_value(half)
-        if _FIRST_HALF[first] is kind and first_row == row:
+        if pair is not None or (_FIRST_HALF[first] is kind and first_row == row):
             del state.open_halves[index]  # type: ignore[union-attr]
             return
 
@@ -570,6 +600,8 @@ class PartitionPlanner:
         self._committed = 0
         self._first: int | None = None
         self._last_headers: Any = None
+        self._copies = FirstCopies()  # reconciler records seen: a later copy changes nothing
+        self._completes: list[tuple[int, int, int] | None] = []
         self._last_entry: _Entry = (None, None, Decision.FOREIGN, Decision.FOREIGN)  # type: ignore[assignment]
 
     # -- feeding ---------------------------------------------------------------------------------------
@@ -664,14 +696,19 @@ class PartitionPlanner:
         if decision in RECONCILER_OUTPUT:
             if meta.reverses is not None and meta.reverses[0] == self.partition:
                 self._reversed.add(meta.reverses[1])
+            first = self._copies.first(meta, self.partition)
+            if not first:
+                stats = self.stats
+                stats.copies_seen += 1
             if key is not None:
                 state = self._keys.get(key)
                 if state is None and self.lookback is not None and offset <= self.lookback[1]:
                     state = self._track(key)  # a previous run's output: it may shadow recent writes
                 if state is not None:
-                    state.tail = _Tail(offset, meta.record_type, value)
+                    if first:  # readers count only a record's first copy: so does the key's image
+                        state.tail = _Tail(offset, meta.record_type, value)
                     if decision is Decision.REASSERT:
-                        _pair_up(state, value)
+                        _pair_up(state, value, meta.reasserts)
             return None
         if decision is Decision.DEAD_PENDING:  # will never commit; reversed once a successor commits
             if key is not None and (state := self._keys.get(key)) is not None:
@@ -806,9 +843,10 @@ class PartitionPlanner:
         for offset, value in reversed(new_keyless):
             actions.append(("reversal", None, offset, value))
         for key, state in self._keys.items():
-            for half in state.open_halves or []:  # complete a pair a crash cut in two
+            for half, pair in state.open_halves or []:  # complete a pair a crash (or a copy) cut in two
                 kind, _ = decode_value(half)
                 actions.append(("complete", key, -1, half))
+                self._completes.append(pair)
                 state.tail = _Tail(-1, RecordType.REASSERT, with_kind(half, _FIRST_HALF[kind]))
                 stats.reasserts_completed += 1
             new = [r for r in state.redundant if r[0] not in reversed_]
@@ -823,7 +861,7 @@ class PartitionPlanner:
         self._keys.clear()
         self._keyless.clear()
         self._recent.clear()
-        return PartitionPlan(self.partition, stats, actions)
+        return PartitionPlan(self.partition, stats, actions, self._completes)
 
     def _reassert(self, state: _KeyState, new: list[tuple[int, bytes]]) -> tuple[int, bytes] | None:
         """The record whose image a reassert pair must restore after the key's reversals, or None."""
@@ -927,6 +965,7 @@ def summarize(stats: Iterable[PartitionStats]) -> dict[str, Any]:
         "foreign": 0,
         "reassert_skipped": 0,
         "reasserts_completed": 0,
+        "copies_seen": 0,
     }
     by_attempt: dict[str, int] = {}
     by_decision: dict[str, int] = {}

@@ -14,6 +14,9 @@ Every data record is tagged (writer, batch, epoch, task attempt). Against the co
   (every LogStore writer claims its epoch before producing): never visible, never blocks the watermark.
 - ``LOG_ONLY``: written with emit mode ``log``; eventual readers see it, consistent readers never do.
 - ``REVERSAL`` / ``REASSERT``: written by reconciliation; eventual readers only.
+- ``DUPLICATE``: a second copy of a reconciler record (the same :func:`output_identity`: a reconcile
+  task retried after a partial flush, or two reconcilers that planned the same window); every reader and
+  the next reconciler count only the first copy in log order, so copies change no fold.
 
 The watermark of a partition is the highest offset below which no record is undecided
 (``IN_FLIGHT`` or ``DEAD_PENDING``); it never moves backwards.
@@ -45,6 +48,7 @@ class Decision(StrEnum):
     REVERSAL = "reversal"
     REASSERT = "reassert"
     FOREIGN = "foreign"
+    DUPLICATE = "duplicate"
 
     @property
     def undecided(self) -> bool:
@@ -84,6 +88,48 @@ def classify(meta: RecordMeta, partition: int, offset: int, state: ControlState)
     return Decision.IN_FLIGHT
 
 
+#: What identifies a reconciler record whatever wrote it: see :func:`output_identity`.
+OutputIdentity = tuple[Any, ...]
+
+
+def output_identity(meta: RecordMeta, partition: int) -> OutputIdentity | None:
+    """The identity of a reconciler record in ``partition``, the same for every copy of it; None for
+    data records (and reasserts written before reasserts had one).
+
+    A reversal is identified by the record it reverses (``reverses``); a reassert half by its pair (the
+    record whose image it restores and the run that planned it, ``reasserts``) and its half. Copies of one
+    record come from a reconcile task retried after a partial flush (Spark resends the partition's
+    records), or from two reconcilers that planned the same window (one stalled past its lease): both
+    write the same identities. The first copy in log order counts; reversals and reasserts are written
+    after the records they name, in the same partition, so any read that sees the original sees the first
+    copy before the others.
+    """
+    if meta.record_type is RecordType.REVERSAL and meta.reverses is not None:
+        return (partition, "reversal", *meta.reverses)
+    if meta.record_type is RecordType.REASSERT and meta.reasserts is not None:
+        return (partition, "reassert", *meta.reasserts, meta.pair_half)
+    return None
+
+
+class FirstCopies:
+    """Which reconciler records of one read are first copies (see :func:`output_identity`).
+
+    Feed every reconciler record the read would return, in log order per partition.
+    """
+
+    def __init__(self) -> None:
+        self._seen: set[OutputIdentity] = set()
+
+    def first(self, meta: RecordMeta, partition: int) -> bool:
+        identity = output_identity(meta, partition)
+        if identity is None:
+            return True
+        if identity in self._seen:
+            return False
+        self._seen.add(identity)
+        return True
+
+
 def offset_breaks(state: ControlState, partition: int) -> list[int]:
     """The offsets of ``partition`` at which :func:`classify`'s answer for one header set may change.
 
@@ -112,20 +158,34 @@ class WatermarkScan:
 
     The watermark stops before the first undecided record, and before a reconciler's reassert pair
     whose closing half has not been scanned yet: a hybrid read starts right after the watermark, and
-    half a pair would leave a row counted twice (retract semantics).
+    half a pair would leave a row counted twice (retract semantics). Halves are matched by their pair
+    (``reasserts``): a closing half closes its pair's open half, and an opening half opens its pair
+    unless it is open already. So a retried reconcile task's resent pair closes the pair its first try
+    opened; an opening half left alone (a stalled second reconciler that wrote half its copy) holds the
+    watermark until the next reconciler closes it: a hybrid read starting after the first copy would
+    count that half, which is its first copy there.
     """
 
     def __init__(self, previous: Mapping[int, int]) -> None:
         self.previous = dict(previous)
         self.blocked: dict[int, int] = {}  # partition -> first undecided offset
         self.decided_up_to: dict[int, int] = {}
-        self.open_pairs: dict[int, list[int]] = {}  # partition -> offsets of unclosed opening halves
+        # partition -> [offset, pair] of unclosed opening halves (pair None: written before pairs had one)
+        self.open_pairs: dict[int, list[tuple[int, tuple[int, int, int] | None]]] = {}
         self.holes: dict[int, dict[str, list[list[int]]]] = {}  # partition -> kind -> offset runs
 
-    def observe(self, partition: int, offset: int, decision: Decision | None, pair_half: int = 0) -> None:
+    def observe(
+        self,
+        partition: int,
+        offset: int,
+        decision: Decision | None,
+        pair_half: int = 0,
+        pair: tuple[int, int, int] | None = None,
+    ) -> None:
         """Record one scanned record; ``decision`` None means undecodable (decided: dead-lettered).
 
         :param pair_half: the record's ``reassert-half`` header (1 opens a pair, 2 closes one).
+        :param pair: the record's ``reasserts`` header: which pair the half belongs to.
         """
         if partition in self.blocked:
             return
@@ -140,9 +200,13 @@ class WatermarkScan:
                 runs.append([offset, offset])
         opened = self.open_pairs.setdefault(partition, [])
         if pair_half == 1:
-            opened.append(offset)
-        elif pair_half == 2 and opened:
-            opened.pop(0)
+            if pair is None or all(open_pair != pair for _, open_pair in opened):
+                opened.append((offset, pair))  # a copy of a half still open opens nothing more
+        elif pair_half == 2:
+            for index, (_, open_pair) in enumerate(opened):
+                if open_pair == pair:
+                    del opened[index]
+                    break
         self.decided_up_to[partition] = offset
 
     def finish(self, end_offsets: Mapping[int, int]) -> dict[int, int]:
@@ -154,7 +218,7 @@ class WatermarkScan:
         for partition, end in end_offsets.items():
             candidate = self.blocked[partition] - 1 if partition in self.blocked else end - 1
             if self.open_pairs.get(partition):
-                candidate = min(candidate, self.open_pairs[partition][0] - 1)
+                candidate = min(candidate, self.open_pairs[partition][0][0] - 1)
             result[partition] = max(result.get(partition, -1), candidate)
         return result
 
@@ -228,7 +292,7 @@ def scan_watermark(
         decision = classify(meta, partition, offset, state)
         if decision.undecided:
             blocked_by[str(partition)] = _blocker(meta, offset, decision)
-        scan.observe(partition, offset, decision, meta.pair_half)
+        scan.observe(partition, offset, decision, meta.pair_half, meta.reasserts)
     watermark = scan.finish(end)
     return WatermarkMove(watermark, scan.settled(start, watermark), scanned, undecodable, blocked_by)
 
@@ -399,6 +463,10 @@ class ReadFilter:
     :param consistent: return committed records only.
     :param snapshot_sequence: for a hybrid read, the sequence number of the snapshot whose rows it
         returns; ``start`` is where its log part starts (see :func:`hybrid_keeps`).
+
+    A filter belongs to one read: it remembers the reconciler records it let through, and a later copy
+    of one of them is a ``DUPLICATE`` (:func:`output_identity`). Feed it records in log order per
+    partition.
     """
 
     state: ControlState | None
@@ -408,9 +476,19 @@ class ReadFilter:
     snapshot_included: frozenset[str] | None = None
     # per partition the offset breaks of ``state`` (the state must not change while the filter is used)
     _breaks: dict[int, Any] = field(default_factory=dict, compare=False, repr=False)
+    _copies: FirstCopies = field(default_factory=FirstCopies, compare=False, repr=False)
 
     def decide(self, meta: RecordMeta, partition: int, offset: int) -> tuple[bool, Decision | None]:
-        """(keep the record?, its decision, or None when no state was needed)."""
+        """(keep the record?, its decision, or None when no state was needed); a second copy of a
+        reconciler record the read returned already is dropped as ``DUPLICATE``."""
+        keep, decision = self.rule(meta, partition, offset)
+        if keep and meta.record_type is not RecordType.DATA and not self._copies.first(meta, partition):
+            return False, Decision.DUPLICATE
+        return keep, decision
+
+    def rule(self, meta: RecordMeta, partition: int, offset: int) -> tuple[bool, Decision | None]:
+        """What :meth:`decide` answers before it looks for copies: the same for every record of one
+        header set between two :meth:`breaks`."""
         if self.state is None:
             return True, None
         decision = classify(meta, partition, offset, self.state)
@@ -455,7 +533,9 @@ class ReadFilter:
 
         count = len(codes)
         if self.state is None:
-            return np.ones(count, dtype=bool), np.zeros(count, dtype=np.int64), [None]
+            everything: list[Decision | None] = [None]
+            keep_all, first_group = np.ones(count, dtype=bool), np.zeros(count, dtype=np.int64)
+            return self._drop_copies(metas, codes, partitions, keep_all, first_group, everything)
         segments = np.zeros(count, dtype=np.int64)
         for partition in np.unique(partitions):
             where = partitions == partition
@@ -468,8 +548,37 @@ class ReadFilter:
         keep_of = np.zeros(len(first), dtype=bool)
         decision_of: list[Decision | None] = []
         for group, index in enumerate(first):
-            keep, decision = self.decide(metas[codes[index]], int(partitions[index]), int(offsets[index]))
-            keep_of[group] = keep
+            kept, decision = self.rule(metas[codes[index]], int(partitions[index]), int(offsets[index]))
+            keep_of[group] = kept
             decision_of.append(decision)
         inverse = inverse.reshape(-1)
-        return keep_of[inverse], inverse, decision_of
+        return self._drop_copies(metas, codes, partitions, keep_of[inverse], inverse, decision_of)
+
+    def _drop_copies(
+        self,
+        metas: Sequence[RecordMeta],
+        codes: np.ndarray,
+        partitions: np.ndarray,
+        keep: np.ndarray,
+        inverse: np.ndarray,
+        decisions: list[Decision | None],
+    ) -> tuple[np.ndarray, np.ndarray, list[Decision | None]]:
+        """Drop the kept reconciler records that are copies (:meth:`decide`); few records are
+        reconciler records, and only they are looked at one by one."""
+        import numpy as np
+
+        outputs = [
+            code
+            for code, meta in enumerate(metas)
+            if meta is not None and meta.record_type is not RecordType.DATA
+        ]
+        if not outputs:
+            return keep, inverse, decisions
+        duplicate = len(decisions)
+        for index in np.flatnonzero(keep & np.isin(codes, outputs)).tolist():
+            if not self._copies.first(metas[codes[index]], int(partitions[index])):
+                keep[index] = False
+                inverse[index] = duplicate
+        if duplicate in inverse:
+            decisions = [*decisions, Decision.DUPLICATE]
+        return keep, inverse, decisions

@@ -58,8 +58,6 @@ log = logging.getLogger(__name__)
 #: 10 on the local broker: p99 56 ms vs 78 ms); the price is an empty fetch per 50 ms.
 TAILING_CONSUMER_SETTINGS = {"fetch.wait.max.ms": 50}
 
-EVENTUAL = ReadFilter(None, consistent=False)
-
 #: A consistent follower buffers at most about this many records per partition that the watermark has
 #: not passed yet; a partition at the limit is paused until its buffer drains to half.
 MAX_PENDING_PER_PARTITION = 50_000
@@ -200,14 +198,20 @@ class EventualAfterSnapshot:
 
     def __init__(self, rule: ReadFilter, floor: Mapping[int, int]) -> None:
         self.rule, self.floor = rule, dict(floor)
+        self.copies = ReadFilter(None, consistent=False)  # drops later copies of reconciler records kept
 
     def decide(self, meta: RecordMeta, partition: int, offset: int) -> tuple[bool, Decision | None]:
+        decision: Decision | None = Decision.REVERSAL
         if meta.record_type is RecordType.REVERSAL and meta.reverses is not None:
             original_partition, original_offset = meta.reverses
-            return original_offset >= self.floor.get(original_partition, 0), Decision.REVERSAL
-        keep, decision = self.rule.decide(meta, partition, offset)
-        # a committed record the rule drops is held by S: final (the start state knows S's commits)
-        return keep or decision is not Decision.COMMITTED, decision
+            if original_offset < self.floor.get(original_partition, 0):
+                return False, decision
+        else:
+            kept, decision = self.rule.rule(meta, partition, offset)
+            if decision is Decision.COMMITTED and not kept:
+                return False, decision  # S holds it: final (the start state knows S's commits)
+        keep, copy = self.copies.decide(meta, partition, offset)
+        return keep, decision if keep else copy
 
 
 def follow(
@@ -241,7 +245,8 @@ def follow(
         position = ResumePosition(first, hybrid)
         if reader.consistency is Consistency.TRANSACTIONAL:
             gated = ControlFollower.of(reader)
-        eventual: ReadFilter | EventualAfterSnapshot = EVENTUAL
+        # one per read: it remembers the reconciler records it let through, and drops their later copies
+        eventual: ReadFilter | EventualAfterSnapshot = ReadFilter(None, consistent=False)
         if gated is None and hybrid is not None:
             eventual = EventualAfterSnapshot(reader.read_filter(False, hybrid, first), dict(hybrid.positions))
         cons.assign([TopicPartition(reader.topic, p, o) for p, o in first.items()])

@@ -94,6 +94,7 @@ class ReconcileReport:
     reasserts_completed: int = 0
     reassert_skipped: int = 0
     already_reversed: int = 0
+    copies_seen: int = 0  # second copies of reconciler records (a retried task, a second reconciler)
     skipped_in_flight: int = 0
     in_flight: dict[str, Any] = field(default_factory=dict)
     dead_lettered: int = 0

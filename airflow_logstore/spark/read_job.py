@@ -16,9 +16,9 @@ import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from airflow_logstore.core.codec import KIND_VALUES, decode_headers
+from airflow_logstore.core.codec import KIND_VALUES, RecordMeta, decode_headers
 from airflow_logstore.core.properties import ChangelogMode, Consistency
-from airflow_logstore.core.visibility import ReadFilter
+from airflow_logstore.core.visibility import Decision, ReadFilter, output_identity
 from airflow_logstore.exceptions import RecordDecodeError
 
 if TYPE_CHECKING:
@@ -43,22 +43,35 @@ def decision_rows(groups: list[Any], read_filter: ReadFilter) -> Iterator[tuple[
     """Per (header set, partition, offset range) of the log, the rows of the decision table.
 
     Each header set is decoded once; its offset range is cut at the filter's breaks, and each piece is
-    decided once with ``ReadFilter.decide`` (the same answer for every offset of the piece).
+    decided once with ``ReadFilter.rule`` (the same answer for every offset of the piece). A reconciler
+    record is kept only at the lowest offset the read holds of its identity (``output_identity``): its
+    first copy, as ``ReadFilter.decide`` keeps it.
     """
+    decoded: list[tuple[Any, RecordMeta | None, str | None]] = []
     for group in groups:
-        hkey, partition, low, high = group["_hkey"], int(group["partition"]), group["low"], group["high"]
         headers = [
             (h["key"], None if h["value"] is None else bytes(h["value"])) for h in group["headers"] or []
         ]
         try:
-            meta = decode_headers(headers)
+            decoded.append((group, decode_headers(headers), None))
         except RecordDecodeError as exc:
-            yield (hkey, partition, low, high, False, None, str(exc), None, None, None, None)
+            decoded.append((group, None, str(exc)))
+    firsts = _first_copies(decoded, read_filter)
+    for group, meta, reason in decoded:
+        hkey, partition, low, high = group["_hkey"], int(group["partition"]), group["low"], group["high"]
+        if meta is None:
+            yield (hkey, partition, low, high, False, None, reason, None, None, None, None)
             continue
         cuts = [int(b) for b in read_filter.breaks(partition) if low < b <= high]
+        identity = output_identity(meta, partition)
+        if identity is not None:  # a copy's offsets are cut off from the first copy's
+            first_copy = firsts.get(identity, -1)
+            cuts = sorted({*cuts, *(o for o in (first_copy, first_copy + 1) if low < o <= high)})
         starts = [low, *cuts]
         for first, following in zip(starts, [*cuts, high + 1], strict=True):
-            keep, decision = read_filter.decide(meta, partition, first)
+            keep, decision = read_filter.rule(meta, partition, first)
+            if keep and identity is not None and first != firsts.get(identity):
+                keep, decision = False, Decision.DUPLICATE
             yield (
                 hkey,
                 partition,
@@ -72,6 +85,19 @@ def decision_rows(groups: list[Any], read_filter: ReadFilter) -> Iterator[tuple[
                 meta.batch_id,
                 meta.record_type.value,
             )
+
+
+def _first_copies(decoded: list[tuple[Any, Any, Any]], read_filter: ReadFilter) -> dict[Any, int]:
+    """Per reconciler record identity, the lowest offset the read keeps it at (its first copy)."""
+    firsts: dict[Any, int] = {}
+    for group, meta, _ in decoded:
+        partition, low = int(group["partition"]), int(group["low"])
+        identity = output_identity(meta, partition) if meta is not None else None
+        if identity is None:
+            continue
+        if read_filter.rule(meta, partition, low)[0] and low < firsts.get(identity, low + 1):
+            firsts[identity] = low
+    return firsts
 
 
 def _bytes(value: Any) -> bytes | None:

@@ -41,7 +41,8 @@ log = logging.getLogger(__name__)
 
 PLANNED_SCHEMA = (
     "kind string, partition int, seq long, key binary, value binary, record_type string, source long, "
-    "reverses_offset long, stats string, dead_offset long, dead_reason string, dead_headers string"
+    "reverses_offset long, pair_half int, pair string, stats string, dead_offset long, dead_reason string, "
+    "dead_headers string"
 )
 DELIVERY_SCHEMA = "partition int, first long, last long, count long, error string"
 
@@ -173,6 +174,8 @@ class ArrowPartitionScan:
                 "record_type": out.record_type.value,
                 "source": out.source,
                 "reverses_offset": out.reverses[1] if out.reverses else None,
+                "pair_half": out.pair_half,
+                "pair": json.dumps(out.pair) if out.pair is not None else None,
             }
         for dead in self.dead:
             yield {
@@ -226,6 +229,8 @@ def _planned_arrow_schema() -> pa.Schema:
             ("record_type", pa.string()),
             ("source", pa.int64()),
             ("reverses_offset", pa.int64()),
+            ("pair_half", pa.int32()),
+            ("pair", pa.string()),
             ("stats", pa.string()),
             ("dead_offset", pa.int64()),
             ("dead_reason", pa.string()),
@@ -250,7 +255,17 @@ def _planned_output(row: Mapping[str, Any]) -> core.Output:
     offset = row["reverses_offset"]
     reverses = (row["partition"], offset) if offset is not None else None
     record_type = RecordType(row["record_type"])
-    return core.Output(row["partition"], row["key"], row["value"], record_type, row["source"], reverses)
+    pair = tuple(json.loads(row["pair"])) if row["pair"] is not None else None
+    return core.Output(
+        row["partition"],
+        row["key"],
+        row["value"],
+        record_type,
+        row["source"],
+        reverses,
+        row["pair_half"] or 0,
+        pair,  # type: ignore[arg-type]
+    )
 
 
 def produce_batches(batches: Iterable[pa.RecordBatch], ctx: ProduceContext) -> Iterator[pa.RecordBatch]:

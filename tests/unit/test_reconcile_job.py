@@ -1,5 +1,6 @@
 """The Spark engine's planning (``spark/reconcile_job.plan_batches``) on Arrow batches, without Spark:
-it must plan exactly what the Python engine plans (``core.reconcile.plan_partitions``)."""
+it must plan exactly what the Python engine plans (``core.reconcile.plan_partitions``), and its produce
+stage must write the same records, headers included (a reassert's half and pair identity)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import pytest
 
 from airflow_logstore.core import ranges
 from airflow_logstore.core import reconcile as R
-from airflow_logstore.spark.reconcile_job import PlanContext, plan_batches
+from airflow_logstore.spark.reconcile_job import PlanContext, _planned_output, plan_batches
 from tests.unit.core.test_reconcile import World, _comparable, _copy_state, _random_history
 
+LEASE, RUN = 7, 3  # the run's lease and number, as the produce stage stamps them
 _HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 _KAFKA_SCHEMA = pa.schema(
     [
@@ -57,10 +59,9 @@ def _spark_plan(world: World, ctx: PlanContext, rng: random.Random) -> dict[int,
                 if row["kind"] == "stats":
                     stats = R.PartitionStats.from_dict(json.loads(row["stats"]))
                     entry["stats"] = _comparable(stats)
-                elif row["kind"] == "output":
-                    entry["outputs"].append(
-                        (row["key"], row["value"], row["record_type"], row["source"], row["reverses_offset"])
-                    )
+                elif row["kind"] == "output":  # what the produce stage writes from the row
+                    out = _planned_output(row)
+                    entry["outputs"].append((out.key, out.value, out.headers(LEASE, RUN)))
                 else:
                     entry["dead"].append(row["dead_offset"])
     return planned
@@ -71,10 +72,7 @@ def _python_plan(world: World, ctx: PlanContext) -> dict[int, dict[str, Any]]:
     plans, dead = R.plan_partitions(records, _copy_state(world.state), ctx.starts, ctx.ends, ctx.lookback)
     return {
         plan.partition: {
-            "outputs": [
-                (o.key, o.value, o.record_type.value, o.source, o.reverses[1] if o.reverses else None)
-                for o in plan.iter_outputs()
-            ],
+            "outputs": [(o.key, o.value, o.headers(LEASE, RUN)) for o in plan.iter_outputs()],
             "dead": [record.offset for record, _ in dead if record.partition == plan.partition],
             "stats": _comparable(plan.stats),
         }

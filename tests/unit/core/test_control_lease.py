@@ -183,3 +183,68 @@ def test_claims_written_before_ttl_ms_keep_their_duration() -> None:
 def test_decode_keeps_the_timestamp() -> None:
     record = control.decode(b"lease/rec", control.encode(claim("r")), 4, 777)
     assert record == ControlRecord("lease/rec", claim("r"), 4, 777)
+
+
+# -- the lease as a fencing token of the reconciler's progress and gap records (issue 33, hole 2) -----
+
+
+def progress(lease: int, run: int, position: int) -> dict[str, Any]:
+    return {"positions": {"0": position}, "lease": lease, "run": run}
+
+
+def test_a_progress_record_of_a_lease_that_lost_it_is_ignored() -> None:
+    """Reconciler A (lease 1) stalls past its lease; B (lease 3) takes it over and records run 2; A's
+    late progress of the same run, written after B held the lease, does not overwrite B's."""
+    records = log(
+        (0, "lease/reconciler", claim("A")),  # lease 1
+        (1, "reconcile", progress(1, 1, 10)),
+        (2000, "lease/reconciler", claim("B")),  # A expired at 1000 by the log's time: lease 3 holds it
+        (2001, "reconcile", progress(3, 2, 50)),
+        (2002, "reconcile", progress(1, 2, 40)),  # A wakes up: its write is fenced
+        (2003, "log-gap/0", {"from": 0, "to": 5, "lease": 1}),  # A's gap too
+    )
+    state = fold(records)
+    assert state.reconcile_positions == {0: 50} and state.reconcile_lease == 3
+    assert state.gaps == {} and state.fenced_writes == 2
+    assert state.lease_fences == {"reconciler": 3}
+
+
+def test_a_late_write_is_fenced_even_when_the_new_holder_became_it_only_by_the_log_s_time() -> None:
+    """B's claim came while A was still live (B stepped aside, then claimed again after A's expiry):
+    whoever the log names the holder at A's late write fences it, with or without records between."""
+    records = log(
+        (0, "lease/reconciler", claim("A")),  # lease 1, expires at 1000
+        (500, "lease/reconciler", claim("B", ttl=10_000)),  # lease 2: A still holds it
+        (1500, "reconcile", progress(1, 1, 40)),  # A's late write: B (lease 2) is the holder now
+    )
+    state = fold(records)
+    assert state.reconcile_progress is None and state.fenced_writes == 1
+
+
+def test_a_write_within_its_lease_counts_and_so_does_one_after_it_expired_when_nobody_took_over() -> None:
+    head = log((0, "lease/reconciler", claim("A")), (999, "reconcile", progress(1, 1, 7)))
+    state = fold([*head, at(5000, "reconcile", progress(1, 1, 9), 2)])
+    assert state.reconcile_positions == {0: 9} and state.fenced_writes == 0
+
+
+def test_a_write_whose_claim_compaction_removed_still_counts() -> None:
+    """Compaction keeps one record per key: a fold may see a progress record whose lease claim is gone
+    (superseded by a later release). Nothing newer is known to have held the lease: it counts."""
+    records = [
+        at(10, "reconcile", progress(1, 4, 12), 3),
+        at(20, "lease/reconciler", {"release": 1, "owner": "A"}, 5),
+    ]
+    assert fold(records).reconcile_positions == {0: 12}
+
+
+def test_legacy_progress_without_a_lease_counts() -> None:
+    assert fold([at(0, "reconcile", {"positions": {"1": 3}}, 0)]).reconcile_positions == {1: 3}
+
+
+def test_the_fence_survives_a_checkpoint() -> None:
+    from airflow_logstore.core.checkpoint import decode_state, encode_state
+
+    head = log((0, "lease/reconciler", claim("A")), (2000, "lease/reconciler", claim("B")))
+    state, through = decode_state(encode_state(fold(head), 1), control.ControlState)
+    late = fold([at(2001, "reconcile", progress(1, 2, 40), through + 1)], state)
+    assert late.reconcile_progress is None and late.fenced_writes == 1

@@ -33,7 +33,7 @@ from airflow_logstore.core.codec import (
 )
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.summary import CommitInfo
-from airflow_logstore.core.visibility import Decision, classify
+from airflow_logstore.core.visibility import Decision, ReadFilter, WatermarkScan, classify
 from airflow_logstore.exceptions import RecordDecodeError
 
 PK = ["id"]
@@ -144,11 +144,14 @@ class World:
         crash: bool = False,
         deliver: int | None = None,
         during: Callable[[], None] | None = None,
+        resend_after: int | None = None,
     ) -> list[R.Output]:
         """One run: plan the window, let ``during`` write, append the outputs, record progress.
 
         ``crash`` stops before the progress record; ``deliver`` keeps only that many outputs per
-        partition (a crash in the middle of producing: each partition's delivered prefix).
+        partition (a crash in the middle of producing: each partition's delivered prefix);
+        ``resend_after`` delivers that many outputs per partition, then all of them again (a Spark
+        reconcile task retried after a partial flush: the retry resends its partition's records).
         """
         bounds = {p: (0, len(records)) for p, records in self.log.items()}
         starts, gaps, _, carried = R.window_starts(self.state, bounds)
@@ -161,14 +164,16 @@ class World:
         assert [p.outputs for p in plans] == [p.outputs for p in slow]  # dense spans change nothing
         assert [_comparable(p.stats) for p in plans] == [_comparable(p.stats) for p in slow]
         self.runs.append(plans)
+        run = R.run_number(self.state.reconcile_progress)  # the run's number is fixed when it plans
         if during is not None:
             during()
-        run = R.run_number(self.state.reconcile_progress)
         lease = 1000 + len(self.runs)
         written: list[R.Output] = []
         output: dict[int, tuple[int, int]] = {}
         for plan in plans:
             outputs = plan.outputs if deliver is None else plan.outputs[:deliver]
+            if resend_after is not None:
+                outputs = [*outputs[:resend_after], *outputs]
             for out in outputs:
                 offset = self.append(out.partition, out.key, out.headers(lease, run), out.value)
                 first, _ = output.get(out.partition, (offset, offset))
@@ -195,10 +200,18 @@ class World:
 
     # checks ---------------------------------------------------------------------------------------
 
-    def changes(self) -> list[tuple[Any, RowKind, dict[str, Any]]]:
+    def changes(self, copies: bool = False) -> list[tuple[Any, RowKind, dict[str, Any]]]:
+        """The log as an eventual reader returns it: every record, but only the first copy of a
+        reconciler record (``ReadFilter``); ``copies`` returns every record as it is in the log."""
         result = []
         for partition in sorted(self.log):
+            read = ReadFilter(None, consistent=False)
             for record in self.log[partition]:
+                if (
+                    not copies
+                    and not read.decide(decode_headers(record.headers), partition, record.offset)[0]
+                ):
+                    continue
                 kind, row = decode_value(record.value)
                 result.append((_row_key(row) if not self.keyed else row["id"], kind, row))
         return result
@@ -221,9 +234,10 @@ class World:
         reverses: Counter[tuple[int, int]] = Counter()
         redundant = set()
         for partition, records in self.log.items():
+            read = ReadFilter(None, consistent=False)  # copies of a reversal count once, as for readers
             for record in records:
                 meta = decode_headers(record.headers)
-                if meta.record_type is RecordType.REVERSAL:
+                if meta.record_type is RecordType.REVERSAL and read.decide(meta, partition, record.offset)[0]:
                     assert meta.reverses is not None and meta.reverses[0] == partition
                     original = self.log[partition][meta.reverses[1]]
                     assert decode_value(record.value)[0] == decode_value(original.value)[0].reversed()
@@ -969,3 +983,80 @@ def test_scan_workers_get_partitions_of_about_equal_size() -> None:
 
     assert split({0: 100, 1: 90, 2: 20, 3: 10}, 2) == [[0, 3], [1, 2]]
     assert split({0: 5}, 3) == [[0]]
+
+
+# --- copies of reconciler records: a retried reconcile task, two reconcilers (issue 33, holes 1, 2) ------
+
+
+def _copies_in_log(world: World) -> int:
+    """Reconciler records in the log beyond the first copy of each (what readers skip)."""
+    return len(world.changes(copies=True)) - len(world.changes())
+
+
+@pytest.mark.parametrize("flushed", [0, 1, 2, 3, 5])
+def test_a_reconcile_task_retried_after_a_partial_flush_changes_no_fold(flushed: int) -> None:
+    """Spark retries a reconcile task that flushed a prefix of its partition's records: the retry sends
+    them all again. Readers count each reconciler record once (its identity), so the log still folds to
+    the table; without that, the copies reverse rows twice."""
+    world = _failover_world()
+    written = world.reconcile(resend_after=flushed)
+    per_partition = [len(plan.outputs) for plan in world.runs[-1]]
+    assert written and _copies_in_log(world) == sum(min(flushed, n) for n in per_partition)
+    world.assert_log_equals_table()
+    if flushed:  # the copies are really there: read without the identity rule, the fold is wrong
+        assert apply_retract(world.changes(copies=True)).state != world.table_by_key()
+    assert world.reconcile() == []  # the next run sees every original reversed
+    world.assert_log_equals_table()
+
+
+def test_two_reconcilers_that_planned_the_same_window_fold_once() -> None:
+    """Reconciler A plans and stalls past its lease; B takes the lease, plans the same window (A never
+    recorded progress), writes and records its run; A wakes up and writes its plan late. Every record
+    of A's has a twin of B's with the same identity: readers and the next run count it once."""
+    world = _failover_world()
+    late: list[R.Output] = []
+
+    def b_runs_meanwhile() -> None:
+        late.extend(world.reconcile())
+
+    a_outputs = world.reconcile(during=b_runs_meanwhile, crash=True)  # A's progress is fenced: not recorded
+    assert late and [o.value for o in a_outputs] == [o.value for o in late]
+    assert _copies_in_log(world) == len(late)
+    world.assert_log_equals_table()
+    assert world.reconcile() == []
+    world.assert_log_equals_table()
+
+
+def test_a_copy_of_a_reassert_pair_cut_in_two_is_closed_by_the_next_run_and_holds_the_watermark() -> None:
+    """A retried task delivered a whole reassert pair, and a stalled second reconciler only the opening
+    half of its copy: the watermark stops before that open half until the next run closes it (with a
+    copy of the closing half, which readers skip)."""
+    world = World(partitions=1)
+    e1 = world.claim()
+    world.write("w", e1, 1, ins(1))
+    world.write("w", e1, 2, upd(1, v="b"), die=True)
+    e2 = world.claim()
+    world.write("w", e2, 2, upd(1, v="b"))
+    world.write("w", e2, 3, upd(1, v="c"))  # a legitimate change after the redundant one: a reassert
+    outputs = world.reconcile()
+    pair = [o for o in outputs if o.record_type is RecordType.REASSERT]
+    assert [o.pair_half for o in pair] == [1, 2]
+    run = R.run_number(None)
+    opening = world.append(0, pair[0].key, pair[0].headers(999, run), pair[0].value)  # a copy's half
+    scan = WatermarkScan({})
+    for record in world.log[0]:
+        meta = decode_headers(record.headers)
+        scan.observe(
+            0, record.offset, classify(meta, 0, record.offset, world.state), meta.pair_half, meta.reasserts
+        )
+    assert scan.finish({0: len(world.log[0])}) == {0: opening - 1}
+    closing = world.reconcile()
+    assert [(o.pair_half, o.pair_of(2)) for o in closing] == [(2, pair[0].pair_of(run))]
+    world.assert_log_equals_table()
+    scan = WatermarkScan({})
+    for record in world.log[0]:
+        meta = decode_headers(record.headers)
+        scan.observe(
+            0, record.offset, classify(meta, 0, record.offset, world.state), meta.pair_half, meta.reasserts
+        )
+    assert scan.finish({0: len(world.log[0])}) == {0: len(world.log[0]) - 1}

@@ -289,3 +289,47 @@ def test_undecided_record_and_open_pair_the_earlier_wins() -> None:
     scan.observe(0, 1, Decision.IN_FLIGHT)
     scan.observe(0, 2, Decision.REASSERT, pair_half=2)  # not observed: the partition is blocked
     assert scan.finish({0: 3}) == {0: -1}
+
+
+# --- copies of reconciler records (issue 33, holes 1 and 2) --------------------------------------------
+
+
+def _reversal(lease: int, run: int, original: int) -> RecordMeta:
+    reversal = RecordType.REVERSAL
+    return RecordMeta("logstore-reconciler", lease, run, record_type=reversal, reverses=(0, original))
+
+
+def _half(lease: int, half: int, pair: tuple[int, int, int] | None = (0, 3, 1)) -> RecordMeta:
+    return RecordMeta(
+        "logstore-reconciler", lease, 1, record_type=RecordType.REASSERT, pair_half=half, reasserts=pair
+    )
+
+
+def test_a_read_keeps_the_first_copy_of_each_reconciler_record_whatever_lease_wrote_it() -> None:
+    from airflow_logstore.core.visibility import Decision, ReadFilter
+
+    read = ReadFilter(None, consistent=False)
+    metas = [_reversal(1, 2, 5), _reversal(1, 2, 5), _reversal(3, 2, 5), _reversal(3, 2, 6), _half(3, 1)]
+    metas += [_half(1, 1), _half(1, 2), _half(3, 2), _half(1, 1, None), _half(1, 1, None)]
+    answers = [read.decide(meta, 0, offset) for offset, meta in enumerate(metas, start=10)]
+    assert [keep for keep, _ in answers] == [True, False, False, True, True, False, True, False, True, True]
+    assert answers[1][1] is Decision.DUPLICATE
+    # another partition is another record; a new read starts afresh
+    assert read.decide(_reversal(1, 2, 5), 1, 30)[0] is True
+    assert ReadFilter(None, consistent=False).decide(_reversal(3, 2, 5), 0, 31)[0] is True
+
+
+def test_a_retried_task_s_resent_pair_closes_the_pair_its_first_try_opened() -> None:
+    from airflow_logstore.core.visibility import WatermarkScan
+
+    scan = WatermarkScan({})
+    for offset, meta in enumerate([_half(1, 1), _half(1, 1), _half(1, 2)]):
+        scan.observe(0, offset, Decision.REASSERT, meta.pair_half, meta.reasserts)
+    assert scan.finish({0: 3}) == {0: 2}
+    # a copy's opening half after its pair closed is open again until a closing half of the pair follows
+    scan.observe(0, 3, Decision.REASSERT, 1, (0, 3, 1))
+    assert scan.finish({0: 4}) == {0: 2}
+    scan.observe(0, 4, Decision.REASSERT, 2, (0, 9, 1))  # another pair's closing half: not this one
+    assert scan.finish({0: 5}) == {0: 2}
+    scan.observe(0, 5, Decision.REASSERT, 2, (0, 3, 1))
+    assert scan.finish({0: 6}) == {0: 5}

@@ -120,11 +120,14 @@ def random_state(rng: random.Random, end: int) -> ControlState:
 
 def random_meta(rng: random.Random) -> RecordMeta:
     roll = rng.random()
+    lease = rng.randint(1, 2)  # copies of one reconciler record from two leases (two reconcilers)
     if roll < 0.05:
-        return RecordMeta("logstore-reconciler", 1, 1, "0.0", RecordType.REVERSAL, (0, rng.randint(0, 50)))
+        return RecordMeta("logstore-reconciler", lease, 1, "0.0", RecordType.REVERSAL, (0, rng.randint(0, 5)))
     if roll < 0.08:
+        half = rng.choice([0, 1, 2])
+        pair = (0, rng.randint(0, 3), 1) if half and rng.random() < 0.7 else None
         return RecordMeta(
-            "logstore-reconciler", 1, 1, "0.0", RecordType.REASSERT, pair_half=rng.choice([0, 1, 2])
+            "logstore-reconciler", lease, 1, "0.0", RecordType.REASSERT, pair_half=half, reasserts=pair
         )
     return RecordMeta(
         rng.choice([*WRITERS, "stranger"]),
@@ -250,9 +253,10 @@ def compare(seed: int) -> list[str]:
     """The differences between both paths on the chunk and filter of ``seed`` (empty: equal)."""
     rng = random.Random(seed)
     messages = random_chunk(rng, rng.randint(1, 400))
-    read_filter = random_filter(rng, random_state(rng, 80))
-    expected = per_record(messages, read_filter)
-    found = bulk(messages, read_filter)
+    state, filter_seed = random_state(rng, 80), rng.random()
+    # a filter belongs to one read (it remembers the reconciler records it returned): one for each path
+    expected = per_record(messages, random_filter(random.Random(filter_seed), state))
+    found = bulk(messages, random_filter(random.Random(filter_seed), state))
     problems = []
     for name, want, got in zip(("records", "dead letters", "decision counts"), expected, found, strict=True):
         if want != got:
@@ -353,12 +357,13 @@ def test_decoding_columns_equals_decoding_messages(seed: int) -> None:
 
     rng = random.Random(seed)
     messages = random_chunk(rng, rng.randint(1, 400))
-    read_filter = random_filter(rng, random_state(rng, 80))
+    state, filter_seed = random_state(rng, 80), rng.random()
+    read_filters = [random_filter(random.Random(filter_seed), state) for _ in range(2)]  # one per path
     scan_sets: list[Any] = [[("unused", b"set")]]  # ids need not start at 0
     for chunk in _as_columns(messages, scan_sets):
         mine = [m for m in messages if m.p == chunk.partition]
-        want = decode_chunk(mine, read_filter, TYPES)
-        got = decode_columns(chunk, scan_sets, read_filter, TYPES)
+        want = decode_chunk(mine, read_filters[0], TYPES)
+        got = decode_columns(chunk, scan_sets, read_filters[1], TYPES)
         assert got.rows.to_pylist() == want.rows.to_pylist()
         assert got.by_decision == want.by_decision
         rows = range(got.rows.num_rows)

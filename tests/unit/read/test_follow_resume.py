@@ -18,7 +18,7 @@ from airflow_logstore.core.changelog import Normalizer
 from airflow_logstore.core.codec import RecordMeta, RowKind, decode_headers
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.summary import CommitInfo
-from airflow_logstore.core.visibility import Decision, classify
+from airflow_logstore.core.visibility import Decision, ReadFilter, classify
 from airflow_logstore.exceptions import OptionError
 from airflow_logstore.read import follow
 from airflow_logstore.read.reader import LogReader, StartPosition, filter_for
@@ -118,13 +118,14 @@ def test_a_record_yielded_as_two_changes_is_handed_out_with_the_second() -> None
     reader = _reader()
     normalizer = Normalizer()
     position = follow.ResumePosition({0: 0}, None)
+    eventual = ReadFilter(None, consistent=False)
     first = _Record(0, 0, RecordMeta("w", 1, 1, TASK))
     again = _Record(0, 1, RecordMeta("w", 1, 2, TASK), RowKind.UPDATE_AFTER)
     again.key = first.key  # type: ignore[method-assign]  # the same key, another row
     out = [
         r
         for message in (first, again)
-        for r in follow._hand_out(reader, message, follow.EVENTUAL, _report(), normalizer, position)
+        for r in follow._hand_out(reader, message, eventual, _report(), normalizer, position)
     ]
     assert [(r.kind, r.offset) for r in out] == [
         (RowKind.INSERT, 0),

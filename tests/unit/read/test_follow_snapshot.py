@@ -133,3 +133,18 @@ def test_an_eventual_follower_from_a_snapshot_drops_only_what_never_changes() ->
 def test_an_eventual_follower_keeps_a_reversal_of_a_record_it_read() -> None:
     floor_below = SnapshotStart(5, frozenset({"w/1"}), 77, ((0, 0), (1, 0)))  # S starts partition 1 at 0
     assert _eventual(floor_below) == [2, 3, 4, 5, 6, 7]  # offset 6 reverses (1, 2), which it read
+
+
+def test_an_eventual_follower_from_a_snapshot_drops_a_later_copy_of_a_reversal_it_kept() -> None:
+    """A retried reconcile task resends its reversals: the copy has the same identity (the record it
+    reverses) and is dropped, as every eventual reader drops it."""
+    state = _state(watermark=-1)
+    rule = follow.EventualAfterSnapshot(filter_for(state, False, S, {0: 0}), dict(S.positions))
+    position = follow.ResumePosition({0: 0}, S)
+    report = _report()
+    out = []
+    for message in [*LOG, _reversal(8, (0, 4)), _reversal(9, BELOW)]:
+        out += [r.offset for r in follow._hand_out(_reader(), message, rule, report, None, position)]
+    assert out == [2, 3, 4, 5, 7]  # 8 is a copy of 5; 9 reverses a record below S's positions
+    assert report.by_decision.get(Decision.DUPLICATE.value) == 1
+    assert position.offsets == {0: 10}  # both passed: filtered, never held
