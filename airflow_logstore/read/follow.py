@@ -12,7 +12,8 @@ rule (:func:`~airflow_logstore.read.reader.filter_for`, with S's sequence number
 decides at once, so it only drops what can never change: the committed records of the commits S holds
 (decided by the state read at its start, which already knows every commit S holds), and reversals of
 records below S's positions (it never returned them; a reversal only undoes a redundant record, which
-no snapshot holds). It keeps everything else, as an eventual follower from any other start does.
+no snapshot holds). It keeps everything else, as an eventual follower from any other start does (later
+copies of reconciler records dropped, as every eventual reader drops them).
 
 **Resume positions.** Every record a follower yields carries ``resume_position``: per partition the
 first offset it has not handed out (every record below was yielded or filtered out by its rule), plain
@@ -174,8 +175,11 @@ class ResumePosition:
     or filtered out by the follower's rule; a record still held (consistent) or not yet read is at or
     above it. Handed out as plain JSON with each record (``LogRecord.resume_position``).
 
-    A record an eventual normalizing follower yields as two changes (``-U``, ``+U``) counts as handed
-    out only with the second: a follower stopped between them yields both again when resumed.
+    An eventual follower's position is at-least-once: a record it yields as two changes (normalize's
+    ``-U``, ``+U``) counts as handed out only with the second (stopped between them, it yields both
+    again), and what a follower remembers is not in the position (normalize's rows per key, the
+    reconciler records it let through): resumed, it is an eventual read from those offsets, which may
+    return a change again or a copy of a reconciler record whose first copy came before them.
     """
 
     def __init__(self, offsets: Mapping[int, int], hybrid: SnapshotStart | None) -> None:
