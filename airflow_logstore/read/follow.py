@@ -4,24 +4,55 @@ An eventual follower yields each record as soon as Kafka delivers it. A consiste
 the control topic and holds records until the visibility watermark passes them *and* its own control
 state decides them; then it yields only the committed ones (exactly once). Its buffer is bounded: a
 partition whose buffer is full is paused until it drains.
+
+**From a snapshot** (``snapshot:S``) a follower is the log part of a hybrid read of S, so that S's rows
+plus what it yields are each change once. A consistent follower keeps records by the batch reader's own
+rule (:func:`~airflow_logstore.read.reader.filter_for`, with S's sequence number, positions and
+``logstore.log-included``), built each round from its current control state. An eventual follower
+decides at once, so it only drops what can never change: the committed records of the commits S holds
+(decided by the state read at its start, which already knows every commit S holds), and reversals of
+records below S's positions (it never returned them; a reversal only undoes a redundant record, which
+no snapshot holds). It keeps everything else, as an eventual follower from any other start does (later
+copies of reconciler records dropped, as every eventual reader drops them).
+
+**Resume positions.** Every record a follower yields carries ``resume_position``: per partition the
+first offset it has not handed out (every record below was yielded or filtered out by its rule), plain
+JSON, plus what S holds when it follows from a snapshot. ``follow(reader, start=<that position>)``
+goes on from there. A consistent follower releases a record only once it is decided, and a decision
+never changes, so the resumed follower yields each committed record the first one did not, once. An
+eventual one is at-least-once, as eventual reads are (see :class:`ResumePosition`).
+
+**Control checkpoints.** The control topic is compacted: once a checkpoint retired a ledger entry and
+its tombstone follows, the cleaner removes the entry. A follower that reads past offsets compaction
+removed re-bases on the latest checkpoint when it covers any of them (:class:`ControlFollower`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import logging
+from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any
 
 from airflow_logstore.core import control
 from airflow_logstore.core.changelog import Normalizer
-from airflow_logstore.core.codec import decode_headers
+from airflow_logstore.core.codec import RecordMeta, RecordType, decode_headers
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import Consistency
-from airflow_logstore.core.visibility import ReadFilter, classify
+from airflow_logstore.core.visibility import Decision, ReadFilter, classify, merge_watermarks
 from airflow_logstore.exceptions import RecordDecodeError
 from airflow_logstore.log import kafka_client
 from airflow_logstore.log.checkpoints import latest as latest_checkpoint
-from airflow_logstore.read.reader import LogReader, LogRecord, ReadReport, StartPosition
+from airflow_logstore.read.reader import (
+    LogReader,
+    LogRecord,
+    ReadReport,
+    SnapshotStart,
+    StartPosition,
+    filter_for,
+)
 from airflow_logstore.table.tables import merged_state
+
+log = logging.getLogger(__name__)
 
 #: A tailing reader keeps one fetch open per broker; the broker holds an empty fetch this long. Against
 #: the librdkafka default (500 ms) it trims the tail a little (a kept producer, 600 records in batches of
@@ -34,63 +65,194 @@ MAX_PENDING_PER_PARTITION = 50_000
 
 
 class ControlFollower:
-    """Keeps a ControlState current by tailing the control topic from its latest checkpoint."""
+    """Keeps a ControlState current by tailing the control topic from its latest checkpoint.
 
-    def __init__(self, reader: LogReader) -> None:
-        from confluent_kafka import TopicPartition
+    **Re-basing.** Compaction removes control records the follower may not have read yet: older records
+    of a key (epoch claims, watermark moves with the ranges they settled) and, a day after their
+    tombstones, ledger entries a checkpoint retired. Every removed offset it had not read shows as a
+    jump in the offsets it consumes (``next`` is the offset it folds next). On a jump it reads the latest
+    checkpoint; when that checkpoint's ``through`` is at or past ``next`` (it folded records this
+    follower never did), its state replaces the follower's (with the live snapshots' commits merged in
+    again, the watermark never moving backwards) and the follower goes on after ``through``.
 
+    Why that is enough: a ledger entry is removed only after the checkpoint that retired it (it folded
+    the entry, so its ``through`` is past it) and the tombstone written after that checkpoint. So when
+    the latest checkpoint, read after the records showing a jump were fetched, ends before ``next``, no
+    entry in that jump or in any later jump of the same fetch was retired: what was removed there were
+    older records of keys whose newest record the fold keeps anyway (epochs and the watermark merge by
+    ``max``), and the follower's state is what a fresh reader's is. A state from a checkpoint decides
+    every record as the whole topic does (invariants K1, K2), so the re-based state changes no decision
+    the follower has made. At most one checkpoint read per :meth:`poll`.
+
+    :param consumer: the control topic's consumer (assigned here).
+    :param topic: the control topic.
+    :param latest: reads the latest checkpoint: (its state, the control offset after its ``through``).
+    :param merge: adds what the state lacks and the table knows (the live snapshots' commits).
+    """
+
+    def __init__(
+        self,
+        consumer: Any,
+        topic: str,
+        latest: Callable[[], tuple[ControlState, int]],
+        merge: Callable[[ControlState], ControlState],
+    ) -> None:
+        self.consumer, self.topic = consumer, topic
+        self._latest, self._merge = latest, merge
+        self.rebased = 0  # how often a checkpoint replaced the state (for reports and tests)
+        try:
+            state, start = latest()
+            self.state = merge(state)
+            self.next = start
+            self._assign(start)
+        except BaseException:
+            consumer.close()
+            raise
+
+    @classmethod
+    def of(cls, reader: LogReader) -> ControlFollower:
+        """The control follower of ``reader``'s table."""
         ctl = reader.handle.control(reader.config)
-        state, start = latest_checkpoint(ctl)
-        self.state = merged_state(reader.table, state)
-        self.consumer = kafka_client.consumer(reader.kafka_config, **TAILING_CONSUMER_SETTINGS)
-        self.consumer.assign([TopicPartition(ctl.topic, 0, start)])
+        return cls(
+            kafka_client.consumer(reader.kafka_config, **TAILING_CONSUMER_SETTINGS),
+            ctl.topic,
+            lambda: latest_checkpoint(ctl),
+            lambda state: merged_state(reader.table, state),
+        )
 
     def poll(self, timeout: float = 0.0) -> bool:
         """Fold newly arrived control records; True when the watermark moved."""
         before = dict(self.state.watermark)
+        checked = False
         for message in self.consumer.consume(num_messages=1000, timeout=timeout):
-            if message.error() is None:
-                record = control.decode(
-                    message.key(),
-                    message.value(),
-                    message.offset(),
-                    kafka_client.message_timestamp_ms(message),
-                )
-                if record is not None:
-                    control.fold([record], self.state)
+            if message.error() is not None:
+                continue
+            offset = message.offset()
+            if offset < self.next:
+                continue  # folded already (fetched before a re-base)
+            if offset > self.next and not checked:
+                checked = True
+                if self._rebase():
+                    break  # the rest of this fetch is read again, after the checkpoint
+            record = control.decode(
+                message.key(), message.value(), offset, kafka_client.message_timestamp_ms(message)
+            )
+            if record is not None:
+                control.fold([record], self.state)
+            self.next = offset + 1
         return self.state.watermark != before
+
+    def _rebase(self) -> bool:
+        """Replace the state with the latest checkpoint's when it folded offsets at or past ``next``."""
+        state, start = self._latest()
+        if start <= self.next:  # its ``through`` (start - 1) is below ``next``: nothing this state lacks
+            return False
+        rebased = self._merge(state)
+        rebased.watermark = merge_watermarks(self.state.watermark, rebased.watermark)
+        log.info(
+            "control follower of '%s': offsets from %s were compacted away; re-based on the checkpoint "
+            "through %s",
+            self.topic,
+            self.next,
+            start - 1,
+        )
+        self.state, self.next = rebased, start
+        self.rebased += 1
+        self._assign(start)
+        return True
+
+    def _assign(self, offset: int) -> None:
+        from confluent_kafka import TopicPartition
+
+        self.consumer.assign([TopicPartition(self.topic, 0, offset)])
 
     def close(self) -> None:
         self.consumer.close()
 
 
+class ResumePosition:
+    """Per partition the first offset a follower has not handed out: every record below it was yielded
+    or filtered out by the follower's rule; a record still held (consistent) or not yet read is at or
+    above it. Handed out as plain JSON with each record (``LogRecord.resume_position``).
+
+    An eventual follower's position is at-least-once: a record it yields as two changes (normalize's
+    ``-U``, ``+U``) counts as handed out only with the second (stopped between them, it yields both
+    again), and what a follower remembers is not in the position (normalize's rows per key, the
+    reconciler records it let through): resumed, it is an eventual read from those offsets, which may
+    return a change again or a copy of a reconciler record whose first copy came before them.
+    """
+
+    def __init__(self, offsets: Mapping[int, int], hybrid: SnapshotStart | None) -> None:
+        self.offsets = dict(offsets)
+        self.hybrid = hybrid
+
+    def token(self) -> dict[str, Any]:
+        """The position as ``follow(reader, start=...)`` takes it back (a ``positions`` start)."""
+        offsets = tuple(sorted(self.offsets.items()))
+        return StartPosition("positions", None, offsets, self.hybrid).resume_token()
+
+
+class EventualAfterSnapshot:
+    """An eventual follower's rule from snapshot S: drop what can never change, keep the rest.
+
+    :param rule: the hybrid read's rule for S (:func:`~airflow_logstore.read.reader.filter_for`) with
+        the control state read at the follower's start; only its answer for committed records is used.
+    :param floor: S's log positions (reversals of records below them are dropped).
+    """
+
+    def __init__(self, rule: ReadFilter, floor: Mapping[int, int]) -> None:
+        self.rule, self.floor = rule, dict(floor)
+        self.copies = ReadFilter(None, consistent=False)  # drops later copies of reconciler records kept
+
+    def decide(self, meta: RecordMeta, partition: int, offset: int) -> tuple[bool, Decision | None]:
+        decision: Decision | None = Decision.REVERSAL
+        if meta.record_type is RecordType.REVERSAL and meta.reverses is not None:
+            original_partition, original_offset = meta.reverses
+            if original_offset < self.floor.get(original_partition, 0):
+                return False, decision
+        else:
+            kept, decision = self.rule.rule(meta, partition, offset)
+            if decision is Decision.COMMITTED and not kept:
+                return False, decision  # S holds it: final (the start state knows S's commits)
+        keep, copy = self.copies.decide(meta, partition, offset)
+        return keep, decision if keep else copy
+
+
 def follow(
     reader: LogReader,
-    start: StartPosition | Mapping[int, int] | str = "latest",
+    start: StartPosition | Mapping[Any, Any] | str = "latest",
     *,
     stop: Any = None,
     poll_timeout: float = 0.05,
-) -> Iterator[LogRecord]:
+) -> Generator[LogRecord, None, None]:
     """Yield records as they arrive (eventual) or as the watermark passes them (consistent).
 
+    :param start: earliest, latest, timestamp:..., snapshot:<id>, or a record's ``resume_position``
+        (the mapping itself, or ``positions:<its JSON>``).
     :param stop: an object with ``is_set()`` (e.g. ``threading.Event``) that ends the loop.
     """
     from confluent_kafka import TopicPartition
 
-    if isinstance(start, str):
-        start = StartPosition.parse(start)
+    start = StartPosition.of(start)
     report = ReadReport(
         str(reader.handle.name), "follow", reader.consistency.value, reader.changelog_mode.value
     )
     cons = kafka_client.consumer(reader.kafka_config, **TAILING_CONSUMER_SETTINGS)
-    gated = ControlFollower(reader) if reader.consistency is Consistency.TRANSACTIONAL else None
+    gated: ControlFollower | None = None
     pending: dict[int, list[Any]] = {}
     paused: set[int] = set()
     normalizer = Normalizer() if reader.normalize else None
-    eventual = ReadFilter(None, consistent=False)  # one per read: it remembers reconciler records' copies
     try:
         bounds = kafka_client.partition_offsets(cons, reader.topic, reader.config.partitions)
         first = reader.start_offsets(start, cons, bounds)
+        hybrid = reader.snapshot_start(start)
+        position = ResumePosition(first, hybrid)
+        if reader.consistency is Consistency.TRANSACTIONAL:
+            gated = ControlFollower.of(reader)
+        # one per read: it remembers the reconciler records it let through, and drops their later copies
+        eventual: ReadFilter | EventualAfterSnapshot = ReadFilter(None, consistent=False)
+        if gated is None and hybrid is not None:
+            eventual = EventualAfterSnapshot(reader.read_filter(False, hybrid, first), dict(hybrid.positions))
         cons.assign([TopicPartition(reader.topic, p, o) for p, o in first.items()])
         while stop is None or not stop.is_set():
             if gated is not None:
@@ -99,13 +261,12 @@ def follow(
                 if message.error() is not None:
                     continue
                 if gated is None:
-                    record = reader._decode(message, eventual, report)
-                    if record is not None:
-                        yield from reader._emit(record, normalizer, report)
+                    yield from _hand_out(reader, message, eventual, report, normalizer, position)
                 else:
                     pending.setdefault(message.partition(), []).append(message)
             if gated is not None:
-                yield from _release(reader, gated.state, pending, report, normalizer)
+                rule = filter_for(gated.state, True, hybrid, first)
+                yield from _release(reader, gated.state, rule, pending, report, position)
                 _flow_control(cons, reader.topic, pending, paused)
             reader.dead_letter.flush()  # a follower runs for long: its dead letters go out as they come
     finally:
@@ -115,17 +276,39 @@ def follow(
             gated.close()
 
 
+def _hand_out(
+    reader: LogReader,
+    message: Any,
+    rule: ReadFilter | EventualAfterSnapshot,
+    report: ReadReport,
+    normalizer: Normalizer | None,
+    position: ResumePosition,
+) -> Iterator[LogRecord]:
+    """Decode one record by ``rule`` and yield what it gives, each with the resume position after it."""
+    partition, offset = message.partition(), message.offset()
+    record = reader._decode(message, rule, report)
+    outputs = reader._emit(record, normalizer, report) if record is not None else []
+    for index, output in enumerate(outputs):
+        position.offsets[partition] = offset + 1 if index == len(outputs) - 1 else offset
+        output.resume_position = position.token()
+        yield output
+    position.offsets[partition] = offset + 1
+
+
 def _release(
     reader: LogReader,
     state: ControlState,
+    rule: ReadFilter,
     pending: dict[int, list[Any]],
     report: ReadReport,
-    normalizer: Normalizer | None,
+    position: ResumePosition,
 ) -> Iterator[LogRecord]:
     """Emit the buffered records the watermark has passed, in offset order per partition.
 
     A record the follower's own control state still finds undecided stays buffered, with everything
     after it in its partition, until the state decides it: holding is always safe, dropping is not.
+
+    :param rule: the follower's read rule for ``state`` (see :func:`follow`).
     """
     for partition, messages in pending.items():
         mark = state.watermark.get(partition, -1)
@@ -133,9 +316,7 @@ def _release(
         while ready < len(messages) and messages[ready].offset() <= mark and _decided(messages[ready], state):
             ready += 1
         for message in messages[:ready]:
-            record = reader._decode(message, ReadFilter(state, consistent=True), report)
-            if record is not None:
-                yield from reader._emit(record, normalizer, report)
+            yield from _hand_out(reader, message, rule, report, None, position)
         del messages[:ready]
 
 

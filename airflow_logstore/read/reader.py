@@ -16,10 +16,11 @@ other kinds in the report. Undecodable records go to the table's dead-letter top
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_logstore.core.changelog import Normalizer
 from airflow_logstore.core.codec import RecordMeta, RowKind, decode_headers, decode_value, typed_row
@@ -46,15 +47,32 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["META_COLUMNS", "LogReader", "LogRecord", "ReadReport", "StartPosition", "run_read"]
+__all__ = [
+    "META_COLUMNS",
+    "LogReader",
+    "LogRecord",
+    "ReadReport",
+    "StartPosition",
+    "filter_for",
+    "run_read",
+]
 
 
 @dataclass(frozen=True)
 class StartPosition:
-    """Where a log read starts: earliest, latest, timestamp:<ms|ISO-8601>, snapshot:<id>."""
+    """Where a log read starts: earliest, latest, timestamp:<ms|ISO-8601>, snapshot:<id>, or
+    positions:<JSON> (per partition the first offset to read: a follower's resume position).
+
+    :param value: the timestamp (ms) or the snapshot id.
+    :param offsets: for ``positions``, (partition, first offset) pairs.
+    :param hybrid: for ``positions``, the snapshot whose log part the read continues (its hybrid rule
+        still applies: see :meth:`resume_token`), or None.
+    """
 
     kind: str
     value: int | None = None
+    offsets: tuple[tuple[int, int], ...] = ()
+    hybrid: SnapshotStart | None = None
 
     @classmethod
     def parse(cls, text: str | None) -> StartPosition:
@@ -74,7 +92,60 @@ class StartPosition:
             return cls(kind, int(moment.timestamp() * 1000))
         if kind == "snapshot" and value.lstrip("-").isdigit():
             return cls(kind, int(value))
-        raise OptionError("from", f"'{text}' is not earliest, latest, timestamp:<ms|ISO> or snapshot:<id>")
+        if kind == "positions" and value:
+            try:
+                parsed = json.loads(value)
+            except ValueError:
+                raise OptionError("from", f"'{value}' after 'positions:' is not JSON") from None
+            if not isinstance(parsed, Mapping):
+                raise OptionError("from", f"'{value}' after 'positions:' is not a JSON object")
+            return cls._from_token(parsed) if "positions" in parsed else cls.at(parsed)
+        raise OptionError(
+            "from",
+            f"'{text}' is not earliest, latest, timestamp:<ms|ISO>, snapshot:<id> or positions:<JSON>",
+        )
+
+    @classmethod
+    def of(cls, start: StartPosition | Mapping[Any, Any] | str | None) -> StartPosition | dict[int, int]:
+        """``start`` as a read takes it: text parsed, a resume token (a mapping with ``positions``) as
+        a ``positions`` start; any other mapping (partition -> offset) with integer keys."""
+        if isinstance(start, StartPosition):
+            return start
+        if start is None or isinstance(start, str):
+            return cls.parse(start)
+        if "positions" in start:
+            return cls._from_token(start)
+        return {int(p): int(o) for p, o in start.items()}
+
+    @classmethod
+    def _from_token(cls, token: Mapping[str, Any]) -> StartPosition:
+        hybrid = token.get("snapshot")
+        return cls.at(token["positions"], None if hybrid is None else SnapshotStart.from_json(hybrid))
+
+    @classmethod
+    def at(cls, offsets: Mapping[Any, Any], hybrid: SnapshotStart | None = None) -> StartPosition:
+        """A ``positions`` start: ``offsets`` maps partitions (int or str) to the first offset to read."""
+        if not isinstance(offsets, Mapping):
+            raise OptionError("from", f"positions must map partitions to offsets, not {offsets!r}")
+        pairs = ((_non_negative("partition", p), _non_negative("offset", o)) for p, o in offsets.items())
+        return cls("positions", None, tuple(sorted(pairs)), hybrid)
+
+    def resume_token(self) -> dict[str, Any]:
+        """A ``positions`` start as plain JSON, what a follower hands out and :meth:`of` takes back:
+        ``{"positions": {"0": 12, "1": 7}}``, plus ``"snapshot"`` (what the snapshot holds, see
+        :class:`SnapshotStart`) when the read continues a snapshot's log part. Self-contained: resuming
+        needs no snapshot, so the snapshot may expire meanwhile."""
+        token: dict[str, Any] = {"positions": {str(p): o for p, o in self.offsets}}
+        if self.hybrid is not None:
+            token["snapshot"] = self.hybrid.to_json()
+        return token
+
+
+def _non_negative(what: str, value: Any) -> int:
+    """``value`` as an int >= 0 (an int, or a string of digits as JSON keys are)."""
+    if isinstance(value, bool) or not isinstance(value, int | str) or not str(value).isdigit():
+        raise OptionError("from", f"{what} {value!r} in a positions start is not a non-negative integer")
+    return int(value)
 
 
 @dataclass
@@ -87,6 +158,9 @@ class LogRecord:
     row: dict[str, Any]
     meta: RecordMeta
     decision: Decision | None = None
+    #: a follower's resume position after this record (see ``read.follow``): plain JSON, which
+    #: ``follow(reader, start=...)`` takes back; None for batch reads
+    resume_position: dict[str, Any] | None = None
 
 
 @dataclass
@@ -167,10 +241,42 @@ def snapshot_positions(table: Table, snapshot_id: int | None) -> tuple[int | Non
 
 @dataclass(frozen=True)
 class SnapshotStart:
-    """What the log part of a hybrid read needs of its snapshot: which commits it already holds."""
+    """What the log part of a hybrid read needs of its snapshot: which commits it already holds.
 
-    sequence: int  # the snapshot's sequence number (0: no snapshot, it holds nothing)
-    included: frozenset[str] | None  # its ``logstore.log-included`` (None: written before that list)
+    :param sequence: the snapshot's sequence number (0: no snapshot, it holds nothing).
+    :param included: its ``logstore.log-included`` (None: written before that list).
+    :param snapshot_id: the snapshot (the LogStore snapshot whose summary applies), for reports.
+    :param positions: its ``logstore.log-positions``: where its log part starts each partition.
+    """
+
+    sequence: int
+    included: frozenset[str] | None
+    snapshot_id: int | None = None
+    positions: tuple[tuple[int, int], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.snapshot_id,
+            "sequence": self.sequence,
+            "included": None if self.included is None else sorted(self.included),
+            "positions": {str(p): o for p, o in self.positions},
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> SnapshotStart:
+        """:raises OptionError: ``data`` is not what :meth:`to_json` writes."""
+        try:
+            included, snapshot_id = data["included"], data.get("id")
+            return cls(
+                _non_negative("sequence", data["sequence"]),
+                None if included is None else frozenset(str(name) for name in included),
+                None if snapshot_id is None else int(snapshot_id),
+                StartPosition.at(data.get("positions") or {}).offsets,
+            )
+        except OptionError:
+            raise
+        except (KeyError, TypeError, AttributeError, ValueError):
+            raise OptionError("from", f"the snapshot of a positions start is malformed: {data!r}") from None
 
 
 def snapshot_start(table: Table, snapshot_id: int | None) -> SnapshotStart:
@@ -180,6 +286,8 @@ def snapshot_start(table: Table, snapshot_id: int | None) -> SnapshotStart:
     return SnapshotStart(
         snapshot.sequence_number or 0 if snapshot is not None else 0,
         commit.included if commit is not None else (frozenset() if chosen is None else None),
+        chosen,
+        tuple(sorted(positions_from_json(summary.get(S_POSITIONS)).items())),
     )
 
 
@@ -205,6 +313,27 @@ def _logstore_summary(table: Table, snapshot_id: int | None) -> tuple[int | None
                 f"snapshot {chosen} has no log positions any more: it carries none (compaction) and its "
                 f"ancestor {parent} expired; read a newer snapshot",
             )
+
+
+class RecordRule(Protocol):
+    """What keeps or drops a record in a record-by-record read: a :class:`ReadFilter`, or a follower's
+    rule built on one (``read.follow.EventualAfterSnapshot``)."""
+
+    def decide(self, meta: RecordMeta, partition: int, offset: int) -> tuple[bool, Decision | None]: ...
+
+
+def filter_for(
+    state: ControlState | None, consistent: bool, hybrid: SnapshotStart | None, start: Mapping[int, int]
+) -> ReadFilter:
+    """The one rule every reader of this package keeps records by, for a given control state: a batch
+    read builds it once, a follower once per round from its current state.
+
+    :param hybrid: what the snapshot holds when the read is a hybrid read's log part (else None).
+    :param start: where the read starts each partition.
+    """
+    if hybrid is None:
+        return ReadFilter(state, consistent)
+    return ReadFilter(state, consistent, hybrid.sequence, dict(start), hybrid.included)
 
 
 class LogReader:
@@ -258,26 +387,58 @@ class LogReader:
             return kafka_client.offsets_for_time(
                 cons, self.topic, self.config.partitions, int(start.value or 0)
             )
+        if start.kind == "positions":
+            return self._resume_offsets(dict(start.offsets), bounds)
         _, positions = snapshot_positions(self.table, start.value)
         return {p: max(positions.get(p, 0), bounds[p][0]) for p in bounds}
+
+    def _resume_offsets(
+        self, offsets: Mapping[int, int], bounds: Mapping[int, tuple[int, int]]
+    ) -> dict[int, int]:
+        """A resume position's offsets, checked against the log: a position below the log start means
+        retention deleted records the reader never returned, one past the end a recreated topic.
+
+        :raises OptionError: naming the partition and both offsets (never a silent skip or re-read).
+        """
+        for partition, (low, high) in sorted(bounds.items()):
+            at = offsets.get(partition)
+            if at is None:
+                raise OptionError(
+                    "from", f"the positions start has no offset for partition {partition} of '{self.topic}'"
+                )
+            if at < low:
+                raise OptionError(
+                    "from",
+                    f"resume position {at} of partition {partition} of '{self.topic}' is below its log "
+                    f"start {low}: retention deleted records {at}..{low - 1} before this reader returned "
+                    "them; start from 'earliest' (or a snapshot) to go on without them",
+                )
+            if at > high:
+                raise OptionError(
+                    "from",
+                    f"resume position {at} of partition {partition} of '{self.topic}' is past its end "
+                    f"{high}: the log topic was recreated since; start from 'earliest' or a snapshot",
+                )
+        return {p: offsets[p] for p in bounds}
 
     def snapshot_start(self, start: StartPosition | Mapping[int, int]) -> SnapshotStart | None:
         """For a read that starts at a snapshot, what that snapshot holds (else None).
 
         Such a read is the log part of a hybrid read: it returns the changes the snapshot does not hold.
+        A ``positions`` start that names a snapshot (a follower's resume position) continues one.
         """
-        if isinstance(start, Mapping) or start.kind != "snapshot":
+        if isinstance(start, Mapping):
             return None
-        return snapshot_start(self.table, start.value)
+        if start.kind == "positions":
+            return start.hybrid
+        return snapshot_start(self.table, start.value) if start.kind == "snapshot" else None
 
     def read_filter(
         self, consistent: bool, hybrid: SnapshotStart | None, start: Mapping[int, int]
     ) -> ReadFilter:
         """The rule this read keeps records by (the control state is read only when it is needed)."""
         state = self.state() if consistent or hybrid is not None else None
-        if hybrid is None:
-            return ReadFilter(state, consistent)
-        return ReadFilter(state, consistent, hybrid.sequence, dict(start), hybrid.included)
+        return filter_for(state, consistent, hybrid, start)
 
     def read(
         self,
@@ -401,8 +562,7 @@ class LogReader:
             :data:`~airflow_logstore.log.jvm_scan.JVM_MIN_RECORDS` records may then come from the JVM
             scan (``scanner``), and the messages yielded are empty.
         """
-        if isinstance(start, str):
-            start = StartPosition.parse(start)
+        start = StartPosition.of(start)
         report.dead_letter_topic = self.dead_letter.topic
         cons = kafka_client.consumer(self.kafka_config)
         try:
@@ -459,7 +619,7 @@ class LogReader:
         for chunk in scan.chunks():
             yield [], decode_columns(chunk, scan.header_sets, read_filter, self.field_types), len(chunk)
 
-    def _decode(self, message: Any, read_filter: ReadFilter, report: ReadReport) -> LogRecord | None:
+    def _decode(self, message: Any, read_filter: RecordRule, report: ReadReport) -> LogRecord | None:
         """One record, decoded and classified on its own: the follower's path, and the reference the
         bulk path (``read.batches``) is tested against."""
         try:

@@ -18,7 +18,7 @@ from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import ChangelogMode
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.read import follow
-from airflow_logstore.read.reader import LogReader, ReadReport
+from airflow_logstore.read.reader import LogReader, ReadReport, filter_for
 from tests.unit.test_topic_scan import _Message
 
 TASK = "0.17"
@@ -72,7 +72,9 @@ def _state(watermark: int, *commits: CommitInfo) -> ControlState:
 
 def _release(state: ControlState, pending: dict[int, list[Any]]) -> list[int]:
     report = ReadReport("t", "follow", "transactional", "all-kinds")
-    return [record.offset for record in follow._release(_reader(), state, pending, report, None)]
+    rule = filter_for(state, True, None, {})
+    position = follow.ResumePosition({}, None)
+    return [r.offset for r in follow._release(_reader(), state, rule, pending, report, position)]
 
 
 def test_an_undecided_record_below_the_watermark_is_held_then_released_once_decided() -> None:
