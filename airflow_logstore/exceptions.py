@@ -50,6 +50,14 @@ class TopicError(LogStoreError):
     retryable = False
 
 
+class FollowerLagError(LogStoreError):
+    """A consistent follower held records retention has deleted since, and lagged so far behind the
+    control topic that compaction removed their batch's ledger entry: it cannot tell whether they are
+    committed. Following again from the same position cannot help; follow from a snapshot."""
+
+    retryable = False
+
+
 class SchemaMismatchError(LogStoreError, ValueError):
     """Input rows or an existing table do not fit the declared schema."""
 

@@ -38,8 +38,8 @@ from airflow_logstore.core.changelog import Normalizer
 from airflow_logstore.core.codec import RecordMeta, RecordType, decode_headers
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import Consistency
-from airflow_logstore.core.visibility import Decision, ReadFilter, classify, merge_watermarks
-from airflow_logstore.exceptions import RecordDecodeError
+from airflow_logstore.core.visibility import Decision, ReadFilter, classify, retired_unknown
+from airflow_logstore.exceptions import FollowerLagError, RecordDecodeError
 from airflow_logstore.log import kafka_client
 from airflow_logstore.log.checkpoints import latest as latest_checkpoint
 from airflow_logstore.read.reader import (
@@ -72,8 +72,11 @@ class ControlFollower:
     tombstones, ledger entries a checkpoint retired. Every removed offset it had not read shows as a
     jump in the offsets it consumes (``next`` is the offset it folds next). On a jump it reads the latest
     checkpoint; when that checkpoint's ``through`` is at or past ``next`` (it folded records this
-    follower never did), its state replaces the follower's (with the live snapshots' commits merged in
-    again, the watermark never moving backwards) and the follower goes on after ``through``.
+    follower never did), its state is merged into the follower's (``control.rebased``: the checkpoint's
+    state with every ledger entry, settled range, epoch and watermark the follower knew; the live
+    snapshots' commits merged in again) and the follower goes on after ``through``. Keeping what the
+    follower knew matters: a checkpoint retires the entry of a batch whose records retention deleted,
+    and the follower may hold such records in its buffer (the simulation found it).
 
     Why that is enough: a ledger entry is removed only after the checkpoint that retired it (it folded
     the entry, so its ``through`` is past it) and the tombstone written after that checkpoint. So when
@@ -99,7 +102,7 @@ class ControlFollower:
     ) -> None:
         self.consumer, self.topic = consumer, topic
         self._latest, self._merge = latest, merge
-        self.rebased = 0  # how often a checkpoint replaced the state (for reports and tests)
+        self.rebased = 0  # how often the state was re-based on a checkpoint (for reports and tests)
         try:
             state, start = latest()
             self.state = merge(state)
@@ -147,8 +150,9 @@ class ControlFollower:
         state, start = self._latest()
         if start <= self.next:  # its ``through`` (start - 1) is below ``next``: nothing this state lacks
             return False
-        rebased = self._merge(state)
-        rebased.watermark = merge_watermarks(self.state.watermark, rebased.watermark)
+        # everything either state knows is a fact of the control topic; keeping the follower's own ledger
+        # entries matters for records it holds whose entries the checkpoint retired (``control.rebased``)
+        rebased = self._merge(control.rebased(state, self.state))
         log.info(
             "control follower of '%s': offsets from %s were compacted away; re-based on the checkpoint "
             "through %s",
@@ -265,8 +269,10 @@ def follow(
                 else:
                     pending.setdefault(message.partition(), []).append(message)
             if gated is not None:
+                if gated.rebased:
+                    _check_decidable(cons, reader.topic, pending, gated.state)
                 rule = filter_for(gated.state, True, hybrid, first)
-                yield from _release(reader, gated.state, rule, pending, report, position)
+                yield from _release(reader, gated.state, rule, pending, report, position, normalizer)
                 _flow_control(cons, reader.topic, pending, paused)
             reader.dead_letter.flush()  # a follower runs for long: its dead letters go out as they come
     finally:
@@ -302,6 +308,7 @@ def _release(
     pending: dict[int, list[Any]],
     report: ReadReport,
     position: ResumePosition,
+    normalizer: Normalizer | None = None,
 ) -> Iterator[LogRecord]:
     """Emit the buffered records the watermark has passed, in offset order per partition.
 
@@ -316,8 +323,35 @@ def _release(
         while ready < len(messages) and messages[ready].offset() <= mark and _decided(messages[ready], state):
             ready += 1
         for message in messages[:ready]:
-            yield from _hand_out(reader, message, rule, report, None, position)
+            yield from _hand_out(reader, message, rule, report, normalizer, position)
         del messages[:ready]
+
+
+def _check_decidable(cons: Any, topic: str, pending: Mapping[int, list[Any]], state: ControlState) -> None:
+    """Raise :class:`FollowerLagError` when a held record can no longer be decided (see
+    :func:`~airflow_logstore.core.visibility.retired_unknown`): only after a re-base, and the log start is
+    asked only for a record of a retired batch its state has no entry for."""
+    starts: dict[int, int] = {}
+    for partition, messages in pending.items():
+        for message in messages:
+            try:
+                meta = decode_headers(message.headers())
+            except RecordDecodeError:
+                continue
+            retired = state.retired.get(meta.writer_id)
+            known = (meta.writer_id, meta.batch_id) in state.commits
+            if retired is None or not retired.contains(meta.batch_id) or known:
+                continue
+            if partition not in starts:
+                starts[partition] = kafka_client.partition_offsets(cons, topic, partition + 1)[partition][0]
+            if retired_unknown(meta, partition, message.offset(), state, starts[partition]):
+                raise FollowerLagError(
+                    f"the follower held the record at partition {partition} offset {message.offset()} "
+                    f"(writer '{meta.writer_id}', batch {meta.batch_id}), which retention has deleted "
+                    "since, and lagged so far behind the control topic that compaction removed its batch's "
+                    "ledger entry: whether it is committed cannot be told any more; follow again from a "
+                    "snapshot (start='snapshot:<id>')"
+                )
 
 
 def _decided(message: Any, state: ControlState) -> bool:

@@ -209,3 +209,40 @@ def test_a_checkpoint_that_fails_to_read_closes_the_consumer() -> None:
     with pytest.raises(RuntimeError, match="unreadable"):
         _follower(topic, broken)
     assert topic.closed
+
+
+def test_a_re_base_keeps_the_ledger_entries_the_follower_had_read() -> None:
+    """Found by the simulation: the checkpoint retired batch 1 because retention deleted its records
+    (no publish settled them), while the follower, which had read batch 1's entry, still holds one of
+    them in its buffer. The re-based state must keep that entry: from the checkpoint alone the record
+    classifies as another attempt's copy (``classify``'s rule for retired batches) and is dropped."""
+    by_retention, gone = checkpoint.retire(
+        control.fold([ControlRecord(*HISTORY[o], o, 1_000 + o) for o in (0, 1, 3, 4)]), {0: 5}
+    )
+    assert gone == [("a", 1)] and not by_retention.settled
+    checkpoints = _Checkpoints()
+    topic = _CompactedTopic({0, 1})
+    follower = _follower(topic, checkpoints)
+    follower.poll()  # it read batch 1's entry, then stalled
+    assert _decision(follower.state) is Decision.COMMITTED
+    topic.position = follower.next  # (offsets 2.. were written later)
+    checkpoints.latest = (by_retention, THROUGH + 1)
+    topic.kept = COMPACTED
+    follower.poll()
+    assert follower.rebased == 1
+    assert _decision(follower.state) is Decision.COMMITTED
+    assert _decision(control.fold([], by_retention)) is Decision.REDUNDANT  # the checkpoint alone
+
+
+def test_a_held_record_no_state_can_decide_any_more_stops_the_follower() -> None:
+    """The follower never read batch 1's entry, retention deleted the record it holds, and the
+    checkpoint retired the entry by retention: nothing tells whether the record is committed."""
+    from airflow_logstore.core.visibility import retired_unknown
+
+    by_retention, _ = checkpoint.retire(
+        control.fold([ControlRecord(*HISTORY[o], o, 1_000 + o) for o in (0, 1, 3, 4)]), {0: 5}
+    )
+    meta, partition, offset = _batch_one_record()
+    assert retired_unknown(meta, partition, offset, by_retention, log_start=5)
+    assert not retired_unknown(meta, partition, offset, by_retention, log_start=0)  # still in the log
+    assert not retired_unknown(meta, partition, offset, _fold(range(THROUGH + 1)), log_start=5)  # known
