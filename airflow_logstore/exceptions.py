@@ -50,6 +50,14 @@ class TopicError(LogStoreError):
     retryable = False
 
 
+class ControlTopicChangedError(LogStoreError):
+    """The control topic a writer claimed its epoch in was deleted and re-created (another topic id),
+    or no longer holds the claim: the attempt stops before committing. Running the batch again claims
+    an epoch in the topic as it is now."""
+
+    retryable = True
+
+
 class FollowerLagError(LogStoreError):
     """A consistent follower held records retention has deleted since, and lagged so far behind the
     control topic that compaction removed their batch's ledger entry: it cannot tell whether they are

@@ -7,7 +7,11 @@ order (:func:`fold`) gives a :class:`ControlState`. Record keys:
                           atomically, so every claim is strictly larger than any earlier one, durably,
                           without a clock or a compare-and-set.
 ``commit/<writer>/<batch>``  the commit ledger: (writer, batch) -> epoch, snapshot, offsets. Survives
-                          snapshot expiry (compaction keeps the latest record per key).
+                          snapshot expiry (compaction keeps the latest record per key). The first entry
+                          of a (writer, batch) counts, a retired one too. A log-only batch has no
+                          compare-and-set to make its entry unique (two epochs may each write one), so
+                          its key names the epoch, ``commit/<writer>/<batch>/<epoch>``: compaction keeps
+                          both, and the first stays the one that counts.
 ``watermark/<id>``        the visibility watermark: per partition the highest offset below which every
                           record is decided. Merged with ``max``: it never moves backwards. Each move
                           has a key of its own, tombstoned once a checkpoint holds it: compaction keeps
@@ -136,7 +140,8 @@ def _apply(state: ControlState, record: ControlRecord) -> None:
     elif key.startswith(K_COMMIT):
         if value is not None:
             commit = CommitInfo.from_json(value)
-            state.commits.setdefault(commit.key, commit)
+            if state.committed(commit.writer_id, commit.batch_id) is None:  # the first one counts
+                state.commits[commit.key] = commit
     elif key == K_WATERMARK or key.startswith(K_WATERMARK_PREFIX):
         if value is not None:
             if key != K_WATERMARK:
@@ -298,6 +303,13 @@ def watermark_key(unique: str) -> str:
 
 def commit_key(writer_id: str, batch_id: int) -> str:
     return f"{K_COMMIT}{writer_id}/{batch_id}"
+
+
+def ledger_key(commit: CommitInfo) -> str:
+    """The control-topic key of ``commit``'s ledger entry: a log-only batch's names its epoch too."""
+    if commit.log_only:
+        return f"{commit_key(commit.writer_id, commit.batch_id)}/{commit.epoch}"
+    return commit_key(commit.writer_id, commit.batch_id)
 
 
 def epoch_key(writer_id: str) -> str:

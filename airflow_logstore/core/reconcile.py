@@ -225,7 +225,7 @@ def own_record_decision(commit: CommitInfo, partition: int, state: ControlState)
         commit.epoch,
         commit.batch_id,
         min(commit.tasks) if commit.tasks else "",
-        log_only="file" not in commit.emit_mode.split(","),
+        log_only=commit.log_only,
     )
     return classify(meta, partition, commit.offsets[partition][0], state)
 

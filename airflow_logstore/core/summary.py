@@ -16,6 +16,8 @@ Summary properties of a dual-write snapshot::
                             positions (a hybrid read skips exactly these in its log part)
     logstore.log-records    number of log records of the batch
     logstore.emit-mode      file,log | file
+    logstore.control-topic-id  the id Kafka gave the control topic the writer's epoch was claimed in (a
+                            control topic deleted and re-created under the same name has another)
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ S_POSITIONS = "logstore.log-positions"
 S_RECORDS = "logstore.log-records"
 S_EMIT = "logstore.emit-mode"
 S_INCLUDED = "logstore.log-included"
+S_CONTROL_ID = "logstore.control-topic-id"
 
 OP_DUAL_WRITE = "dual-write"
 OP_COMPACTION = "compaction"
@@ -97,6 +100,12 @@ class CommitInfo:
     record_count: int = 0
     emit_mode: str = "file,log"
     included: frozenset[str] | None = None  # "writer/batch" (see S_INCLUDED); None: not recorded
+    control_topic_id: str | None = None  # see S_CONTROL_ID; None: not recorded
+
+    @property
+    def log_only(self) -> bool:
+        """Written to the log only (emit mode ``log``): the ledger entry is the whole commit."""
+        return "file" not in self.emit_mode.split(",")
 
     @property
     def key(self) -> tuple[str, int]:
@@ -124,6 +133,8 @@ class CommitInfo:
             summary[S_TASKS] = ",".join(sorted(self.tasks))
         if self.included is not None:
             summary[S_INCLUDED] = ",".join(sorted(self.included))
+        if self.control_topic_id is not None:
+            summary[S_CONTROL_ID] = self.control_topic_id
         return summary
 
     @classmethod
@@ -154,6 +165,7 @@ class CommitInfo:
             record_count=int(summary.get(S_RECORDS, "0")),
             emit_mode=summary.get(S_EMIT, "file,log"),
             included=_name_set(included),
+            control_topic_id=summary.get(S_CONTROL_ID),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -169,6 +181,7 @@ class CommitInfo:
             "positions": {str(p): o for p, o in sorted(self.positions.items())},
             "record_count": self.record_count,
             "emit_mode": self.emit_mode,
+            **({"control_topic_id": self.control_topic_id} if self.control_topic_id else {}),
         }
 
     @classmethod
@@ -186,4 +199,5 @@ class CommitInfo:
             positions={int(p): int(o) for p, o in (data.get("positions") or {}).items()},
             record_count=int(data.get("record_count", 0)),
             emit_mode=str(data.get("emit_mode", "file,log")),
+            control_topic_id=data.get("control_topic_id"),
         )

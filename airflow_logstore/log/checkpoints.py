@@ -113,7 +113,7 @@ def _latest(ctl: ControlTopic, cons: Any, control_end: int) -> tuple[ControlStat
     if message is None:
         return ControlState(), 0
     try:
-        state, through = _decode(message.value())
+        state, through, made_of = _decode(message.value())
     except (ValueError, TypeError, KeyError, zlib.error) as exc:
         raise TopicError(
             f"the latest checkpoint in '{topic}' (offset {message.offset()}) does not decode "
@@ -122,8 +122,16 @@ def _latest(ctl: ControlTopic, cons: Any, control_end: int) -> tuple[ControlStat
             "this version reads (a newer LogStore may have written it: upgrade), or, only for a "
             "table whose batches are never run again, delete the checkpoint topic"
         ) from exc
-    if through >= control_end:
-        log.warning("checkpoint of '%s' is past its end (recreated?): ignored", ctl.topic)
+    if through >= control_end or (made_of is not None and made_of != ctl.known_id()):
+        log.warning(
+            "checkpoint of '%s' (through %s, of the topic with id %s) is of another topic of that name "
+            "(the topic was deleted and re-created: its id is %s, its end %s): ignored",
+            ctl.topic,
+            through,
+            made_of,
+            ctl.known_id(),
+            control_end,
+        )
         return ControlState(), 0
     return state, through + 1
 
@@ -177,8 +185,8 @@ def maybe_checkpoint(
         log.info("control checkpoint of '%s': %s", ctl.topic, written["fenced"])
         return written
     kept, gone, through, size = written["kept"], written["gone"], written["through"], written["bytes"]
-    for writer_id, batch_id in gone:
-        ctl.append(control.commit_key(writer_id, batch_id), None)
+    for key in gone:
+        ctl.append(key, None)
     for key in written["watermark_keys"]:
         ctl.append(key, None)
     report = {"through": through, "bytes": size, "commits": len(kept.commits), "retired": len(gone)}
@@ -197,9 +205,10 @@ def _write_fenced(
     state = read_state(ctl)  # after the token: newer than every committed checkpoint
     if state.end_offset <= state.checkpoint_start:
         return None
-    kept, gone = retire(state, log_start)
+    kept, retired = retire(state, log_start)
+    gone = [control.ledger_key(state.commits[key]) for key in retired]
     through = state.end_offset - 1
-    payload = _encode(encode_state(kept, through))
+    payload = _encode({**encode_state(kept, through), "control_topic_id": ctl.known_id()})
     pause_point("checkpoint:before-write")
     try:
         prod.begin_transaction()
@@ -222,8 +231,11 @@ def _encode(data: Mapping[str, Any]) -> bytes:
     return zlib.compress(json.dumps(data, separators=(",", ":")).encode(), 1)
 
 
-def _decode(value: bytes | None) -> tuple[ControlState, int]:
+def _decode(value: bytes | None) -> tuple[ControlState, int, str | None]:
+    """(state, through, the id of the control topic it was made of: None when not recorded)."""
     if value is None:
         raise ValueError("checkpoint record has no value")
-    state, through = decode_state(json.loads(zlib.decompress(value)), ControlState)
-    return state, through
+    data = json.loads(zlib.decompress(value))
+    state, through = decode_state(data, ControlState)
+    made_of = data.get("control_topic_id")
+    return state, through, str(made_of) if made_of is not None else None

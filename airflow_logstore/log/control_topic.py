@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow_logstore.core import control
-from airflow_logstore.exceptions import TopicError
+from airflow_logstore.core.summary import CommitInfo
+from airflow_logstore.exceptions import ControlTopicChangedError, TopicError
 from airflow_logstore.log import checkpoints, kafka_client
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,38 @@ class ControlTopic:
         admin = kafka_client.admin_client(self.config)  # kept until the result: a dropped client cancels it
         admin.incremental_alter_configs([resource])[resource].result(timeout=30.0)
         log.warning("control topic '%s': set %s (it was created without them)", self.topic, changes)
+
+    def topic_id(self) -> str | None:
+        """The id Kafka gave the control topic when it was created (another one after a delete and
+        re-create under the same name); None when the topic does not exist. Asked anew each time."""
+        self._id = kafka_client.topic_id(self.config, self.topic)
+        return self._id
+
+    def known_id(self) -> str | None:
+        """:meth:`topic_id`, asked once for this object (a checkpoint names the topic it was made of)."""
+        if not hasattr(self, "_id"):
+            self.topic_id()
+        return self._id
+
+    def check_claim(
+        self, state: control.ControlState, writer_id: str, epoch: int, claimed_in: str | None
+    ) -> None:
+        """Raise :class:`ControlTopicChangedError` unless ``state`` (read just before) comes from the
+        topic ``epoch`` of ``writer_id`` was claimed in (id ``claimed_in``) and holds that claim.
+
+        A topic deleted and re-created while the writer ran holds no claim of this epoch: its records
+        look foreign there (a publish settles them as such) and, without this check, the attempt would
+        decide that it may commit.
+        """
+        now = self.topic_id()
+        latest = state.latest_epoch(writer_id)
+        if now != claimed_in or latest is None or latest < epoch:
+            raise ControlTopicChangedError(
+                f"control topic '{self.topic}' is not the one writer '{writer_id}' claimed epoch {epoch} "
+                f"in: its id was {claimed_in} then and is {now} now, and its newest claim of the writer is "
+                f"{latest} (was it deleted and re-created?); this attempt stops before committing, its "
+                "records are left uncommitted; run the batch again to claim an epoch in the topic as it is"
+            )
 
     def read(self) -> control.ControlState:
         """The control state up to the topic's end at call time: the latest checkpoint (see
@@ -162,4 +195,7 @@ class ControlTopic:
             )
 
     def record_commit(self, commit_json: Mapping[str, Any], writer_id: str, batch_id: int) -> int:
-        return self.append(control.commit_key(writer_id, batch_id), commit_json)
+        """Append a ledger entry (under :func:`~airflow_logstore.core.control.ledger_key`)."""
+        commit = CommitInfo.from_json(commit_json)
+        assert (commit.writer_id, commit.batch_id) == (writer_id, batch_id)
+        return self.append(control.ledger_key(commit), commit_json)

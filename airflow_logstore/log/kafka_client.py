@@ -318,6 +318,21 @@ class TopicInfo:
     configs: dict[str, str]
 
 
+def topic_id(config: Mapping[str, Any], topic: str, timeout: float | None = None) -> str | None:
+    """The topic's id (Kafka gives every topic a new one when it is created), None when it is missing."""
+    from confluent_kafka import KafkaError, KafkaException, TopicCollection
+
+    timeout = request_timeout(timeout)
+    admin = admin_client(config)
+    try:
+        found = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic]
+        return str(found.result(timeout=timeout).topic_id)
+    except KafkaException as exc:
+        if exc.args and exc.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_TOPIC_ID):
+            return None
+        raise KafkaUnavailableError(f"Kafka did not describe topic '{topic}': {exc}") from exc
+
+
 def describe_topic(config: Mapping[str, Any], topic: str, timeout: float | None = None) -> TopicInfo | None:
     """The topic's partition count and settings, or None when it does not exist (yet, for the broker
     that answered)."""

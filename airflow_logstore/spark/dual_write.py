@@ -157,9 +157,12 @@ class DualWriter:
         self.emit_mode = emit_mode or (DUAL if self.config.enabled else frozenset({EMIT_FILE}))
         self.primary_key = primary_key_of(table.schema())
         self.epoch = 0
+        self.control_topic_id: str | None = None  # the control topic's id the epoch was claimed in
         if self.config.enabled:
             self.control = handle.control(self.config)
+            self.control_topic_id = self.control.topic_id()
             self.epoch = self.control.claim_epoch(writer_id, owner=f"{os.getpid()}-{uuid.uuid4().hex[:8]}")
+            self.control.check_claim(self.control.read(), writer_id, self.epoch, self.control_topic_id)
             staged_commit.fence(handle, writer_id, self.epoch)  # the epoch is in force from here on
         log.info(
             "writer %s of %s starts epoch %s (emit mode %s)",
@@ -174,6 +177,14 @@ class DualWriter:
     def read_control(self) -> ControlState:
         """The control topic's state (an empty state when the table has no log)."""
         return self.control.read() if self.config.enabled else ControlState()
+
+    def decision_control(self) -> ControlState:
+        """The control state a commit attempt decides on: :meth:`read_control`, checked to come from the
+        topic this epoch was claimed in and to hold the claim (``ControlTopic.check_claim``)."""
+        state = self.read_control()
+        if self.config.enabled:
+            self.control.check_claim(state, self.writer_id, self.epoch, self.control_topic_id)
+        return state
 
     def state(self, table: Table | None = None) -> ControlState:
         """The control state merged with ``table``'s snapshot summaries (default: ``main`` loaded now)."""
@@ -366,6 +377,7 @@ class DualWriter:
             tasks=produced.tasks,
             record_count=produced.count,
             emit_mode=format_emit_mode(self.emit_mode),
+            control_topic_id=self.control_topic_id,
         )
 
     # -- the log -------------------------------------------------------------------------------------
@@ -385,7 +397,7 @@ class DualWriter:
 
     def _commit_target(self) -> CommitTarget:
         return CommitTarget(
-            self.handle, self.writer_id, self.epoch, tuple(self.primary_key), self.read_control
+            self.handle, self.writer_id, self.epoch, tuple(self.primary_key), self.decision_control
         )
 
 

@@ -235,3 +235,21 @@ def test_a_stalled_publish_never_writes_a_checkpoint_older_than_the_latest(table
     assert newer.checkpoint["retired"] == 24  # its checkpoint holds its own watermark move
     publish_visible_offsets(table)
     assert len(read_log(table, consistency="transactional").records) == 24 * BATCH
+
+
+def test_a_checkpoint_of_a_deleted_control_topic_is_not_read_for_the_new_one(table: LogStoreTable) -> None:
+    """A checkpoint names the id of the control topic it was made of: after the topic is deleted and
+    re-created (another id), the old checkpoint is not the new topic's state, even once the new topic
+    has grown past the checkpoint's ``through`` (the offset check alone would take it)."""
+    from tests.integration.test_races import _recreate_topic
+
+    write_batches(table, 1, 12)
+    report = publish_visible_offsets(table)
+    assert report.checkpoint is not None
+    config = table.config()
+    _recreate_topic(table, config.control_topic or "")
+    ctl = table.control()
+    ctl.append_fill(report.checkpoint["through"] + 5)  # the new topic is longer than the old checkpoint
+    state, start = checkpoints.latest(ctl)
+    assert start == 0 and state.commits == {} and not state.retired
+    assert ctl.read().committed("w", 1) is None  # the new topic knows nothing of the old ledger

@@ -426,3 +426,46 @@ def test_attempt_killed_before_its_publish_leaves_nothing_the_next_attempt_keeps
     assert [c.snapshot_id for c in commits_of(handle, "w", 1)] == [result.snapshot_id]
     assert not set(staged) & set(handle.load().metadata.refs)
     assert sorted(table_state(handle)) == [(i,) for i in range(1, 8)]
+
+
+def _recreate_topic(handle: LogStoreTable, topic: str) -> None:
+    """Delete ``topic`` and create it again under the same name (a new topic id), as an operator might."""
+    from airflow_logstore.log import kafka_client
+    from airflow_logstore.log.control_topic import ControlTopic
+
+    config = handle.kafka_config()
+    admin = kafka_client.admin_client(config)
+    admin.delete_topics([topic])[topic].result(timeout=60)
+    assert wait_until(lambda: kafka_client.topic_id(config, topic) is None, timeout=60)
+    assert wait_until(lambda: ControlTopic(config, topic).ensure() or True, timeout=60)
+
+
+def test_a_control_topic_recreated_while_a_writer_runs_stops_its_commit(env, spark, tmp_path: Path) -> None:
+    """Hole 7 of issue 33: the control topic is deleted and re-created while a writer job runs. Its
+    epoch's claim is gone with the old topic, its records look foreign in the new one (a publish settles
+    them as such), and the attempt used to decide that it may commit: the batch landed with its records
+    settled as never committed. Now the attempt checks that the state it decides on comes from the topic
+    its epoch was claimed in (the topic id) and holds the claim, and stops with an error naming both ids;
+    a retry claims an epoch in the new topic and commits the batch once."""
+    from airflow_logstore.exceptions import ControlTopicChangedError
+
+    handle = make_table(env)
+    rows = [{"id": n, "name": f"n{n}", "amount": n} for n in range(4)]
+    path = str(write_jsonl(tmp_path / "b1.jsonl", rows))
+    writer = open_writer(spark, str(handle.name), writer_id="w")  # epoch claimed in the first topic
+    config = handle.config()
+    claimed_in = writer.control_topic_id
+    _recreate_topic(handle, config.control_topic or "")
+
+    with pytest.raises(ControlTopicChangedError, match="deleted and re-created") as stopped:
+        writer.write_path(path, 1)
+    assert claimed_in in str(stopped.value) and not snapshot_commits(handle.load())
+    assert writer.control.topic_id() != claimed_in
+
+    retried = open_writer(spark, str(handle.name), writer_id="w")
+    result = retried.write_path(path, 1)
+    assert result.snapshot_id is not None
+    [commit] = snapshot_commits(handle.load())
+    assert commit.control_topic_id == retried.control_topic_id != claimed_in
+    publish_visible_offsets(handle)
+    assert len(read_log(handle, consistency="transactional").records) == 4

@@ -584,9 +584,9 @@ def maybe_checkpoint(world: World, state: ControlState, log_start: dict[int, int
         world.events["commits retired"] += 1
     if any(not retirable(state.commits[key], {}, state.settled) for key in gone):
         world.events["commit retired because retention deleted its records"] += 1
-    for writer_id, batch_id in gone:
-        yield "checkpoint: tombstone"  # ctl.append(commit_key, None)
-        world.control.append(control.commit_key(writer_id, batch_id), None)
+    for key in gone:
+        yield "checkpoint: tombstone"  # ctl.append(ledger_key, None)
+        world.control.append(control.ledger_key(state.commits[key]), None)
     for key in state.watermark_keys:  # the watermark records the checkpoint holds
         yield "checkpoint: tombstone"
         world.control.append(key, None)

@@ -246,3 +246,33 @@ def test_malformed_records_of_known_kinds_are_skipped_and_counted() -> None:
         )
     )
     assert state.malformed == 2 and state.commits == {} and state.epochs == {"w": 3}
+
+
+# -- log-only ledger entries of two epochs (issue 33, hole 7) ---------------------------------------------
+
+
+def _log_only(epoch: int) -> CommitInfo:
+    return CommitInfo("w", 3, epoch, offsets={0: (epoch, epoch)}, tasks=frozenset({"0.1"}), emit_mode="log")
+
+
+def test_two_epochs_log_only_entries_keep_the_first_through_compaction_and_retirement() -> None:
+    """A log-only batch has no compare-and-set: two epochs may each append its ledger entry. The fold
+    keeps the first; compaction keeps the last record of a key, so the entries have a key per epoch, and
+    an entry arriving after the first one retired changes nothing either."""
+    from airflow_logstore.core.checkpoint import decode_state, encode_state, retire
+
+    first, second = _log_only(2), _log_only(5)
+    assert control.ledger_key(first) != control.ledger_key(second)  # compaction keeps both
+    assert control.ledger_key(CommitInfo("w", 3, 2)) == control.commit_key("w", 3)  # table commits
+    records = [
+        ControlRecord(control.ledger_key(first), first.to_json(), 0),
+        ControlRecord(control.ledger_key(second), second.to_json(), 1),
+    ]
+    latest_per_key = {r.key: r for r in records}  # what compaction leaves
+    assert fold(records).committed("w", 3) == first
+    assert fold(sorted(latest_per_key.values(), key=lambda r: r.offset)).committed("w", 3) == first
+    retired, gone = retire(fold(records[:1]), {0: 10})  # retention deleted its records
+    assert gone == [("w", 3)]
+    state, _ = decode_state(encode_state(retired, 0), ControlState)
+    late = fold(records[1:], state)
+    assert ("w", 3) not in late.commits and late.committed("w", 3) is not None
