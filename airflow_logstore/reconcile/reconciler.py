@@ -631,6 +631,7 @@ def produce(
     if not result.output_count:
         return {}
     lease.check()
+    hook("lease-checked")  # a run that stalls here past its lease writes late: copies (output_identity)
     assert lease.lease_id is not None
     output = engine.produce(job, result, lease.lease_id, run)
     hook("output-flushed")

@@ -273,6 +273,7 @@ def produce_batches(batches: Iterable[pa.RecordBatch], ctx: ProduceContext) -> I
     import pyarrow as pa
 
     from airflow_logstore.log.kafka_client import DeliveryTracker, produce_each, producer
+    from airflow_logstore.pause import fail_once
 
     tracker = DeliveryTracker()
     prod = producer(ctx.kafka_config, **{"linger.ms": 20})
@@ -280,6 +281,7 @@ def produce_batches(batches: Iterable[pa.RecordBatch], ctx: ProduceContext) -> I
     records = ((out.key, out.value, out.partition, out.headers(ctx.lease_id, ctx.run)) for out in outputs)
     sent = produce_each(prod, ctx.topic, records, tracker)
     remaining = prod.flush(120)
+    fail_once("reconcile:produce-flushed")  # tests: fails after its records are out; Spark retries it
     error = None
     if tracker.error is not None:
         error = tracker.error.str()

@@ -763,3 +763,97 @@ def test_chaos_random_kills_then_reconcile(env, spark, tmp_path: Path, record_pr
         if classify(r.meta, r.partition, r.offset, state) is Decision.REDUNDANT
     }
     assert redundant == set(all_reversals)  # every redundant record reversed, and nothing else
+
+
+# --- copies of reconciler records (issue 33, holes 1 and 2) ---------------------------------------------
+
+
+def _reconciler_records(handle: LogStoreTable) -> Counter[tuple[Any, ...]]:
+    """Every reconciler record in the log by identity, copies included (a raw scan, no reader's rule)."""
+    from airflow_logstore.core.codec import decode_headers
+    from airflow_logstore.core.visibility import output_identity
+
+    config = handle.config()
+    cons = kafka_client.consumer(handle.kafka_config(config))
+    found: Counter[tuple[Any, ...]] = Counter()
+    try:
+        bounds = kafka_client.partition_offsets(cons, config.topic or "", config.partitions)
+        ends = {p: high for p, (_, high) in bounds.items()}
+        for batch in kafka_client.scan(cons, config.topic or "", {p: 0 for p in ends}, ends):
+            for m in batch:
+                identity = output_identity(decode_headers(m.headers()), m.partition())
+                if identity is not None:
+                    found[identity] += 1
+    finally:
+        cons.close()
+    return found
+
+
+def test_a_spark_reconcile_task_retried_after_its_flush_leaves_copies_every_reader_counts_once(
+    env, spark, tmp_path: Path
+) -> None:
+    """Hole 1: the Spark reconcile job's produce task flushes its partition's reversals and reasserts,
+    then fails; Spark runs it again and it sends them all again. The copies stay in the log; every reader
+    (and the next reconciler) counts each record once, by its identity. Before, the eventual fold
+    reversed the rows twice."""
+    handle, dead = _failover_table(env, spark, tmp_path, "retried")
+    done = env.run_job(
+        "reconcile.py",
+        ["--table", str(handle.name)],
+        extra_env={
+            "LOGSTORE_SPARK_MASTER": "local[2,3]",  # local mode with task retries (3 attempts)
+            "LOGSTORE_FAIL_ONCE_AT": "reconcile:produce-flushed",
+            "LOGSTORE_PAUSE_DIR": str(tmp_path),
+        },
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "reconcile_produce-flushed.failed").exists()  # a task failed after its flush
+    report = parse_result(done.stdout)
+    assert report is not None and report["reversed"] == len(dead) and report["progress_recorded"]
+    copies = _reconciler_records(handle)
+    assert max(copies.values()) == 2  # the failed task's partition was written twice
+    after = assert_views_agree(handle, expected(*BATCHES[:2]))
+    assert reversals(after) == Counter({record: 1 for record in dead})
+    again = reconcile(handle)
+    assert again.reversed == again.reasserted == 0 and again.copies_seen > 0
+
+
+def test_a_reconciler_stalled_past_its_lease_after_its_check_leaves_copies_every_reader_counts_once(
+    env, spark, tmp_path: Path
+) -> None:
+    """Hole 2: reconciler A checks its lease before producing and stalls there (a GC pause, a SIGSTOP)
+    past the lease; B takes the lease, plans the same window (A recorded no progress), writes the
+    reversals and records its run; A wakes up and writes its own, then its progress check fences it.
+    Every record of A's is a copy of one of B's: counted once by every reader and the next reconciler."""
+    handle, dead = _failover_table(env, spark, tmp_path, "stalled")
+    checked, resume = threading.Event(), threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def stall(stage: str) -> None:
+        if stage == "lease-checked":
+            checked.set()
+            assert resume.wait(300)
+
+    def a() -> None:
+        try:
+            outcome["report"] = reconcile(handle, stage_hook=stall)
+        except FencedError as exc:
+            outcome["fenced"] = exc
+
+    thread = threading.Thread(target=a)
+    thread.start()
+    assert checked.wait(300)
+    holder = control_state(handle).live_lease(LEASE_NAME)
+    assert holder is not None  # A's lease runs out (the test ends it rather than waiting 120 s)
+    handle.control().append(control.lease_key(LEASE_NAME), {"release": holder.lease_id})
+    b = reconcile(handle)
+    assert b.status == "reconciled" and b.reversed == len(dead) and b.progress_recorded
+    resume.set()
+    thread.join(300)
+    assert "fenced" in outcome  # A wrote its records, then found the lease gone before its progress
+    copies = _reconciler_records(handle)
+    assert set(copies.values()) == {2} and len(copies) == b.reversed + 2 * b.reasserted
+    after = assert_views_agree(handle, expected(*BATCHES[:2]))
+    assert reversals(after) == Counter({record: 1 for record in dead})
+    again = reconcile(handle)
+    assert again.reversed == again.reasserted == again.reasserts_completed == 0
