@@ -113,7 +113,7 @@ def test_a_run_plans_produces_and_records_in_the_protocols_order(
     lease = rec.take_lease(ctl, "me", 30.0)
     assert isinstance(lease, ReconcilerLease)
     fields, stages, engine = _run(ctl, monkeypatch, lease)
-    assert stages == ["planned", "output-flushed", "before-progress"]
+    assert stages == ["planned", "lease-checked", "output-flushed", "before-progress"]
     assert engine.jobs[0].starts == {0: 0, 1: 2} and engine.jobs[0].ends == {0: 10, 1: 4}
     assert fields["output_offsets"] == {"0": [10, 10]} and fields["progress_recorded"]
     assert fields["gaps"] == [{"partition": 1, "from": 0, "to": 2, "count": 2, "detected": "log-start"}]
