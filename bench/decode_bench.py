@@ -55,8 +55,8 @@ def rows(count: int, seed: int = 7) -> list[dict[str, Any]]:
             {
                 "id": i,
                 "name": f"customer-{i}",
-                "price": Decimal(rng.randrange(-(10**38) + 1, 10**38)).scaleb(-18),
-                "amount": Decimal(rng.randrange(-(10**12) + 1, 10**12)).scaleb(-2),
+                "price": Decimal(f"{rng.randrange(-(10**38) + 1, 10**38)}E-18"),  # scaleb would round
+                "amount": Decimal(f"{rng.randrange(-(10**12) + 1, 10**12)}E-2"),
                 "total": Decimal(rng.randrange(-(10**38) + 1, 10**38)),
                 "at": at,
                 "local_at": at.replace(tzinfo=None),
@@ -101,7 +101,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
                 decoded.append(codec.typed_row(raw, TYPES))
         else:
             tables = [
-                codec.decode_values_bulk(values[i : i + CHUNK], TYPES).rows for i in range(0, len(values), CHUNK)
+                codec.decode_values_bulk(values[i : i + CHUNK], TYPES).rows
+                for i in range(0, len(values), CHUNK)
             ]
             if spec["what"] == "json_lines":
                 from airflow_logstore.read.jsonlines import json_lines
@@ -111,7 +112,12 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             decoded = [row for table in tables for row in table.to_pylist()] if spec["what"] == "bulk" else []
         best = min(best, time.perf_counter() - started)
     wrong = (
-        sum(1 for got, want in zip(decoded, expected, strict=True) for name in TYPES if got[name] != want[name])
+        sum(
+            1
+            for got, want in zip(decoded, expected, strict=True)
+            for name in TYPES
+            if got[name] != want[name]
+        )
         if decoded
         else None
     )
