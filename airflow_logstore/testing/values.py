@@ -2,7 +2,7 @@
 
 For round-trip property tests: a value written to the table and the log must read back as the same
 value through every path. :func:`exact` tells apart what ``==`` does not: a decimal's scale, the sign
-of a zero, NaN (equal to itself here), a timestamp's zone.
+of a zero, NaN (equal to itself here), a timestamp with a zone (an instant) and one without.
 """
 
 from __future__ import annotations
@@ -188,8 +188,10 @@ def exact(value: Any) -> Any:
         return ("float", value.hex())
     if isinstance(value, Decimal):
         return ("decimal", str(value))
-    if isinstance(value, dt.datetime):
-        return ("datetime", value.replace(tzinfo=None).isoformat(), value.utcoffset())
+    if isinstance(value, dt.datetime):  # with a zone: the instant (in any zone); without: the wall time
+        if value.tzinfo is not None:
+            return ("instant", value.astimezone(_UTC).replace(tzinfo=None).isoformat())
+        return ("local", value.isoformat())
     if isinstance(value, dt.date):
         return ("date", value.isoformat())
     if isinstance(value, bytes | bytearray | memoryview):
