@@ -428,6 +428,10 @@ def _converter(type_name: str) -> Any:
         return lambda value: value if type(value) is int else convert_value(value, name)
     if name in ("string", "uuid"):
         return lambda value: value if type(value) is str else convert_value(value, name)
+    if name == "double":
+        return float  # what convert_value does, without finding the type again per value
+    if name == "float":
+        return lambda value: _float32(float(value))
     return lambda value: convert_value(value, name)
 
 
