@@ -15,14 +15,17 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_logstore.core.codec import RowKind
+from airflow_logstore.core.codec import RowKind, row_identity
 
 Key = Hashable
 Row = dict[str, Any]
 
 
 def freeze(row: Row) -> tuple[tuple[str, Any], ...]:
-    return tuple(sorted(row.items()))
+    """The row's identity: two rows are one row exactly when every value is the same
+    (:func:`~airflow_logstore.core.codec.row_identity`: a row with NaN equals itself, ``-0.0`` is
+    not ``0.0``)."""
+    return row_identity(row)
 
 
 @dataclass
@@ -34,9 +37,11 @@ class RetractResult:
 def apply_retract(records: Iterable[tuple[Key, RowKind, Row]]) -> RetractResult:
     """Fold records with retract semantics; keys whose rows do not net to exactly one are anomalies."""
     weights: dict[Key, dict[tuple[tuple[str, Any], ...], int]] = {}
+    seen: dict[tuple[tuple[str, Any], ...], Row] = {}
     for key, kind, row in records:
         rows = weights.setdefault(key, {})
         frozen = freeze(row)
+        seen.setdefault(frozen, row)
         rows[frozen] = rows.get(frozen, 0) + (1 if kind.is_addition else -1)
     result = RetractResult()
     for key, rows in weights.items():
@@ -44,7 +49,7 @@ def apply_retract(records: Iterable[tuple[Key, RowKind, Row]]) -> RetractResult:
         if not live:
             continue
         if len(live) == 1 and next(iter(live.values())) == 1:
-            result.state[key] = dict(next(iter(live)))
+            result.state[key] = dict(seen[next(iter(live))])
         else:
             result.anomalies[key] = live
     return result
@@ -71,20 +76,21 @@ class Normalizer:
     """
 
     def __init__(self) -> None:
-        self.state: dict[Key, tuple[tuple[str, Any], ...]] = {}
+        self.state: dict[Key, tuple[tuple[tuple[str, Any], ...], Row]] = {}  # key -> (identity, row)
         self.dropped = 0
 
     def feed(self, key: Key, kind: RowKind, row: Row) -> list[tuple[RowKind, Row]]:
         frozen = freeze(row)
-        current = self.state.get(key)
+        held = self.state.get(key)
+        current = held[0] if held is not None else None
         if kind.is_addition:
             if current == frozen:
                 self.dropped += 1
                 return []
-            self.state[key] = frozen
-            if current is None:
+            self.state[key] = (frozen, row)
+            if held is None:
                 return [(RowKind.INSERT, row)]
-            return [(RowKind.UPDATE_BEFORE, dict(current)), (RowKind.UPDATE_AFTER, row)]
+            return [(RowKind.UPDATE_BEFORE, dict(held[1])), (RowKind.UPDATE_AFTER, row)]
         if kind is RowKind.DELETE and current == frozen:
             del self.state[key]
             return [(RowKind.DELETE, row)]

@@ -19,16 +19,43 @@ A record in the log topic is::
 
 Keys are partitioned with Kafka's murmur2 partitioner (librdkafka ``murmur2_random``, the same as the
 Java client's default), so every change of one key lands in one partition, in order.
-Column values use JSON: numbers, strings, booleans, ISO-8601 dates and UTC timestamps, decimals as
-strings or numbers, binary as base64.
+
+**Column values** (the same rule for the Spark produce, :func:`dumps` and every reader; each value
+reads back exactly as it was written):
+
+=================  ===============================================================================
+int, long          a JSON integer
+float, double      a JSON number, the shortest text that reads back as the same value (Java's
+                   ``Float.toString``/``Double.toString``, Python's ``repr``); ``"NaN"``,
+                   ``"Infinity"``, ``"-Infinity"`` as JSON strings. A float column's value is the
+                   number read as a double, then rounded to the nearest float (as Jackson and Flink do)
+decimal(p, s)      a JSON number with every digit of the value at the column's scale: Java's
+                   ``BigDecimal.toString`` (Python's ``str(Decimal)``), so exponent notation for small
+                   values (``1.50``, ``0E-18``, ``-1.000E-7``, ``12345678901234567890123456789012345678``).
+                   Read as an exact decimal, never through a float; a value with more digits after the
+                   point than ``s``, or more than ``p`` digits, does not fit the column
+string             a JSON string
+boolean            ``true`` / ``false``
+date               ``"yyyy-MM-dd"``
+timestamp (tz)     ``"yyyy-MM-ddTHH:mm:ss.ffffffZ"``: UTC, six digits of microseconds
+timestamp_ntz      ``"yyyy-MM-ddTHH:mm:ss.ffffff"``: no zone, six digits of microseconds
+binary             a JSON string, standard base64 with padding
+null               JSON ``null``; every column is present in ``row``
+=================  ===============================================================================
+
+Readers also accept a decimal as a JSON string and a timestamp with another offset or fewer fraction
+digits; nothing the writers write needs it.
 """
 
 from __future__ import annotations
 
 import base64
 import datetime as dt
+import decimal
 import functools
 import json
+import math
+import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -207,23 +234,80 @@ def _decode_headers(headers: Sequence[tuple[str, Any]]) -> RecordMeta:
 
 
 def _json_default(value: Any) -> Any:
+    """The JSON form of the column values JSON has no type for (decimals excepted: see ``value_text``)."""
     if isinstance(value, dt.datetime):
         if value.tzinfo is not None:
-            value = value.astimezone(dt.UTC)
-            return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        return value.strftime("%Y-%m-%dT%H:%M:%S.%f")
+            utc = value.astimezone(dt.UTC).replace(tzinfo=None)
+            return utc.isoformat(timespec="microseconds") + "Z"
+        return value.isoformat(timespec="microseconds")  # strftime("%Y") drops the zeros of year 1
     if isinstance(value, dt.date):
         return value.isoformat()
-    if isinstance(value, Decimal):
-        return str(value)
     if isinstance(value, bytes | bytearray):
         return base64.b64encode(bytes(value)).decode("ascii")
     raise TypeError(f"cannot encode {type(value).__name__} in a log record")
 
 
+class _NotPlainJSON(Exception):
+    """A decimal or a non-finite float: ``json`` cannot write it by the value rule."""
+
+
+def _plain_default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        raise _NotPlainJSON
+    return _json_default(value)
+
+
+_COMPACT = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_plain_default
+)
+_SPACED = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=_plain_default)
+_NON_FINITE = {math.inf: '"Infinity"', -math.inf: '"-Infinity"'}
+
+
+def value_text(value: Any) -> str:
+    """One column value as JSON text, by the value rule (module docstring)."""
+    kind = type(value)
+    if kind is Decimal:
+        if not value.is_finite():
+            raise TypeError(f"cannot encode decimal {value} in a log record")
+        return str(value)  # every digit; the same text as Java's BigDecimal.toString
+    if kind is float and not math.isfinite(value):
+        return _NON_FINITE.get(value, '"NaN"')
+    if kind is dict or kind is list or kind is tuple:
+        return json_text(value, spaced=True)
+    return _COMPACT.encode(value)
+
+
+def json_text(value: Any, *, spaced: bool = False) -> str:
+    """``value`` (rows, lists, column values) as JSON text with its column values by the value rule:
+    compact (``,`` and ``:``, as in log records) or spaced (``json.dumps``'s default, the read output)."""
+    encoder = _SPACED if spaced else _COMPACT
+    try:
+        return encoder.encode(value)
+    except (_NotPlainJSON, ValueError):  # ValueError: a non-finite float (allow_nan=False)
+        return _exact_text(value, encoder)
+
+
+def _exact_text(value: Any, encoder: json.JSONEncoder) -> str:
+    if isinstance(value, dict):
+        return (
+            "{"
+            + encoder.item_separator.join(
+                _COMPACT.encode(key if isinstance(key, str) else _COMPACT.encode(key))  # as json does
+                + encoder.key_separator
+                + _exact_text(item, encoder)
+                for key, item in value.items()
+            )
+            + "}"
+        )
+    if isinstance(value, list | tuple):
+        return "[" + encoder.item_separator.join(_exact_text(item, encoder) for item in value) + "]"
+    return value_text(value)
+
+
 def dumps(value: Any) -> bytes:
-    """Compact, deterministic JSON (the same bytes for the same values)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_json_default).encode()
+    """Compact, deterministic JSON (the same bytes for the same values), by the value rule."""
+    return json_text(value).encode()
 
 
 def encode_key(row: Mapping[str, Any], primary_key: Sequence[str]) -> bytes | None:
@@ -236,12 +320,21 @@ def encode_value(kind: RowKind, row: Mapping[str, Any]) -> bytes:
     return dumps({"kind": kind.value, "row": dict(row)})
 
 
+#: Decodes record values as ``json.loads`` does, but with exact numbers (see :func:`decode_value`).
+_DECODER = json.JSONDecoder(parse_float=Decimal)
+
+
 def decode_value(value: bytes | None) -> tuple[RowKind, dict[str, Any]]:
-    """Decode a record value into its row kind and raw JSON row."""
+    """Decode a record value into its row kind and raw JSON row.
+
+    JSON numbers with a fraction or an exponent become :class:`~decimal.Decimal` (exact: a decimal
+    column keeps every digit, and two different numbers never compare equal), integers ``int``.
+    """
     if value is None:
         raise RecordDecodeError("record has no value")
     try:
-        payload = json.loads(value)
+        text = value if isinstance(value, str) else value.decode(json.detect_encoding(value), "surrogatepass")
+        payload = _DECODER.decode(text)
     except (ValueError, UnicodeDecodeError) as exc:
         raise RecordDecodeError(f"value is not JSON ({exc.__class__.__name__}: {str(exc)[:80]})") from None
     if not isinstance(payload, dict) or "kind" not in payload or "row" not in payload:
@@ -283,8 +376,10 @@ def convert_value(value: Any, type_name: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | str):
             raise RecordDecodeError(f"expected an integer, got {value!r}")
         return int(value)
-    if name in ("float", "double"):
+    if name == "double":
         return float(value)
+    if name == "float":
+        return _float32(float(value))
     if name == "boolean":
         if not isinstance(value, bool):
             raise RecordDecodeError(f"expected a boolean, got {value!r}")
@@ -298,10 +393,52 @@ def convert_value(value: Any, type_name: str) -> Any:
     if name in ("timestamp", "timestamp_ns"):
         return _parse_timestamp(str(value), False)
     if name.startswith("decimal"):
-        return Decimal(str(value))
+        return _decimal_of(value, name)
     if name in ("binary", "fixed") or name.startswith("fixed"):
         return base64.b64decode(str(value))
     return value
+
+
+_FLOAT32 = struct.Struct("<f")
+
+
+def _float32(value: float) -> float:
+    """The nearest 32-bit float (ties to even), as Java's ``(float)`` cast and Arrow's cast round."""
+    try:
+        return float(_FLOAT32.unpack(_FLOAT32.pack(value))[0])
+    except OverflowError:  # beyond the largest float: the cast gives an infinity
+        return math.copysign(math.inf, value)
+
+
+#: Big enough for any quantize of a value that passed the precision check (Iceberg: precision <= 38).
+_DECIMAL_CONTEXT = decimal.Context(prec=100, traps=[decimal.InvalidOperation])
+
+
+@functools.lru_cache(maxsize=256)
+def _decimal_type(name: str) -> tuple[int, int, Decimal]:
+    """(precision, scale, the scale's quantum) of ``decimal(p, s)``."""
+    precision, _, scale = name[name.index("(") + 1 : name.rindex(")")].partition(",")
+    return int(precision), int(scale), Decimal(1).scaleb(-int(scale))
+
+
+def _decimal_of(value: Any, name: str) -> Decimal:
+    """The exact decimal of a JSON value (number or string) at the column's scale; it must fit."""
+    if isinstance(value, bool) or not isinstance(value, Decimal | int | str | float):
+        raise RecordDecodeError(f"expected a decimal, got {value!r}")
+    number = (
+        value if isinstance(value, Decimal) else Decimal(repr(value) if isinstance(value, float) else value)
+    )
+    if not number.is_finite():
+        raise RecordDecodeError(f"expected a decimal, got {value!r}")
+    precision, scale, quantum = _decimal_type(name)
+    if number and number.adjusted() >= precision - scale:
+        raise RecordDecodeError(
+            f"{number} does not fit {name}: more than {precision - scale} digits before the point"
+        )
+    exact = number.quantize(quantum, context=_DECIMAL_CONTEXT)
+    if exact != number:
+        raise RecordDecodeError(f"{number} does not fit {name}: more than {scale} digits after the point")
+    return exact if exact else exact.copy_abs()  # no negative zero (Arrow, Spark and Java have none)
 
 
 def _converter(type_name: str) -> Any:
@@ -311,6 +448,10 @@ def _converter(type_name: str) -> Any:
         return lambda value: value if type(value) is int else convert_value(value, name)
     if name in ("string", "uuid"):
         return lambda value: value if type(value) is str else convert_value(value, name)
+    if name == "double":
+        return float  # what convert_value does, without finding the type again per value
+    if name == "float":
+        return lambda value: _float32(float(value))
     return lambda value: convert_value(value, name)
 
 
@@ -328,6 +469,24 @@ def typed_row(row: Mapping[str, Any], field_types: Mapping[str, str]) -> dict[st
         }
     except (ValueError, TypeError, ArithmeticError) as exc:  # decimal.InvalidOperation is arithmetic
         raise RecordDecodeError(f"row does not fit the table schema: {exc}") from None
+
+
+def exact_key(value: Any) -> Any:
+    """What two column values share exactly when they are the same value (``==`` is not that: it says
+    ``-0.0 == 0.0`` and ``nan != nan``): a float by its bits (every NaN alike), a decimal with the sign
+    of its zero; other values as they are. Decimals equal in value are one value whatever their scale."""
+    kind = type(value)
+    if kind is float:
+        return (float, value.hex())
+    if kind is Decimal:
+        return (Decimal, value, value.is_signed())
+    return value
+
+
+def row_identity(row: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """A hashable identity of a row, equal for two rows exactly when every column is the same value
+    (:func:`exact_key`), whatever the order of their columns."""
+    return tuple(sorted((name, exact_key(value)) for name, value in row.items()))
 
 
 def key_of(row: Mapping[str, Any], primary_key: Sequence[str]) -> tuple[Any, ...]:
@@ -384,13 +543,20 @@ def field_types_of(schema_fields: Iterable[tuple[str, str]]) -> dict[str, str]:
 # a number belongs, a missing kind or row, ...) makes the bulk parse of that piece fail, and its values
 # are decoded one by one: the undecodable ones then fail with the per-record reason (dead letters).
 
-#: Column types Arrow parses straight from JSON, as ``typed_row`` converts them.
+# Decimals are parsed by Arrow from the number's text, exactly, as 76-digit decimals at the column's
+# scale (a value with more digits after the point fails the parse; parsed straight into a 38-digit type,
+# Arrow lets a value that needs more digits than the column has through, and one that needs more than
+# 38 wraps around), then cast to the column's type, which fails when a value has more digits than its
+# precision: either failure fails the piece, as ``typed_row`` refuses the value. A float column is
+# parsed as doubles, then cast to floats (rounded as ``typed_row`` rounds).
+
+#: Column types Arrow parses straight from JSON, as ``typed_row`` converts them (``float`` is then cast).
 _ARROW_NATIVE = {
     "int": "int64",
     "long": "int64",
     "integer": "int64",
     "bigint": "int64",
-    "float": "float64",
+    "float": "float32",
     "double": "float64",
     "boolean": "bool",
     "string": "string",
@@ -496,12 +662,9 @@ def _bulk_piece(values: Sequence[bytes | None], field_types: Mapping[str, str], 
     # one line per value, nothing Arrow could read as a line break or skip as an empty line
     if text.count(b"\n") != len(values) - 1 or b"\r" in text or b"" in values:
         return None
+    text_columns = _text_columns(field_types)
     row_type = pa.struct(
-        [
-            pa.field(f.name, f.type if f.name not in _text_columns(field_types) else pa.string())
-            for f in schema
-            if f.name != "_kind"
-        ]
+        [pa.field(f.name, _parse_type(f, text_columns)) for f in schema if f.name != "_kind"]
     )
     options = pj.ParseOptions(
         explicit_schema=pa.schema([("kind", pa.string()), ("row", row_type)]),
@@ -523,7 +686,12 @@ def _bulk_piece(values: Sequence[bytes | None], field_types: Mapping[str, str], 
             columns.append(kinds)
             continue
         column = pc.struct_field(rows, field.name)
-        if field.name in _text_columns(field_types):
+        if column.type != field.type and field.name not in text_columns:
+            try:  # doubles to floats (the nearest, ties to even); wide decimals to the column's precision
+                column = column.cast(field.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                return None
+        if field.name in text_columns:
             convert = _row_converters(((field.name, field_types[field.name]),))[0][1]
             try:
                 converted = [None if v is None else convert(v) for v in column.to_pylist()]
@@ -534,12 +702,24 @@ def _bulk_piece(values: Sequence[bytes | None], field_types: Mapping[str, str], 
     return pa.Table.from_arrays(columns, schema=schema)
 
 
+def _parse_type(field: Any, text_columns: frozenset[str]) -> Any:
+    """The Arrow type a column is parsed as: a string (converted value by value), a double for a float
+    column, a 76-digit decimal for a decimal column, else its own type."""
+    import pyarrow as pa
+
+    if field.name in text_columns:
+        return pa.string()
+    if pa.types.is_decimal(field.type):
+        return pa.decimal256(76, field.type.scale)
+    return pa.float64() if pa.types.is_float32(field.type) else field.type
+
+
 @functools.lru_cache(maxsize=256)
 def _text_columns_cached(fields: tuple[tuple[str, str], ...]) -> frozenset[str]:
     return frozenset(
         name
         for name, type_name in fields
-        if type_name.lower() in _ARROW_FROM_TEXT or type_name.lower().startswith(("fixed", "decimal"))
+        if type_name.lower() in _ARROW_FROM_TEXT or type_name.lower().startswith("fixed")
     )
 
 

@@ -72,6 +72,7 @@ from airflow_logstore.core.codec import (
     decode_value,
     encode_headers,
     encode_value,
+    row_identity,
 )
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.lease import RECONCILER_LEASE
@@ -131,9 +132,14 @@ def kind_of(value: bytes | None) -> RowKind:
     return decode_value(value)[0]
 
 
-def upsert_image(kind: RowKind, row: Mapping[str, Any]) -> dict[str, Any] | None:
-    """What upsert semantics leave for a key after this record: its row, or nothing (a retraction)."""
-    return dict(row) if kind.is_addition else None
+def upsert_image(kind: RowKind, row: Mapping[str, Any]) -> tuple[tuple[str, Any], ...] | None:
+    """What upsert semantics leave for a key after this record: its row, or nothing (a retraction).
+
+    The row as its exact identity (:func:`~airflow_logstore.core.codec.row_identity` of the decoded
+    row, whose numbers are exact decimals): two images are equal only when every value is the same, so
+    a key left with another value, however close, gets its reassert.
+    """
+    return row_identity(row) if kind.is_addition else None
 
 
 def reversal_value(value: bytes | None) -> bytes:
@@ -558,12 +564,12 @@ def _pair_up(state: _KeyState, value: bytes | None, pair: tuple[int, int, int] |
         if half_pair != pair:
             continue
         first, first_row = decode_value(half)
-        if pair is not None or (_FIRST_HALF[first] is kind and first_row == row):
+        if pair is not None or (_FIRST_HALF[first] is kind and row_identity(first_row) == row_identity(row)):
             del state.open_halves[index]  # type: ignore[union-attr]
             return
 
 
-def _image(value: bytes | None) -> tuple[bool, dict[str, Any] | None]:
+def _image(value: bytes | None) -> tuple[bool, tuple[tuple[str, Any], ...] | None]:
     kind, row = decode_value(value)
     return (True, upsert_image(kind, row))
 
@@ -891,7 +897,9 @@ class PartitionPlanner:
         return legit_offset, legit_value
 
 
-def _tail_image(new: list[tuple[int, bytes]], tail: _Tail | None) -> tuple[bool, dict[str, Any] | None]:
+def _tail_image(
+    new: list[tuple[int, bytes]], tail: _Tail | None
+) -> tuple[bool, tuple[tuple[str, Any], ...] | None]:
     """The image a key is left with: after our reversals (``new``), the reversal of its earliest new
     redundant record; else its last record's (``tail``). (False, None) when that record does not decode."""
     try:

@@ -1,18 +1,19 @@
-"""Arrow tables as JSON lines, a column at a time: the same text as ``json.dumps`` of each row.
+"""Arrow tables as JSON lines, a column at a time: the same text as :func:`json_row` of each row.
 
-A read writes its rows as ``json.dumps(row, default=codec._json_default, ensure_ascii=False)`` lines.
-Formatting millions of rows one by one costs more than reading them, so integer, boolean and string
-columns are formatted by Arrow compute; other types (floats, timestamps, decimals, ...) and strings
-that need escaping go through ``json.dumps`` value by value. Tested equal to the per-row text.
+A read writes its rows as JSON lines laid out as ``json.dumps`` lays them out (``", "``, ``": "``,
+non-ASCII kept), with column values by the log's value rule (``core.codec``: decimals as JSON numbers
+with every digit, timestamps with microseconds, non-finite floats as strings), so each value reads
+back exactly. Formatting millions of rows one by one costs more than reading them, so integer, boolean
+and string columns are formatted by Arrow compute; other types (floats, timestamps, decimals, ...) and
+strings that need escaping are formatted value by value. Tested equal to the per-row text.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from airflow_logstore.core.codec import _json_default
+from airflow_logstore.core.codec import json_text, value_text
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -22,12 +23,12 @@ _ESCAPED = r'["\\\x00-\x1f]'
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, default=_json_default, ensure_ascii=False)
+    return value_text(value)
 
 
 def json_row(row: Mapping[str, Any]) -> str:
     """One row as a JSON line (without the newline): the reference for :func:`json_lines`."""
-    return _dumps(dict(row))
+    return json_text(dict(row), spaced=True)
 
 
 def _fragments(column: pa.ChunkedArray | pa.Array) -> pa.Array:

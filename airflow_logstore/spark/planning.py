@@ -30,9 +30,16 @@ BEFORE_VALUE_COLUMN = "_logstore_before_value"
 AFTER_VALUE_COLUMN = "_logstore_after_value"
 APPENDED_COLUMN = "_logstore_appended"
 CURRENT_PREFIX = "_cur_"
+#: ``to_json`` options that write column values by the log's value rule (``core.codec``): every column
+#: (nulls too), timestamps in UTC ("Z", whatever the session's time zone: an offset of a zone's local
+#: mean time has seconds that the pattern would drop) and both timestamp types with microseconds
+#: (``timestampNTZFormat`` defaults to milliseconds). Decimals need no option: Spark writes them as JSON
+#: numbers with every digit.
 JSON_OPTIONS = {
     "ignoreNullFields": "false",
+    "timeZone": "UTC",
     "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
+    "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS",
     "dateFormat": "yyyy-MM-dd",
 }
 

@@ -5,8 +5,12 @@ watermark). No record crosses into Python: the JVM groups the records by their h
 partition, with their offset range), the driver decodes each distinct header set once and decides it with
 the one rule (``ReadFilter.decide``, once per offset segment between ``ReadFilter.breaks``), and that
 small decision table is broadcast and joined back to the records by (header set, partition, offset
-range). Values are parsed in the JVM with ``from_json`` against the table schema. Undecodable records
-go to the table's dead-letter topic (through the driver, like the reconciler's) and are counted.
+range). Values are parsed in the JVM with ``from_json`` against the table schema: decimals exactly,
+timestamps with microseconds (the value rule of ``core.codec``). Undecodable records, and records with
+a value that does not fit its column, go to the table's dead-letter topic (through the driver, like the
+reconciler's) and are counted. One difference from the Python readers: a decimal with more digits
+after the point than its column's scale is rounded half up by ``from_json`` (the Python readers
+dead-letter it); no writer writes one.
 """
 
 from __future__ import annotations
@@ -162,15 +166,22 @@ def decide_and_parse(
         & (raw["partition"] == decisions["_p"])
         & raw["offset"].between(decisions["_lo"], decisions["_hi"]),
     )
-    envelope = StructType([StructField("kind", StringType()), StructField("row", table_schema)])
+    envelope = StructType(
+        [
+            StructField("kind", StringType()),
+            StructField("row", table_schema),
+            StructField(_CORRUPT, StringType()),
+        ]
+    )
     text = F.col("value").cast("string")
     parsed = joined.where(F.col("_keep") | F.col("_dead_reason").isNotNull()).withColumn(
-        "_change", F.from_json(text, envelope)
+        "_change", F.from_json(text, envelope, {"columnNameOfCorruptRecord": _CORRUPT})
     )
     value_problem = (
         F.when(F.col("value").isNull(), F.lit("record has no value"))
         .when(~F.coalesce(F.col("_change.kind").isin(*KIND_VALUES), F.lit(False)), F.lit(_NOT_A_CHANGE))
         .when(F.col("_change.row").isNull(), F.lit("value 'row' is not an object"))
+        .when(F.col(f"_change.{_CORRUPT}").isNotNull(), F.lit(_DOES_NOT_FIT))
     )
     checked = parsed.withColumn("_dead_reason", F.coalesce(F.col("_dead_reason"), value_problem))
     dead = checked.where(F.col("_dead_reason").isNotNull()).select(
@@ -197,6 +208,11 @@ def decide_and_parse(
 
 
 _NOT_A_CHANGE = 'value is not a LogStore change: expected {"kind": ..., "row": {...}} (parsed in the JVM)'
+#: ``from_json`` reads a value that does not fit its column (a decimal with more digits than its
+#: precision, a string in a number column) as null and names the record in this column: such a record is
+#: dead-lettered, as the Python readers do, never read with a null.
+_CORRUPT = "_logstore_corrupt"
+_DOES_NOT_FIT = "row does not fit the table schema (parsed in the JVM)"
 
 
 class _DeadRow:
@@ -291,8 +307,34 @@ def run(
         result["consistency"] = reader.consistency.value
         frames.append(("log", records))
     if args.output:
-        for source, frame in frames:
-            target = args.output if len(frames) == 1 else f"{args.output.rstrip('/')}/{source}"
-            frame.write.mode("overwrite").format(args.output_format).save(target)
+        write_output(spark, frames, args.output, args.output_format)
         result["output"] = args.output
     return result
+
+
+#: Parquet output: timestamps as Parquet's microsecond timestamps (UTC-adjusted for timestamptz), not
+#: Spark's default INT96 (nanoseconds without a zone: other readers take them for local times, and
+#: cannot hold years before 1677 or after 2262).
+PARQUET_TIMESTAMPS = ("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+
+
+def write_output(
+    spark: SparkSession, frames: list[tuple[str, DataFrame]], output: str, output_format: str
+) -> None:
+    """Write each frame (file, log) to ``output`` (its subfolder when there are two), every value exactly:
+    JSON by the log's value rule (``planning.JSON_OPTIONS``), Parquet with microsecond timestamps."""
+    from airflow_logstore.spark.planning import JSON_OPTIONS
+
+    options = JSON_OPTIONS if output_format == "json" else {}
+    key, value = PARQUET_TIMESTAMPS
+    previous = spark.conf.get(key)
+    spark.conf.set(key, value)
+    try:
+        for source, frame in frames:
+            target = output if len(frames) == 1 else f"{output.rstrip('/')}/{source}"
+            frame.write.mode("overwrite").format(output_format).options(**options).save(target)
+    finally:
+        if previous is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, previous)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import itertools
 import random
+from decimal import Decimal
 from typing import Any
 
 import pytest
 
 from airflow_logstore.core.changelog import Normalizer, apply_retract, apply_upsert, freeze
 from airflow_logstore.core.codec import RowKind
+from airflow_logstore.testing.values import exact_row
 
 INS, UB, UA, DEL = RowKind.INSERT, RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER, RowKind.DELETE
 
@@ -145,7 +147,7 @@ def test_normalizer_passes_a_clean_changelog_through() -> None:
     normalizer = Normalizer()
     assert feed_all(normalizer, CLEAN) == CLEAN
     assert normalizer.dropped == 0
-    assert {k: dict(v) for k, v in normalizer.state.items()} == CLEAN_STATE
+    assert {k: row for k, (_, row) in normalizer.state.items()} == CLEAN_STATE
 
 
 def test_normalizer_drops_exact_duplicates_of_a_retried_batch() -> None:
@@ -186,6 +188,24 @@ def test_normalizer_absorbs_stale_retractions() -> None:
     assert normalizer.feed(1, DEL, row(1, "b")) == []  # duplicate delete
     assert normalizer.dropped == 5
     assert normalizer.state == {}
+
+
+def test_normalizer_and_retract_compare_rows_exactly() -> None:
+    """A row holding NaN is equal to itself (Python's ``nan != nan`` made its delete count as stale and
+    its duplicate as a change), and ``-0.0`` is another value than ``0.0`` (``==`` says equal)."""
+    nan_row = {"id": 1, "v": float("nan"), "d": Decimal("1.50")}
+    normalizer = Normalizer()
+    assert normalizer.feed(1, INS, nan_row) == [(INS, nan_row)]
+    assert normalizer.feed(1, INS, {"id": 1, "v": float("nan"), "d": Decimal("1.50")}) == []  # a duplicate
+    [(kind, deleted)] = normalizer.feed(1, DEL, {"id": 1, "v": float("nan"), "d": Decimal("1.50")})
+    assert kind is DEL and exact_row(deleted) == exact_row(nan_row)
+    assert normalizer.state == {}
+    assert normalizer.feed(2, INS, row(2, 0.0)) == [(INS, row(2, 0.0))]
+    assert normalizer.feed(2, UA, row(2, -0.0)) == [(UB, row(2, 0.0)), (UA, row(2, -0.0))]  # a change
+    assert normalizer.dropped == 1
+    retracted = apply_retract([(1, INS, nan_row), (1, DEL, dict(nan_row)), (2, INS, row(2, 0.0))])
+    assert retracted.state == {2: row(2, 0.0)} and not retracted.anomalies
+    assert apply_retract([(2, INS, row(2, 0.0)), (2, DEL, row(2, -0.0))]).anomalies  # they do not cancel
 
 
 def test_normalizer_update_before_of_current_row_is_silent_not_dropped() -> None:

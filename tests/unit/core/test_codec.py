@@ -204,20 +204,53 @@ def test_dumps_is_deterministic() -> None:
 @pytest.mark.parametrize(
     ("value", "encoded"),
     [
-        (dt.datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=dt.UTC), "2024-01-02T03:04:05.000006Z"),
+        (dt.datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=dt.UTC), '"2024-01-02T03:04:05.000006Z"'),
         (
             dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.timezone(dt.timedelta(hours=2))),
-            "2024-01-02T01:04:05.000000Z",
+            '"2024-01-02T01:04:05.000000Z"',
         ),
-        (dt.datetime(2024, 1, 2, 3, 4, 5), "2024-01-02T03:04:05.000000"),
-        (dt.date(2024, 2, 29), "2024-02-29"),
+        (dt.datetime(2024, 1, 2, 3, 4, 5), '"2024-01-02T03:04:05.000000"'),
+        (
+            dt.datetime(1, 1, 1, 0, 0, 0, 1, tzinfo=dt.UTC),
+            '"0001-01-01T00:00:00.000001Z"',
+        ),  # year 1: 4 digits
+        (dt.datetime(999, 12, 31, 23, 59, 59), '"0999-12-31T23:59:59.000000"'),
+        (dt.date(2024, 2, 29), '"2024-02-29"'),
+        (dt.date(1, 1, 1), '"0001-01-01"'),
+        # decimals: JSON numbers with every digit, as Java's BigDecimal.toString writes them
         (Decimal("12.340"), "12.340"),
-        (b"\x00\x01\xff", "AAH/"),
-        (bytearray(b"hi"), "aGk="),
+        (Decimal("12345678901234567890.123456789012345678"), "12345678901234567890.123456789012345678"),
+        (Decimal("99999999999999999999999999999999999999"), "99999999999999999999999999999999999999"),
+        (Decimal("0E-18"), "0E-18"),
+        (Decimal("-0.0000001000"), "-1.000E-7"),
+        (Decimal("0.000001"), "0.000001"),
+        (1.5, "1.5"),
+        (float("nan"), '"NaN"'),
+        (float("inf"), '"Infinity"'),
+        (float("-inf"), '"-Infinity"'),
+        (-0.0, "-0.0"),
+        (b"\x00\x01\xff", '"AAH/"'),
+        (bytearray(b"hi"), '"aGk="'),
+        (None, "null"),
     ],
 )
 def test_json_encoding_of_column_values(value: Any, encoded: str) -> None:
-    assert json.loads(dumps({"v": value})) == {"v": encoded}
+    assert dumps({"v": value}) == b'{"v":' + encoded.encode() + b"}"
+    assert codec.value_text(value) == encoded
+
+
+def test_decimals_and_non_finite_floats_keep_the_layout_of_the_rest() -> None:
+    row = {"id": 1, "d": Decimal("1.50"), "f": float("nan"), "k": [Decimal("2"), "é"], "n": {"x": None}}
+    assert dumps(row) == '{"id":1,"d":1.50,"f":"NaN","k":[2,"é"],"n":{"x":null}}'.encode()
+    assert codec.json_text(row, spaced=True) == json.dumps(
+        {"id": 1, "d": 1.5, "f": "NaN", "k": [2, "é"], "n": {"x": None}}, ensure_ascii=False
+    ).replace("1.5", "1.50")
+
+
+@pytest.mark.parametrize("value", [Decimal("NaN"), Decimal("Infinity"), Decimal("-Infinity")])
+def test_dumps_refuses_non_finite_decimals(value: Decimal) -> None:
+    with pytest.raises(TypeError, match="cannot encode decimal"):
+        dumps({"v": value})
 
 
 def test_dumps_refuses_unknown_types() -> None:
@@ -328,7 +361,7 @@ UTC = dt.UTC
         ("2024-01-02T03:04:05Z", "timestamp", dt.datetime(2024, 1, 2, 3, 4, 5)),
         ("2024-01-02T05:04:05+02:00", "timestamp_ns", dt.datetime(2024, 1, 2, 3, 4, 5)),
         ("12.340", "decimal(10, 3)", Decimal("12.340")),
-        (12.5, "decimal(10, 2)", Decimal("12.5")),
+        (12.5, "decimal(10, 2)", Decimal("12.50")),
         (7, "decimal(5, 0)", Decimal(7)),
         ("AAH/", "binary", b"\x00\x01\xff"),
         ("aGk=", "fixed[2]", b"hi"),

@@ -524,6 +524,59 @@ def test_a_reversal_does_not_undo_a_later_legitimate_change_of_the_same_key() ->
     world.assert_log_equals_table()
 
 
+@pytest.mark.parametrize(
+    ("shadowing", "latest"),
+    [
+        # decimal(38,10): both 1.2345678901234567E19 as doubles, two different decimals
+        ("12345678901234567890.1234567891", "12345678901234567890.1234567892"),
+        ("0.100000000000000000000000000000000001", "0.100000000000000000000000000000000002"),  # (38,36)
+        ("0.0", "-0.0"),  # a double column: -0.0 == 0.0 in Python, yet they are two values
+    ],
+)
+def test_a_shadowed_value_that_differs_only_past_float_precision_is_reasserted(
+    shadowing: str, latest: str
+) -> None:
+    """Values as Spark's ``to_json`` writes them (decimals as JSON numbers with every digit). A run
+    reverses a zombie's records of key 1 and reasserts its legitimate row ``shadowing``; meanwhile (after
+    its safe point) a write sets ``latest``, which the run's records then shadow under upsert semantics.
+    The next run must see that the key's image (``shadowing``) is not ``latest`` and reassert it, also
+    where floats cannot tell the two apart (comparing images through floats skipped it: the key stayed
+    at ``shadowing``)."""
+    world = World(partitions=1)
+
+    def value(kind: RowKind, price: str) -> bytes:
+        return b'{"kind":"%s","row":{"id":1,"price":%s}}' % (kind.value.encode(), price.encode())
+
+    def write(epoch: int, batch: int, changes: list[tuple[RowKind, str]], commit: bool = True) -> None:
+        headers = encode_headers(RecordMeta("w", epoch, batch, "0.0"))
+        offsets = [world.append(0, b"[1]", headers, value(kind, price)) for kind, price in changes]
+        if commit:
+            world.state.commits[("w", batch)] = CommitInfo(
+                "w", batch, epoch, offsets={0: (offsets[0], offsets[-1])}, tasks=frozenset({"0.0"})
+            )
+
+    e1 = world.claim()
+    write(e1, 1, [(RowKind.INSERT, "1.5")])
+    write(e1, 2, [(RowKind.UPDATE_BEFORE, "1.5"), (RowKind.UPDATE_AFTER, "9.25")], commit=False)  # dies
+    e2 = world.claim()
+    write(e2, 2, [(RowKind.UPDATE_BEFORE, "1.5"), (RowKind.UPDATE_AFTER, shadowing)])
+
+    first = world.reconcile(
+        during=lambda: write(e2, 3, [(RowKind.UPDATE_BEFORE, shadowing), (RowKind.UPDATE_AFTER, latest)])
+    )
+    assert [o.record_type for o in first] == [RecordType.REVERSAL] * 2 + [RecordType.REASSERT] * 2
+    assert world.log[0][-1].value == value(RowKind.UPDATE_AFTER, shadowing)  # shadowed for now
+
+    second = world.reconcile()
+
+    assert [(o.record_type, o.value) for o in second] == [
+        (RecordType.REASSERT, value(RowKind.UPDATE_BEFORE, latest)),
+        (RecordType.REASSERT, value(RowKind.UPDATE_AFTER, latest)),  # the key ends with latest
+    ]
+    assert str(apply_upsert(world.changes())[1]["price"]) == latest
+    assert world.reconcile() == []
+
+
 def test_without_the_reassert_upsert_semantics_would_be_wrong() -> None:
     world = World(partitions=1)
     e1 = world.claim()

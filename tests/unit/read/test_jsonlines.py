@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
+import math
 import random
 from decimal import Decimal
 from typing import Any
@@ -11,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_logstore.read.jsonlines import json_lines, json_row
+from airflow_logstore.testing.values import exact, random_value
 
 STRINGS = ["plain", "", 'quote " inside', "back\\slash", "line\nbreak", "tab\t", "\x01ctl", "é ü 字 😀"]
 STRINGS += ["\u2028", "\x7f"]
@@ -28,7 +31,10 @@ def random_rows(rng: random.Random, count: int) -> list[dict[str, Any]]:
             "id": maybe(rng.randint(-(2**63), 2**63 - 1)),
             "name": maybe(rng.choice(STRINGS) + str(rng.randint(0, 9))),
             "ok": maybe(rng.random() < 0.5),
-            "price": maybe(rng.choice([rng.random() * 10 ** rng.randint(-5, 20), 1.0, -0.0, 3.0])),
+            "price": maybe(
+                rng.choice([rng.random() * 10 ** rng.randint(-5, 20), 1.0, -0.0, 3.0, math.nan, -math.inf])
+            ),
+            "exact": maybe(random_value(rng, "decimal(38, 18)")),  # 0E-18, -1.000E-7, 38 digits, ...
             "at": maybe(START + dt.timedelta(microseconds=rng.randint(0, 10**12))),
             "day": maybe(dt.date(2020, 1, 1) + dt.timedelta(days=rng.randint(0, 2000))),
             "amount": maybe(Decimal(rng.randint(-(10**8), 10**8)) / 100),
@@ -48,6 +54,7 @@ SCHEMA = pa.schema(
         ("at", pa.timestamp("us", tz="UTC")),
         ("day", pa.date32()),
         ("amount", pa.decimal128(12, 2)),
+        ("exact", pa.decimal128(38, 18)),
         ("blob", pa.binary()),
         ("_kind", pa.string()),
     ]
@@ -100,3 +107,16 @@ def test_joined_lines_start_at_the_arrays_offset() -> None:
         assert _joined(array) == "".join(lines)
         assert _joined(array.slice(1, 2)) == "bc\ndé\n"
         assert _joined(array.slice(4, 0)) == ""
+
+
+def test_json_lines_keep_every_value_exactly() -> None:
+    """Decimals as JSON numbers with every digit, non-finite floats as strings: parsed with exact numbers,
+    each line gives back its row's values."""
+    table = pa.Table.from_pylist(random_rows(random.Random(9), 400), schema=SCHEMA)
+    lines = json_lines(table).split("\n")[:-1]
+    for line, row in zip(lines, table.to_pylist(), strict=True):
+        parsed = json.loads(line, parse_float=Decimal)
+        for name in ("exact", "amount"):
+            assert exact(parsed[name]) == exact(row[name])
+        price = parsed["price"]
+        assert exact(None if price is None else float(price)) == exact(row["price"])
