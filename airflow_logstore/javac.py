@@ -1,7 +1,7 @@
 """Small Java classes of the project, compiled once with the JDK's ``javac`` into the local cache.
 
 The REST catalog's loopback launcher (:mod:`airflow_logstore.services.rest_catalog`) and the dual
-write's log producer (:mod:`airflow_logstore.spark.producing`) are Java sources shipped with the
+write's log producer (:mod:`airflow_logstore.write.producing`) are Java sources shipped with the
 package. Each is compiled once per source text and classpath into ``<jars_dir>/<name>-<digest>``
 (a class folder, and optionally a jar of it); later calls find it there. Parallel callers (test
 workers) compile one at a time per name. A program started often (the JVM log scan) also keeps a

@@ -6,7 +6,7 @@
 For every size, and for each layout in turn (``unpartitioned``: a key table as created before
 ``log-store.key-buckets``; ``bucketed``: the default, ``bucket(16, id)``), a primary-key table
 (``id long, name string, amount long``, 3 log partitions) is filled with that many rows by a plain
-Spark append, then the project's own :class:`~airflow_logstore.spark.dual_write.DualWriter` writes
+Spark append, then the project's own :class:`~airflow_logstore.write.writer.DualWriter` writes
 ``--batches`` + 1 batches of 10,000 changes: half updates of existing keys drawn uniformly at random
 from the whole table, half inserts of new keys, in a shuffled order. The first batch warms the session
 up and is not counted; the figure is the median wall time of the others.
@@ -71,8 +71,8 @@ def run_layout(
     env: Any, spark: Any, layout: str, rows: int, inputs: list[Path], changes: int
 ) -> dict[str, Any]:
     from airflow_logstore.core.properties import SPECS_BY_KEY
-    from airflow_logstore.spark.dual_write import open_writer
     from airflow_logstore.testing.tables import make_table
+    from airflow_logstore.write.writer import open_writer
 
     properties = {"log-store.partitions": "3"}
     if "log-store.key-buckets" in SPECS_BY_KEY:  # else: code from before the setting (unpartitioned)

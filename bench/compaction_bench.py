@@ -10,7 +10,7 @@ leaves many small data files and position-delete files (merge-on-read). Then:
 - full-table read, ``--repeat`` times each (median; one warm-up first): the library's file read
   (pyiceberg ``scan().to_arrow()``, what ``logstore read --mode file`` does) and a Spark scan of every
   column (``count``/``sum``/``hash``, pinned to the snapshot with ``versionAsOf``);
-- one policy-driven compaction (:func:`airflow_logstore.spark.compact_job.run_compaction`, default
+- one policy-driven compaction (:func:`airflow_logstore.compaction.compact_job.run_compaction`, default
   table policy): bytes rewritten, seconds, bytes/s;
 - the same reads again. The result goes to ``bench/results/compaction.json`` and, with ``--markdown``,
   into the "## Compaction" section of BENCHMARKS.md (only that section is touched).
@@ -109,8 +109,8 @@ def scale_throughput(spark: Any, env: Any, appends: int, rows: int) -> dict[str,
     ``rows`` rows each (no log: the rewrite does not care who wrote the files), then one compaction."""
     from pyspark.sql import functions as F
 
+    from airflow_logstore.compaction.compact_job import run_compaction
     from airflow_logstore.compaction.policy import CompactionOptions
-    from airflow_logstore.spark.compact_job import run_compaction
     from airflow_logstore.testing.tables import make_table
 
     handle = make_table(
@@ -225,12 +225,12 @@ def main() -> None:
     parser.add_argument("--markdown", default=None, help="write the section into this file (BENCHMARKS.md)")
     args = parser.parse_args()
 
+    from airflow_logstore.compaction.compact_job import run_compaction
     from airflow_logstore.compaction.policy import CompactionOptions
-    from airflow_logstore.spark.compact_job import run_compaction
-    from airflow_logstore.spark.dual_write import open_writer
     from airflow_logstore.spark.session import build_spark_session
     from airflow_logstore.testing.environment import logstore_environment
     from airflow_logstore.testing.tables import make_table
+    from airflow_logstore.write.writer import open_writer
 
     load_before = tuple(round(x, 2) for x in os.getloadavg())
     with logstore_environment() as env:

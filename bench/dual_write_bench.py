@@ -49,8 +49,8 @@ def run_mode(
     env: Any, spark: Any, mode: str, data: str, rows: int, codec: str | None = None
 ) -> dict[str, Any]:
     from airflow_logstore.core.properties import parse_emit_mode
-    from airflow_logstore.spark.dual_write import open_writer
     from airflow_logstore.testing.tables import make_table
+    from airflow_logstore.write.writer import open_writer
 
     properties = {"log-store.partitions": "3"}
     if codec:

@@ -139,10 +139,10 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from airflow_logstore.spark.dual_write import open_writer
     from airflow_logstore.spark.session import build_spark_session
     from airflow_logstore.testing.environment import logstore_environment
     from airflow_logstore.testing.tables import make_table, write_jsonl
+    from airflow_logstore.write.writer import open_writer
     from bench.common import machine, save
 
     with logstore_environment() as env:

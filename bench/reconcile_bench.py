@@ -107,7 +107,7 @@ def child(table: str, workers: int | None, engine_name: str) -> None:
     scanner = engine_name if engine_name in ("jvm", "librdkafka") else "auto"
     engine: Engine = PythonEngine(workers, scanner=scanner)
     if engine_name == "spark":
-        from airflow_logstore.spark.reconcile_job import SparkEngine
+        from airflow_logstore.reconcile.reconcile_job import SparkEngine
         from airflow_logstore.spark.session import build_spark_session
 
         engine = SparkEngine(build_spark_session("logstore-reconcile-bench"))

@@ -5,7 +5,7 @@ spark-submit spark_jobs/compact.py --table db.orders [--dry-run] [--force] [--ta
 
 import sys
 
-from airflow_logstore.spark.compact_job import main
+from airflow_logstore.compaction.compact_job import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,7 +5,7 @@ spark-submit spark_jobs/dual_write.py --table db.orders --input orders.jsonl --b
 
 import sys
 
-from airflow_logstore.spark.jobs import dual_write_main
+from airflow_logstore.write.write_job import dual_write_main
 
 if __name__ == "__main__":
     sys.exit(dual_write_main())

@@ -5,7 +5,7 @@ spark-submit spark_jobs/read_table.py --table db.orders --mode hybrid --output /
 
 import sys
 
-from airflow_logstore.spark.jobs import read_table_main
+from airflow_logstore.read.read_job import read_table_main
 
 if __name__ == "__main__":
     sys.exit(read_table_main())

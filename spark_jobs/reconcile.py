@@ -5,7 +5,7 @@ spark-submit spark_jobs/reconcile.py --table db.orders [--dry-run]
 
 import sys
 
-from airflow_logstore.spark.reconcile_job import main
+from airflow_logstore.reconcile.reconcile_job import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,6 +1,6 @@
 """Compaction of LogStore tables: the policy, the snapshot-expiry plan and the report (no Spark here).
 
-The Spark side (:mod:`airflow_logstore.spark.compact_job`) runs Iceberg's actions; this module decides
+The Spark side (:mod:`airflow_logstore.compaction.compact_job`) runs Iceberg's actions; this module decides
 *whether* and *what*, from table metadata read with pyiceberg:
 
 - **Policy** (Amoro's ``self-optimizing.*`` properties): compaction is worth it when at least

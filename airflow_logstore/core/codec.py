@@ -310,6 +310,20 @@ def dumps(value: Any) -> bytes:
     return json_text(value).encode()
 
 
+#: ``to_json`` options under which Spark writes column values by the value rule (module docstring): every
+#: column (nulls too), timestamps in UTC ("Z", whatever the session's time zone: an offset of a zone's local
+#: mean time has seconds that the pattern would drop) and both timestamp types with microseconds
+#: (``timestampNTZFormat`` defaults to milliseconds). Decimals need no option: Spark writes them as JSON
+#: numbers with every digit.
+SPARK_JSON_OPTIONS = {
+    "ignoreNullFields": "false",
+    "timeZone": "UTC",
+    "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
+    "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS",
+    "dateFormat": "yyyy-MM-dd",
+}
+
+
 def encode_key(row: Mapping[str, Any], primary_key: Sequence[str]) -> bytes | None:
     if not primary_key:
         return None

@@ -2,7 +2,8 @@
 
 - ``kafka_client``: one librdkafka configuration for every client; topic admin, producers, consumers,
   the log scan and the control topic (writer epochs, ledger entries, the visibility watermark).
-- ``checkpoints``: the folded control state kept beside the control topic.
+- ``control_topic``: a table's control topic (writer epochs, ledger entries, the visibility watermark,
+  leases) and the checkpoints of its folded state, kept beside it.
 - ``deadletter``: where records that cannot be decoded go (``<log topic>.logstore-dlq``).
 
 Nothing here knows Iceberg, Spark or Airflow.

@@ -1,21 +1,48 @@
-"""A table's control topic: writer epochs, ledger entries, the visibility watermark, leases.
+"""A table's control topic: writer epochs, ledger entries, the visibility watermark, leases, and the
+checkpoints of its folded state.
 
 One partition, compacted, stamped by the broker (``LogAppendTime``). Its state is read as "the latest
-checkpoint + the records after it" (:mod:`airflow_logstore.log.checkpoints`); every append goes through
-the one produce loop of :mod:`airflow_logstore.log.kafka_client`.
+checkpoint + the records after it" (:func:`read_state`); every append goes through the one produce loop
+of :mod:`airflow_logstore.log.kafka_client`.
+
+**Checkpoints.** A table's control topic ``<control>`` has a checkpoint topic ``<control>-checkpoint``
+(one partition, compacted, one key): its last record is the latest checkpoint, the state folded up to a
+control-topic offset ``through`` (see :mod:`airflow_logstore.core.checkpoint`). Reading the control
+state is then "the last checkpoint record + the control records after ``through``": its cost follows
+the tail, not the table's age.
+
+Publishing writes a checkpoint once the tail is :data:`CHECKPOINT_EVERY` records long; on the way it
+retires ledger entries whose records retention deleted, writing the checkpoint first and the entries'
+tombstones after (a crash in between leaves the entries in place, which is harmless), and tombstones the
+watermark records the checkpoint holds.
+
+**Checkpoints only move forward** (a compare-and-set on ``through``). Publishes overlap, and a stalled
+one could otherwise write a checkpoint older than the latest after it: compaction then removes the
+ledger entries the newer one retired (their tombstones), and the older one does not know them. Every
+checkpointer of a table shares one Kafka transactional id (:func:`checkpointer_id`): it first takes the
+id (``init_transactions``, which fences every earlier holder and aborts its open transaction), *then*
+reads the control state, and commits its checkpoint in a transaction, which fails if a newer
+checkpointer took the id meanwhile. A committed checkpoint was therefore computed from a read made after
+every earlier committed checkpoint. Readers take the last *committed* checkpoint
+(:func:`~airflow_logstore.log.kafka_client.last_committed`).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import logging
+import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow_logstore.core import control
+from airflow_logstore.core.checkpoint import decode_state, encode_state, retire
+from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.exceptions import ControlTopicChangedError, TopicError
-from airflow_logstore.log import checkpoints, kafka_client
+from airflow_logstore.log import kafka_client
+from airflow_logstore.pause import pause_point
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +138,8 @@ class ControlTopic:
 
     def read(self) -> control.ControlState:
         """The control state up to the topic's end at call time: the latest checkpoint (see
-        :mod:`airflow_logstore.log.checkpoints`) with every record after it folded on."""
-        return checkpoints.read_state(self)
+        :func:`read_state`) with every record after it folded on."""
+        return read_state(self)
 
     def append(self, key: str, value: Mapping[str, Any] | None) -> int:
         """Write one record durably and return its offset."""
@@ -199,3 +226,204 @@ class ControlTopic:
         commit = CommitInfo.from_json(commit_json)
         assert (commit.writer_id, commit.batch_id) == (writer_id, batch_id)
         return self.append(control.ledger_key(commit), commit_json)
+
+
+# --- checkpoints of the control state ------------------------------------------------------------------
+
+#: A publish writes a new checkpoint once this many control records follow the last one.
+CHECKPOINT_EVERY = 200
+CHECKPOINT_KEY = b"checkpoint"
+CHECKPOINT_TOPIC_CONFIGS = {
+    "cleanup.policy": "compact",
+    "retention.ms": "-1",
+    "unclean.leader.election.enable": "false",
+    "max.message.bytes": str(16 * 1024 * 1024),
+}
+
+
+def checkpoint_topic(control_topic: str) -> str:
+    return f"{control_topic}-checkpoint"
+
+
+def latest_checkpoint(ctl: ControlTopic) -> tuple[ControlState, int]:
+    """(the latest checkpoint's state, the control offset to fold on from); an empty state and 0 when
+    there is none, or when it does not fit the control topic (recreated since).
+
+    :raises TopicError: the latest checkpoint does not decode. Never a read of the whole control topic
+        instead: once entries are retired, compaction removes them from the control topic and only the
+        checkpoint still knows those batches are committed (a retried old batch would commit again).
+    """
+    cons = _consumer(ctl)
+    try:
+        control_end = kafka_client.partition_offsets(cons, ctl.topic, 1)[0][1]
+        return _latest(ctl, cons, control_end)
+    finally:
+        cons.close()
+
+
+def read_state(ctl: ControlTopic) -> ControlState:
+    """The control state: the latest checkpoint with every control record after it folded on."""
+    cons = _consumer(ctl)
+    try:
+        low, end = kafka_client.partition_offsets(cons, ctl.topic, 1)[0]
+        state, start = _latest(ctl, cons, end)
+        records = []
+        for batch in kafka_client.scan(cons, ctl.topic, {0: max(start, low)}, {0: end}):
+            for message in batch:
+                stamp = kafka_client.message_timestamp_ms(message)
+                record = control.decode(message.key(), message.value(), message.offset(), stamp)
+                if record is not None:
+                    records.append(record)
+        state.checkpoint_start = start
+        return control.fold(records, state)
+    finally:
+        cons.close()
+
+
+def _consumer(ctl: ControlTopic) -> Any:
+    """One consumer for the checkpoint and the tail. Short fetch waits: the broker answers a fetch
+    at the end of a partition only after ``fetch.wait.max.ms``, and the next request waits behind it."""
+    return kafka_client.consumer(ctl.config, **{"fetch.max.bytes": 64 * 1024 * 1024, "fetch.wait.max.ms": 5})
+
+
+def _latest(ctl: ControlTopic, cons: Any, control_end: int) -> tuple[ControlState, int]:
+    """The latest committed checkpoint (through ``cons``'s connection for the topic check, and a
+    read-committed consumer of its own for the record)."""
+    topic = checkpoint_topic(ctl.topic)
+    found = cons.list_topics(topic=topic, timeout=kafka_client.request_timeout(None)).topics.get(topic)
+    if found is None or found.error is not None or not found.partitions:
+        return ControlState(), 0  # no checkpoint yet
+    committed = kafka_client.committed_consumer(ctl.config, **{"fetch.wait.max.ms": 5})
+    try:
+        message = kafka_client.last_committed(committed, topic)
+    finally:
+        committed.close()
+    if message is None:
+        return ControlState(), 0
+    try:
+        state, through, made_of = _decode(message.value())
+    except (ValueError, TypeError, KeyError, zlib.error) as exc:
+        raise TopicError(
+            f"the latest checkpoint in '{topic}' (offset {message.offset()}) does not decode "
+            f"({exc}); the control state of '{ctl.topic}' cannot be read without it: ledger "
+            "entries it retired are compacted away in the control topic. Restore a checkpoint "
+            "this version reads (a newer LogStore may have written it: upgrade), or, only for a "
+            "table whose batches are never run again, delete the checkpoint topic"
+        ) from exc
+    if through >= control_end or (made_of is not None and made_of != ctl.known_id()):
+        log.warning(
+            "checkpoint of '%s' (through %s, of the topic with id %s) is of another topic of that name "
+            "(the topic was deleted and re-created: its id is %s, its end %s): ignored",
+            ctl.topic,
+            through,
+            made_of,
+            ctl.known_id(),
+            control_end,
+        )
+        return ControlState(), 0
+    return state, through + 1
+
+
+def checkpointer_id(control_topic: str) -> str:
+    """The Kafka transactional id every checkpointer of the table behind ``control_topic`` shares."""
+    return f"logstore-checkpoint-{control_topic}"
+
+
+#: A checkpointer that dies inside its transaction holds nothing up for long: the broker aborts the
+#: transaction after this, and readers never wait for it anyway (they read the last committed one).
+TRANSACTION_TIMEOUT_MS = 15_000
+
+
+def maybe_checkpoint(
+    ctl: ControlTopic, state: ControlState, log_start: Mapping[int, int], *, every: int | None = None
+) -> dict[str, Any] | None:
+    """Write a checkpoint when the tail of ``state`` is long enough; retire what retention deleted.
+
+    The checkpoint is of the control state read *after* this checkpointer took the checkpointers'
+    transactional id (see the module docstring), not of ``state``.
+
+    :param state: the state a publish read (:func:`read_state`): it only says whether one is due.
+    :param log_start: per log partition its first offset (records below were deleted by retention).
+    :param every: the tail length that makes a checkpoint due (default :data:`CHECKPOINT_EVERY`).
+    :returns: what was done, in numbers, or None when no checkpoint was due.
+    """
+    if state.end_offset - state.checkpoint_start < (every or CHECKPOINT_EVERY):
+        return None
+    topic = checkpoint_topic(ctl.topic)
+    kafka_client.ensure_topic(
+        ctl.config, topic, partitions=1, replication_factor=None, topic_configs=CHECKPOINT_TOPIC_CONFIGS
+    )
+    prod = kafka_client.transactional_producer(
+        ctl.config,
+        checkpointer_id(ctl.topic),
+        **{
+            "linger.ms": 0,
+            "message.max.bytes": 16 * 1024 * 1024,
+            "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+            "message.timeout.ms": TRANSACTION_TIMEOUT_MS,
+        },
+    )
+    try:
+        written = _write_fenced(ctl, prod, topic, log_start)
+    finally:
+        prod.purge()
+    if written is None:
+        return {"skipped": "the latest checkpoint is as new as the control state"}
+    if "fenced" in written:
+        log.info("control checkpoint of '%s': %s", ctl.topic, written["fenced"])
+        return written
+    kept, gone, through, size = written["kept"], written["gone"], written["through"], written["bytes"]
+    for key in gone:
+        ctl.append(key, None)
+    for key in written["watermark_keys"]:
+        ctl.append(key, None)
+    report = {"through": through, "bytes": size, "commits": len(kept.commits), "retired": len(gone)}
+    log.info("control checkpoint of '%s': %s", ctl.topic, report)
+    return report
+
+
+def _write_fenced(
+    ctl: ControlTopic, prod: Any, topic: str, log_start: Mapping[int, int]
+) -> dict[str, Any] | None:
+    """Take the transactional id, read the state, commit its checkpoint (None: not newer than the
+    latest; ``{"fenced": ...}``: a newer checkpointer took the id meanwhile)."""
+    timeout = kafka_client.request_timeout(None)
+    prod.init_transactions(timeout)  # fences every earlier checkpointer of the table
+    pause_point("checkpoint:token-taken")
+    state = read_state(ctl)  # after the token: newer than every committed checkpoint
+    if state.end_offset <= state.checkpoint_start:
+        return None
+    kept, retired = retire(state, log_start)
+    gone = [control.ledger_key(state.commits[key]) for key in retired]
+    through = state.end_offset - 1
+    payload = _encode({**encode_state(kept, through), "control_topic_id": ctl.known_id()})
+    pause_point("checkpoint:before-write")
+    try:
+        prod.begin_transaction()
+        prod.produce(topic, key=CHECKPOINT_KEY, value=payload, partition=0)
+        prod.commit_transaction(timeout)
+    except Exception as exc:
+        if kafka_client.is_fenced(exc):
+            return {"fenced": f"checkpoint through {through} not written: a newer checkpointer took over"}
+        raise
+    return {
+        "kept": kept,
+        "gone": gone,
+        "through": through,
+        "bytes": len(payload),
+        "watermark_keys": list(state.watermark_keys),
+    }
+
+
+def _encode(data: Mapping[str, Any]) -> bytes:
+    return zlib.compress(json.dumps(data, separators=(",", ":")).encode(), 1)
+
+
+def _decode(value: bytes | None) -> tuple[ControlState, int, str | None]:
+    """(state, through, the id of the control topic it was made of: None when not recorded)."""
+    if value is None:
+        raise ValueError("checkpoint record has no value")
+    data = json.loads(zlib.decompress(value))
+    state, through = decode_state(data, ControlState)
+    made_of = data.get("control_topic_id")
+    return state, through, str(made_of) if made_of is not None else None

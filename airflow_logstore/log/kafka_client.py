@@ -104,7 +104,7 @@ def producer(config: Mapping[str, Any], **overrides: Any) -> Producer:
 def transactional_producer(config: Mapping[str, Any], transactional_id: str, **overrides: Any) -> Producer:
     """A new producer under ``transactional_id``: its ``init_transactions`` fences every earlier
     producer of that id (their open transaction is aborted, their later commits fail). Only the
-    checkpointers of a table's control state use one (:mod:`airflow_logstore.log.checkpoints`); the
+    checkpointers of a table's control state use one (:mod:`airflow_logstore.log.control_topic`); the
     writers never do."""
     from confluent_kafka import Producer
 

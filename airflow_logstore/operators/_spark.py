@@ -23,10 +23,10 @@ from airflow.exceptions import AirflowNotFoundException
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from airflow_logstore.exceptions import JobFailedError, OptionError
-from airflow_logstore.spark.apps import application_path
 from airflow_logstore.spark.executors import package_zip
 from airflow_logstore.spark.jobconf import job_properties, split_secret_conf, submit_environment
 from airflow_logstore.spark.session import base_conf
+from airflow_logstore.spark_apps import application_path
 from airflow_logstore.table.catalog import CatalogSpec
 from airflow_logstore.tempdirs import private_folder, process_file, remove_orphans
 
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 def job_path(script: str) -> str:
     """Path of a PySpark application (``dual_write.py``, ...) inside the installed package
-    (``airflow_logstore/spark/apps/``), so a wheel install submits a file that exists."""
+    (``airflow_logstore/spark_apps/``), so a wheel install submits a file that exists."""
     return str(application_path(script))
 
 

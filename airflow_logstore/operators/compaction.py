@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_logstore.operators._job import SparkJobOperator
+from airflow_logstore.operators._base import SparkJobOperator
 from airflow_logstore.operators._options import as_bool, as_int
 
 
@@ -31,7 +31,7 @@ class LogStoreCompactionOperator(SparkJobOperator):
     :param orphan_age_ms: only files older than this are orphans (default 3 days, at least 1 hour)
     :param max_attempts: how often a rewrite that conflicts with a concurrent write is planned again
 
-    The Spark and connection parameters are :class:`~airflow_logstore.operators._job.SparkJobOperator`'s.
+    The Spark and connection parameters are :class:`~airflow_logstore.operators._base.SparkJobOperator`'s.
     """
 
     template_fields: Sequence[str] = (
@@ -126,8 +126,8 @@ class LogStoreCompactionOperator(SparkJobOperator):
         return report
 
     def _compact(self) -> dict[str, Any]:
+        from airflow_logstore.compaction.compact_job import options_from_args, parser
         from airflow_logstore.compaction.policy import CompactionOptions
-        from airflow_logstore.spark.compact_job import options_from_args, parser
 
         application_args = self.application_args()
         options: CompactionOptions = options_from_args(parser().parse_args(application_args))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_logstore.operators._job import LogStoreOperator
+from airflow_logstore.operators._base import LogStoreOperator
 
 
 class LogStoreCreateTableOperator(LogStoreOperator):
@@ -19,7 +19,7 @@ class LogStoreCreateTableOperator(LogStoreOperator):
     :param primary_key: key columns (Iceberg identifier fields); empty for append-only tables
     :param properties: table properties, e.g. ``{"log-store.enabled": "true", ...}``
 
-    The connection parameters are :class:`~airflow_logstore.operators._job.LogStoreOperator`'s.
+    The connection parameters are :class:`~airflow_logstore.operators._base.LogStoreOperator`'s.
     """
 
     template_fields: Sequence[str] = ("table", "schema", "primary_key", "properties")

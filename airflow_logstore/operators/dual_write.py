@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_logstore.operators._job import SparkJobOperator
+from airflow_logstore.operators._base import SparkJobOperator
 
 
 def table_asset_name(table: str) -> str:
@@ -20,7 +20,7 @@ class LogStoreDualWriteOperator(SparkJobOperator):
     and offsets in the snapshot summary. A retry of the task (a new epoch) finds a committed batch
     and writes nothing; an uncommitted one is written again and reconciliation reverses the failed
     attempt's records. The Spark and connection parameters are those of
-    :class:`~airflow_logstore.operators._job.SparkJobOperator`.
+    :class:`~airflow_logstore.operators._base.SparkJobOperator`.
 
     :param table: ``namespace.table``
     :param input_path: input file or folder: JSON lines, CSV or Parquet (templated)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_logstore.operators._job import LogStoreOperator
+from airflow_logstore.operators._base import LogStoreOperator
 
 
 class LogStorePublishVisibleOffsetsOperator(LogStoreOperator):
@@ -17,7 +17,7 @@ class LogStorePublishVisibleOffsetsOperator(LogStoreOperator):
 
     :param table: ``namespace.table``
 
-    The connection parameters are :class:`~airflow_logstore.operators._job.LogStoreOperator`'s.
+    The connection parameters are :class:`~airflow_logstore.operators._base.LogStoreOperator`'s.
     """
 
     template_fields: Sequence[str] = ("table",)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_logstore.operators._job import SparkJobOperator
+from airflow_logstore.operators._base import SparkJobOperator
 from airflow_logstore.operators._options import as_bool
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ class LogStoreReconcileOperator(SparkJobOperator):
     :param lease_ttl_s: how long the lease lives without renewal (renewed every third of it)
 
     The connection parameters, and ``spark_conn_id``, ``jars`` and ``python`` of the ``spark`` engine,
-    are :class:`~airflow_logstore.operators._job.SparkJobOperator`'s.
+    are :class:`~airflow_logstore.operators._base.SparkJobOperator`'s.
     """
 
     # ``dry_run`` is kept as ``dry_run_flag``: BaseOperator.dry_run() is a method of every operator

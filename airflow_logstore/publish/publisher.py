@@ -10,7 +10,7 @@ epoch the state does not know), *then* the table; then it
    (:func:`~airflow_logstore.core.visibility.scan_watermark`);
 3. moves the watermark per partition up to the first undecided record (a batch still in flight, or a
    dead epoch whose successor has not committed yet); never backwards;
-4. writes a control checkpoint when one is due (:mod:`airflow_logstore.log.checkpoints`).
+4. writes a control checkpoint when one is due (:mod:`airflow_logstore.log.control_topic`).
 
 Publishing twice, or after an older snapshot, changes nothing.
 """
@@ -35,7 +35,7 @@ from airflow_logstore.core.visibility import (
     watermark_scan_range,
 )
 from airflow_logstore.log import control_topic, kafka_client
-from airflow_logstore.log.checkpoints import maybe_checkpoint
+from airflow_logstore.log.control_topic import maybe_checkpoint
 from airflow_logstore.pause import pause_point
 from airflow_logstore.table.tables import LogStoreTable, snapshot_commits
 

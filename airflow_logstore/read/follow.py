@@ -41,7 +41,7 @@ from airflow_logstore.core.properties import Consistency
 from airflow_logstore.core.visibility import Decision, ReadFilter, classify, retired_unknown
 from airflow_logstore.exceptions import FollowerLagError, RecordDecodeError
 from airflow_logstore.log import kafka_client
-from airflow_logstore.log.checkpoints import latest as latest_checkpoint
+from airflow_logstore.log.control_topic import latest_checkpoint
 from airflow_logstore.read.reader import (
     LogReader,
     LogRecord,

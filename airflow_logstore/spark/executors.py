@@ -35,10 +35,10 @@ EXECUTOR_REQUIREMENTS: tuple[str, ...] = ("pyiceberg[pyarrow]", "confluent-kafka
 
 #: Modules whose functions run on executors; a test imports them with Airflow made unimportable.
 EXECUTOR_MODULES: tuple[str, ...] = (
-    "airflow_logstore.spark.dual_write",
-    "airflow_logstore.spark.read_job",
-    "airflow_logstore.spark.reconcile_job",
-    "airflow_logstore.spark.compact_job",
+    "airflow_logstore.write.writer",
+    "airflow_logstore.read.read_job",
+    "airflow_logstore.reconcile.reconcile_job",
+    "airflow_logstore.compaction.compact_job",
     "airflow_logstore.log.kafka_client",
 )
 

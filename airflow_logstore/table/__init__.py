@@ -7,4 +7,7 @@
 - ``snapshots``: which snapshot committed a batch.
 - ``discovery``: the LogStore tables of a catalog.
 - ``reports``: job failure reports and results, written with the table's own storage.
+- ``staged_commit``: a batch commit as a compare-and-set on ``main``: the attempt's staging branch, its
+  fence tag, and fencing an older epoch's attempts.
+- ``commit_retry``: running an Iceberg commit again when it lost a race with another commit.
 """

@@ -1,7 +1,7 @@
 """The data layout of key tables, and what a table created before ``log-store.key-buckets`` is told.
 
 A batch's lookup of its keys' current rows and its MERGE read only the rows of the batch's keys whatever
-the layout (the keys are pushed into both scans; :mod:`airflow_logstore.spark.planning`): a table
+the layout (the keys are pushed into both scans; :mod:`airflow_logstore.write.planning`): a table
 created before keeps working and gets that at once. A key table may also be created bucketed by its key,
 ``bucket(N, <first key column>)`` with ``log-store.key-buckets=N`` (0, unpartitioned, by default): a
 batch with fewer distinct keys than buckets then skips the other buckets' files; a batch of thousands of

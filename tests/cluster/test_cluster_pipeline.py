@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from airflow_logstore.core.changes import apply_final, plan_batch
+from airflow_logstore.core.batch_plan import apply_final, plan_batch
 from airflow_logstore.publish.publisher import is_visible
 from airflow_logstore.read.reader import read_log
 from airflow_logstore.services.cluster import LocalCluster

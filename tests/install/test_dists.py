@@ -13,7 +13,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 import airflow_logstore
-from airflow_logstore.spark.apps import APPLICATIONS
+from airflow_logstore.spark_apps import APPLICATIONS
 
 
 def _wheel_metadata(wheel: Path) -> tuple[list[str], Message, str]:
@@ -41,10 +41,10 @@ def test_wheel_has_no_top_level_spark_jobs_and_ships_the_applications(dists: tup
     top_levels = {name.split("/", 1)[0] for name in names}
     assert top_levels == {"airflow_logstore", f"airflow_logstore-{airflow_logstore.__version__}.dist-info"}
     assert "airflow_logstore/py.typed" in names
-    assert "airflow_logstore/spark/java/LogProducer.java" in names  # compiled once where it runs
+    assert "airflow_logstore/write/java/LogProducer.java" in names  # compiled once where it runs
     assert "airflow_logstore/log/java/LogScan.java" in names  # the reconciler's JVM scan, likewise
     for app in APPLICATIONS:
-        assert f"airflow_logstore/spark/apps/{app}" in names
+        assert f"airflow_logstore/spark_apps/{app}" in names
 
 
 def test_wheel_version_and_entry_points(dists: tuple[Path, Path]) -> None:
@@ -62,7 +62,7 @@ def test_sdist_carries_the_package_and_its_marker(dists: tuple[Path, Path]) -> N
         names = set(archive.getnames())
     for expected in ("pyproject.toml", "README.md", "PKG-INFO", "airflow_logstore/py.typed"):
         assert f"{root}/{expected}" in names
-    assert f"{root}/airflow_logstore/spark/apps/dual_write.py" in names
+    assert f"{root}/airflow_logstore/spark_apps/dual_write.py" in names
 
 
 def test_wheel_states_ranges_not_pins(dists: tuple[Path, Path]) -> None:

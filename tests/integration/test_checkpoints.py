@@ -12,7 +12,7 @@ from airflow_logstore.core.codec import RecordMeta, encode_headers
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.exceptions import TopicError
-from airflow_logstore.log import checkpoints, kafka_client
+from airflow_logstore.log import control_topic, kafka_client
 from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.reader import read_log
 from airflow_logstore.table.tables import LogStoreTable
@@ -57,7 +57,7 @@ def whole_topic(table: LogStoreTable) -> ControlState:
 
 @pytest.fixture
 def table(env, monkeypatch: pytest.MonkeyPatch) -> LogStoreTable:
-    monkeypatch.setattr(checkpoints, "CHECKPOINT_EVERY", 20)
+    monkeypatch.setattr(control_topic, "CHECKPOINT_EVERY", 20)
     return make_table(env, properties={"log-store.partitions": "1"})
 
 
@@ -69,7 +69,7 @@ def test_publish_checkpoints_and_a_read_decides_like_the_whole_topic(table: LogS
     assert (report.checkpoint["commits"], report.checkpoint["retired"]) == (0, 12)
     write_batches(table, 13, 3)
     ctl = table.control()
-    _, start = checkpoints.latest(ctl)
+    _, start = control_topic.latest_checkpoint(ctl)
     assert start == report.checkpoint["through"] + 1 > 0
 
     state, full = ctl.read(), whole_topic(table)
@@ -136,7 +136,7 @@ def test_a_checkpoint_that_does_not_decode_stops_reads_and_names_it(table: LogSt
     ctl = table.control()
     assert ctl.read().committed("w", 1) is not None
     with kafka_client.shared_producer(ctl.config) as prod:  # e.g. written by a newer version, or damaged
-        prod.produce(checkpoints.checkpoint_topic(ctl.topic), key=b"checkpoint", value=b"not a checkpoint")
+        prod.produce(control_topic.checkpoint_topic(ctl.topic), key=b"checkpoint", value=b"not a checkpoint")
         prod.flush(30)
     with pytest.raises(TopicError, match=r"-checkpoint' \(offset \d+\) does not decode") as failure:
         ctl.read()
@@ -184,7 +184,7 @@ def compacted_read(table: LogStoreTable) -> ControlState:
     the records after it without the tombstoned keys (the cleaner removes a key's records once a later
     tombstone exists, and the tombstone itself later)."""
     ctl = table.control()
-    state, start = checkpoints.latest(ctl)
+    state, start = control_topic.latest_checkpoint(ctl)
     cons = kafka_client.consumer(ctl.config)
     try:
         low, end = kafka_client.partition_offsets(cons, ctl.topic, 1)[0]
@@ -227,7 +227,7 @@ def test_a_stalled_publish_never_writes_a_checkpoint_older_than_the_latest(table
         release.set()
         older.join(120)
     assert newer.checkpoint is not None
-    _, start = checkpoints.latest(table.control())
+    _, start = control_topic.latest_checkpoint(table.control())
     assert start == newer.checkpoint["through"] + 1  # the latest checkpoint is the newer one
     state = compacted_read(table)
     assert [b for b in range(1, 25) if state.committed("w", b) is None] == []
@@ -250,6 +250,6 @@ def test_a_checkpoint_of_a_deleted_control_topic_is_not_read_for_the_new_one(tab
     _recreate_topic(table, config.control_topic or "")
     ctl = table.control()
     ctl.append_fill(report.checkpoint["through"] + 5)  # the new topic is longer than the old checkpoint
-    state, start = checkpoints.latest(ctl)
+    state, start = control_topic.latest_checkpoint(ctl)
     assert start == 0 and state.commits == {} and not state.retired
     assert ctl.read().committed("w", 1) is None  # the new topic knows nothing of the old ledger

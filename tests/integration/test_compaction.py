@@ -13,17 +13,17 @@ from typing import Any
 
 import pytest
 
+from airflow_logstore.compaction.compact_job import IcebergActions, run_compaction
 from airflow_logstore.compaction.policy import HOUR_MS, S_COMPACTION_RUN, CompactionOptions
 from airflow_logstore.core.summary import OP_COMPACTION, S_OPERATION, CommitInfo
 from airflow_logstore.exceptions import FencedError
 from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.reader import read_file, read_hybrid, read_log
 from airflow_logstore.reconcile.reconciler import reconcile
-from airflow_logstore.spark.compact_job import IcebergActions, run_compaction
-from airflow_logstore.spark.dual_write import DualWriter, open_writer
 from airflow_logstore.spark.results import parse_result
 from airflow_logstore.table.tables import LogStoreTable, snapshot_commits
 from airflow_logstore.testing.tables import fold_log, make_table
+from airflow_logstore.write.writer import DualWriter, open_writer
 
 pytestmark = pytest.mark.integration
 
@@ -375,7 +375,7 @@ def test_writer_retries_its_commit_when_a_compaction_wins_the_race(env, spark, t
     write_batches(spark, open_writer(spark, str(handle.name), writer_id="racer"), range(1, 4))
     gate = Gate(tmp_path)
     writer = gate.writer(spark, handle, "racer")
-    caplog.set_level(logging.WARNING, logger="airflow_logstore.spark.dual_write")
+    caplog.set_level(logging.WARNING, logger="airflow_logstore.write.writer")
     thread, outcome = in_thread(write_batches, spark, writer, [4])
     try:
         gate.wait_started()
@@ -405,7 +405,7 @@ def test_compaction_while_a_dual_write_commits(env, spark, tmp_path, caplog) -> 
     write_batches(spark, open_writer(spark, str(handle.name), writer_id="busy"), range(1, 11))
     gate = Gate(tmp_path)
     writer = gate.writer(spark, handle, "busy", tasks=2)
-    caplog.set_level(logging.WARNING, logger="airflow_logstore.spark.commit_retry")
+    caplog.set_level(logging.WARNING, logger="airflow_logstore.table.commit_retry")
     tracker = spark.sparkContext.statusTracker()
 
     write_thread, written = in_thread(write_batches, spark, writer, [11])

@@ -9,13 +9,12 @@ from typing import Any
 
 import pytest
 
-from airflow_logstore.core.changes import apply_final, plan_batch
+from airflow_logstore.core.batch_plan import apply_final, plan_batch
 from airflow_logstore.core.codec import RowKind
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.exceptions import BadInputError, OptionError, SchemaMismatchError
 from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.reader import read_log
-from airflow_logstore.spark.dual_write import open_writer
 from airflow_logstore.spark.results import parse_result
 from airflow_logstore.table.tables import show_table, snapshot_commits
 from airflow_logstore.testing.tables import (
@@ -26,6 +25,7 @@ from airflow_logstore.testing.tables import (
     write_jsonl,
     write_parquet,
 )
+from airflow_logstore.write.writer import open_writer
 
 BATCHES: list[list[dict[str, Any]]] = [
     [{"id": i, "name": f"n{i}", "amount": i * 10} for i in range(1, 7)],
@@ -259,7 +259,7 @@ def test_parquet_batches_are_read_again_by_each_step_and_land_as_json_batches_do
     """A Parquet input is not cached: each step computes the changes from the files again (the
     validation's count and first bad row, the lookup, the plan); a JSON input is cached. The batches of
     ``BATCHES`` (updates, deletes, a key changed twice, a delete of nothing) land as they do from JSON."""
-    from airflow_logstore.spark import dual_write
+    from airflow_logstore.write import writer as writer_module
 
     validated: list[Any] = []
 
@@ -267,8 +267,8 @@ def test_parquet_batches_are_read_again_by_each_step_and_land_as_json_batches_do
         validated.append(real(*args, **kwargs))
         return validated[-1]
 
-    real = dual_write.validated_changes
-    monkeypatch.setattr(dual_write, "validated_changes", recorded)
+    real = writer_module.validated_changes
+    monkeypatch.setattr(writer_module, "validated_changes", recorded)
     writer = open_writer(spark, str(table.name), writer_id="parquet")
     results = [
         writer.write_path(str(write_parquet(spark, tmp_path / f"b{n}.parquet", rows)), n)
@@ -329,7 +329,7 @@ def test_data_files_are_zstd_unless_the_table_says_otherwise(env, spark, tmp_pat
 
 def test_streaming_micro_batches(env, spark, table, tmp_path: Path) -> None:
     from airflow_logstore.log import kafka_client
-    from airflow_logstore.spark.streaming import run_stream
+    from airflow_logstore.write.streaming import run_stream
 
     source = env.unique("source")
     config = kafka_client.client_config(env.bootstrap)
@@ -393,7 +393,7 @@ def test_a_batch_from_the_path_of_an_earlier_batch_reads_its_own_rows(env, spark
 @pytest.fixture
 def kept_input_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     """The planted bug: the validated input's cache is never released (as before this check)."""
-    from airflow_logstore.spark.checking import Changes
+    from airflow_logstore.write.checking import Changes
 
     monkeypatch.setattr(Changes, "unpersist", lambda self: None)
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from airflow_logstore.core.changes import apply_final, plan_batch
-from airflow_logstore.spark.dual_write import open_writer
+from airflow_logstore.core.batch_plan import apply_final, plan_batch
 from airflow_logstore.table.layout import is_key_bucketed
 from airflow_logstore.table.tables import show_table
 from airflow_logstore.testing.tables import eventual_log, fold_log, make_table, table_state, write_jsonl
+from airflow_logstore.write.writer import open_writer
 
 BATCHES: list[list[dict[str, Any]]] = [
     [{"id": i, "name": f"n{i}", "amount": i * 10} for i in range(1, 41)],
@@ -130,9 +130,9 @@ def test_records_and_no_op_deletes_come_from_one_computation_of_the_plan(env, sp
     """Issue 18: the join with the lookup and the per-key window run once per batch. ``persisted`` caches
     the changes with their before- and after-images, and both the records (produced) and the no-op
     deletes (counted) read that cache instead of computing the plan again."""
-    from airflow_logstore.spark.checking import validated_changes
-    from airflow_logstore.spark.inputs import read_raw
-    from airflow_logstore.spark.planning import (
+    from airflow_logstore.write.checking import validated_changes
+    from airflow_logstore.write.inputs import read_raw
+    from airflow_logstore.write.planning import (
         AFTER_VALUE_COLUMN,
         BEFORE_COLUMN,
         BEFORE_VALUE_COLUMN,
@@ -170,10 +170,10 @@ def test_the_records_reach_the_producers_without_a_shuffle_after_the_plan(env, s
     """Issue 18, item 2: the plan is spread over the producing tasks (all of a key in one) before its
     per-key window, so the produced records and the MERGE's source both read the cached plan, with no
     exchange between the cache and the producers."""
-    from airflow_logstore.spark.checking import validated_changes
-    from airflow_logstore.spark.inputs import read_raw
-    from airflow_logstore.spark.planning import plan_row_kinds
-    from airflow_logstore.spark.producing import in_produce_order
+    from airflow_logstore.write.checking import validated_changes
+    from airflow_logstore.write.inputs import read_raw
+    from airflow_logstore.write.planning import plan_row_kinds
+    from airflow_logstore.write.producing import in_produce_order
 
     handle = make_table(env)
     _write(spark, handle, tmp_path, BATCHES[:1], "spread")
@@ -213,7 +213,7 @@ def _interleaved_writer(spark: Any, handle: Any, writer_id: str, between: Any) -
     """A writer that runs ``between`` (another writer's batch) between its plan and its commit
     (deterministically: in the same thread, once its records are flushed, before it commits; with a
     write-through, once its rows are staged too)."""
-    from airflow_logstore.spark.dual_write import DualWriter
+    from airflow_logstore.write.writer import DualWriter
 
     class InterleavedWriter(DualWriter):
         def _commit_logged(self, counted: Any, produced: Any, rows: Any) -> Any:
@@ -233,7 +233,7 @@ def test_a_batch_of_new_keys_is_appended_only_on_the_snapshot_it_was_planned_aga
     that key twice in the table, which the check below catches."""
     import logging
 
-    from airflow_logstore.spark.planning import KeysAbsent
+    from airflow_logstore.write.planning import KeysAbsent
 
     if planted:
         monkeypatch.setattr(KeysAbsent, "hold_for", lambda self, base, rows: True)
@@ -251,7 +251,7 @@ def test_a_batch_of_new_keys_is_appended_only_on_the_snapshot_it_was_planned_aga
         caplog.clear()  # what follows is the interleaved writer's commit
 
     writer = _interleaved_writer(spark, handle, "interleaved", other_writer_commits)
-    with caplog.at_level(logging.INFO, logger="airflow_logstore.spark.committing"):
+    with caplog.at_level(logging.INFO, logger="airflow_logstore.write.committing"):
         result = writer.write_path(str(write_jsonl(tmp_path / "new.jsonl", new_keys)), 1)
     appended = [r for r in caplog.records if "appended" in r.getMessage()]
     rows = spark.table(handle.spark_name()).where("id >= 50").collect()
@@ -265,7 +265,7 @@ def test_a_batch_of_new_keys_is_appended_only_on_the_snapshot_it_was_planned_aga
     assert result.noop_deletes == 1  # as planned: 52 had no row then; the later commit deletes it
 
     caplog.clear()  # nothing in between now: the same kind of batch is appended
-    with caplog.at_level(logging.INFO, logger="airflow_logstore.spark.committing"):
+    with caplog.at_level(logging.INFO, logger="airflow_logstore.write.committing"):
         _write(spark, handle, tmp_path, [[{"id": 60, "name": "n60", "amount": 6}]], "plain")
     assert any("appended" in r.getMessage() for r in caplog.records)
     assert spark.table(handle.spark_name()).where("id = 60").count() == 1

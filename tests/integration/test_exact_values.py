@@ -25,12 +25,12 @@ import pytest
 
 from airflow_logstore.core.codec import typed_row
 from airflow_logstore.publish.publisher import publish_visible_offsets
+from airflow_logstore.read import read_job
 from airflow_logstore.read.reader import LogReader, read_hybrid, read_log, run_read
-from airflow_logstore.spark import read_job
-from airflow_logstore.spark.dual_write import open_writer
 from airflow_logstore.table.schema import field_types
 from airflow_logstore.testing.tables import make_table
 from airflow_logstore.testing.values import COLUMN_TYPES, edge_values, exact, exact_row, random_value
+from airflow_logstore.write.writer import open_writer
 
 COLUMNS = {"c_" + re.sub(r"\W+", "_", ddl).strip("_"): ddl for ddl in COLUMN_TYPES}
 SCHEMA = ", ".join(["id int", *(f"{name} {ddl}" for name, ddl in COLUMNS.items())])

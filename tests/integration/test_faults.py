@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from airflow_logstore.core.changes import apply_final, plan_batch
+from airflow_logstore.core.batch_plan import apply_final, plan_batch
 from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.reader import read_log
 from airflow_logstore.services.local import BrokerOptions, LocalBroker

@@ -24,14 +24,14 @@ from airflow_logstore.core import control
 from airflow_logstore.core.changelog import apply_retract
 from airflow_logstore.core.codec import RecordMeta, RowKind, encode_headers
 from airflow_logstore.core.summary import CommitInfo
-from airflow_logstore.log import checkpoints, kafka_client
+from airflow_logstore.log import control_topic, kafka_client
 from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read import follow as follow_module
 from airflow_logstore.read.follow import follow
 from airflow_logstore.read.reader import LogReader, LogRecord, read_hybrid
-from airflow_logstore.spark.dual_write import open_writer
 from airflow_logstore.table.tables import LogStoreTable
 from airflow_logstore.testing.tables import make_table, table_state, write_jsonl
+from airflow_logstore.write.writer import open_writer
 
 ROWS = [
     [{"id": i, "name": f"v{i}", "amount": i} for i in range(1, 9)],
@@ -315,7 +315,7 @@ def test_a_follower_stalled_past_compaction_re_bases_on_the_checkpoint_and_loses
     from tests.integration.test_checkpoints import BATCH as CHECKPOINT_BATCH
     from tests.integration.test_checkpoints import write_batches
 
-    monkeypatch.setattr(checkpoints, "CHECKPOINT_EVERY", 20)
+    monkeypatch.setattr(control_topic, "CHECKPOINT_EVERY", 20)
     handle = make_table(env, properties={"log-store.partitions": "1"})
     _compact_quickly(handle)
     config = handle.config()

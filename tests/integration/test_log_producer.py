@@ -1,4 +1,4 @@
-"""The dual write's log producer (a Java Spark task, ``airflow_logstore/spark/java/LogProducer.java``) on
+"""The dual write's log producer (a Java Spark task, ``airflow_logstore/write/java/LogProducer.java``) on
 the real broker and the real Spark: its headers, its partitions, its reports and its failures."""
 
 from __future__ import annotations
@@ -11,22 +11,22 @@ import pytest
 from airflow_logstore.core.codec import RecordMeta, encode_headers
 from airflow_logstore.log.kafka_client import ensure_topic, producer
 from airflow_logstore.read.reader import read_log
-from airflow_logstore.spark.planning import AFTER_VALUE_COLUMN, BEFORE_VALUE_COLUMN, KEY_COLUMN
-from airflow_logstore.spark.producing import (
-    ProduceContext,
+from airflow_logstore.testing.tables import make_table
+from airflow_logstore.write.planning import AFTER_VALUE_COLUMN, BEFORE_VALUE_COLUMN, KEY_COLUMN
+from airflow_logstore.write.producing import (
+    BatchProduceContext,
     log_producer,
     produce_records,
     producer_class,
     task_identity,
 )
-from airflow_logstore.testing.tables import make_table
 
 #: A planned change with one record (the after-image's), as produce_records reads it.
 SCHEMA = f"{KEY_COLUMN} binary, {BEFORE_VALUE_COLUMN} binary, {AFTER_VALUE_COLUMN} binary"
 
 
-def _context(env: Any, topic: str, **kafka: Any) -> ProduceContext:
-    return ProduceContext(topic, {"bootstrap.servers": env.bootstrap, **kafka}, "java-w", 3, 5, False)
+def _context(env: Any, topic: str, **kafka: Any) -> BatchProduceContext:
+    return BatchProduceContext(topic, {"bootstrap.servers": env.bootstrap, **kafka}, "java-w", 3, 5, False)
 
 
 @pytest.mark.parametrize(
@@ -34,7 +34,7 @@ def _context(env: Any, topic: str, **kafka: Any) -> ProduceContext:
     [("w", False, task_identity(0, 0)), ("wrïter ü 名", True, task_identity(12, 123456789012))],
 )
 def test_headers_are_the_bytes_of_encode_headers(env, spark, writer: str, log_only: bool, task: str) -> None:
-    ctx = ProduceContext("topic", {"bootstrap.servers": env.bootstrap}, writer, 7, 42, log_only)
+    ctx = BatchProduceContext("topic", {"bootstrap.servers": env.bootstrap}, writer, 7, 42, log_only)
     java = [(str(name), bytes(value)) for name, value in log_producer(spark, ctx).headerPairs(task)]
     assert java == encode_headers(RecordMeta(writer, 7, 42, task, log_only=log_only))
 

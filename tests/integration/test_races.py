@@ -27,9 +27,9 @@ from airflow_logstore.pause import on_pause
 from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.follow import follow
 from airflow_logstore.read.reader import HybridRead, LogReader, read_hybrid, read_log
-from airflow_logstore.spark.dual_write import open_writer
 from airflow_logstore.table.tables import LogStoreTable, snapshot_commits
 from airflow_logstore.testing.tables import make_table, table_state, write_jsonl
+from airflow_logstore.write.writer import open_writer
 
 WAIT_S = 300.0
 

@@ -25,7 +25,7 @@ import pytest
 from airflow_logstore.cli import build_parser
 from airflow_logstore.core import control
 from airflow_logstore.core import reconcile as core
-from airflow_logstore.core.changes import apply_final, plan_batch
+from airflow_logstore.core.batch_plan import apply_final, plan_batch
 from airflow_logstore.core.codec import RecordType
 from airflow_logstore.core.visibility import Decision, classify
 from airflow_logstore.exceptions import FencedError
@@ -38,11 +38,11 @@ from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.reader import LogRead, read_log
 from airflow_logstore.reconcile import scan as reconcile_scan
 from airflow_logstore.reconcile.reconciler import LEASE_NAME, PythonEngine, ReconcileReport, reconcile
-from airflow_logstore.spark.dual_write import open_writer
 from airflow_logstore.spark.results import parse_result
 from airflow_logstore.table.tables import LogStoreTable, create_table, merged_state, show_table
 from airflow_logstore.testing.environment import REPO_ROOT
 from airflow_logstore.testing.tables import fold_log, table_state, write_jsonl
+from airflow_logstore.write.writer import open_writer
 
 SCHEMA = "id int, name string, amount long"
 BATCHES: list[list[dict[str, Any]]] = [

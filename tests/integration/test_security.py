@@ -180,9 +180,9 @@ def test_spark_kafka_source_authenticates_from_the_connection(
     env, spark, sasl_broker: LocalBroker, connections: None, tmp_path: Path
 ) -> None:
     from airflow_logstore.log import kafka_client
-    from airflow_logstore.spark.dual_write import DualWriter
-    from airflow_logstore.spark.streaming import run_stream
     from airflow_logstore.table.tables import create_table
+    from airflow_logstore.write.streaming import run_stream
+    from airflow_logstore.write.writer import DualWriter
 
     name = env.unique("sasl_stream")
     handle = LogStoreHook(kafka_config_id="kafka_sasl").table(f"sec.{name}")

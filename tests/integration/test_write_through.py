@@ -17,12 +17,10 @@ from typing import Any
 
 import pytest
 
-from airflow_logstore.core.changes import apply_final, plan_batch
+from airflow_logstore.core.batch_plan import apply_final, plan_batch
 from airflow_logstore.core.commit import STAGE_PREFIX
 from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.reader import read_log
-from airflow_logstore.spark import committing, dual_write
-from airflow_logstore.spark.dual_write import open_writer
 from airflow_logstore.spark.results import parse_result
 from airflow_logstore.table.tables import snapshot_commits
 from airflow_logstore.testing.tables import (
@@ -33,6 +31,9 @@ from airflow_logstore.testing.tables import (
     write_jsonl,
     write_parquet,
 )
+from airflow_logstore.write import committing
+from airflow_logstore.write import writer as writer_module
+from airflow_logstore.write.writer import open_writer
 
 #: New keys, with changes of a key inside the batch: 7 is inserted then deleted, 5 inserted then
 #: updated, 99 deleted without a row (a no-op delete).
@@ -65,7 +66,7 @@ def _no_other_write(monkeypatch: Any) -> None:
     def other_way(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the batch was not written through")
 
-    monkeypatch.setattr(dual_write, "produce_records", other_way)
+    monkeypatch.setattr(writer_module, "produce_records", other_way)
     monkeypatch.setattr(committing, "write_branch", other_way)
 
 
@@ -108,13 +109,13 @@ def test_a_batch_with_keys_the_table_holds_is_merged_not_written_through(
     writer = open_writer(spark, str(handle.name), writer_id="merge")
     writer.write_path(str(write_jsonl(tmp_path / "b1.jsonl", BATCH)), 1)
     calls: list[str] = []
-    real = dual_write.produce_records
+    real = writer_module.produce_records
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         calls.append("produce")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(dual_write, "produce_records", counted)
+    monkeypatch.setattr(writer_module, "produce_records", counted)
     second = [{"id": 1, "name": "n1-b", "amount": 2, "op": "update"}, {"id": 40, "name": "n40"}]
     result = writer.write_path(str(write_jsonl(tmp_path / "b2.jsonl", second)), 2)
     assert calls == ["produce"] and result.log_records == 3  # -U/+U of 1, +I of 40
@@ -164,7 +165,7 @@ def test_a_publish_whose_commit_state_is_unknown_is_decided_again_from_the_table
     removed the attempt's tag), which no retry fixes, and no ledger entry was written."""
     from pyiceberg.exceptions import CommitStateUnknownException
 
-    from airflow_logstore.spark import staged_commit
+    from airflow_logstore.table import staged_commit
 
     handle = make_table(env)
     path = str(write_jsonl(tmp_path / "b1.jsonl", BATCH))
@@ -222,12 +223,12 @@ def test_a_write_through_short_of_a_task_report_fails_before_any_commit(
     """The driver checks the reports against the plan's partitions (one report each) before it commits:
     a write-through told of one more task than reported (as if a successful task's report were lost)
     fails, and the batch is in no snapshot of ``main`` and leaves no staging branch."""
-    real = dual_write.write_through
+    real = writer_module.write_through
 
     def one_task_more(rows: Any, ctx: Any, table: str, tasks: int) -> Any:
         return real(rows, ctx, table, tasks + 1)
 
-    monkeypatch.setattr(dual_write, "write_through", one_task_more)
+    monkeypatch.setattr(writer_module, "write_through", one_task_more)
     handle = make_table(env)
     writer = open_writer(spark, str(handle.name), writer_id="short")
     tasks = spark.sparkContext.defaultParallelism  # the plan's
@@ -249,13 +250,13 @@ ONCE: list[dict[str, Any]] = [
 
 def _written_rows(monkeypatch: Any) -> list[Any]:
     """The rows each write-through of the test gets (recorded, then written as they are)."""
-    real, seen = dual_write.write_through, []
+    real, seen = writer_module.write_through, []
 
     def recorded(rows: Any, ctx: Any, table: str, tasks: int) -> Any:
         seen.append((rows, tasks))
         return real(rows, ctx, table, tasks)
 
-    monkeypatch.setattr(dual_write, "write_through", recorded)
+    monkeypatch.setattr(writer_module, "write_through", recorded)
     return seen
 
 
@@ -346,11 +347,11 @@ def test_a_single_store_batch_that_changes_each_key_once_skips_the_plan(
     the batch makes of an empty table; the table is not written. File-only: the changes are committed
     as they are (appended); the table holds the batch, the log nothing."""
     from airflow_logstore.core.properties import parse_emit_mode
-    from airflow_logstore.spark import planning
+    from airflow_logstore.write import planning
 
     handle = make_table(env)
     read: list[Any] = []
-    real_produce, real_commit = dual_write.produce_records, dual_write.commit_batch
+    real_produce, real_commit = writer_module.produce_records, writer_module.commit_batch
 
     def produced(rows: Any, ctx: Any) -> Any:
         read.append(rows)
@@ -363,8 +364,8 @@ def test_a_single_store_batch_that_changes_each_key_once_skips_the_plan(
     def not_counted(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the plan was counted")
 
-    monkeypatch.setattr(dual_write, "produce_records", produced)
-    monkeypatch.setattr(dual_write, "commit_batch", committed)
+    monkeypatch.setattr(writer_module, "produce_records", produced)
+    monkeypatch.setattr(writer_module, "commit_batch", committed)
     monkeypatch.setattr(planning.BatchPlan, "count", not_counted)
     expected, records = _expected(ONCE, ["id"])
     if files:
@@ -410,7 +411,7 @@ def test_the_batch_checks_catch_a_check_that_misses_a_repeated_key(
 ) -> None:
     """The planted bug: every batch is taken for one that changes each key once. The write-through test
     of a batch with keys changed twice (inserted then updated, inserted then deleted) then fails."""
-    from airflow_logstore.spark import checking
+    from airflow_logstore.write import checking
 
     real = checking.checked_changes
 
@@ -429,8 +430,8 @@ def _checked(
     sizes), and the tagged changes."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    from airflow_logstore.spark.checking import checked_changes
-    from airflow_logstore.spark.inputs import tagged_changes
+    from airflow_logstore.write.checking import checked_changes
+    from airflow_logstore.write.inputs import tagged_changes
 
     schema = StructType([StructField("id", LongType()), StructField("name", StringType())])
     sizes = tasks if isinstance(tasks, list) else None
@@ -450,7 +451,7 @@ def _checked(
 def test_the_validation_pass_finds_a_repeated_key_in_a_task_and_across_tasks(spark, monkeypatch: Any) -> None:
     from pyspark.sql import functions as F
 
-    from airflow_logstore.spark import checking
+    from airflow_logstore.write import checking
 
     def once(
         ids: list[int], tasks: int | list[int] = 2, key: tuple[str, ...] | None = ("id",)
@@ -484,7 +485,7 @@ def test_the_validation_pass_counts_every_task_and_finds_the_first_bad_row(spark
     it), whether keys are checked or not."""
     from pyspark.sql import functions as F
 
-    from airflow_logstore.spark.inputs import ERROR_COLUMN, ROW_COLUMN
+    from airflow_logstore.write.inputs import ERROR_COLUMN, ROW_COLUMN
 
     rows = [(None if i in (460, 470, 900) else i, f"n{i}") for i in range(1000)]
     for key in (("id",), None):
@@ -504,8 +505,8 @@ def test_the_validation_pass_reads_only_the_columns_it_checks(spark, tmp_path: P
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     from airflow_logstore.exceptions import BadInputError
-    from airflow_logstore.spark.checking import validated_changes
-    from airflow_logstore.spark.inputs import ERROR_COLUMN, ROW_COLUMN, read_raw, tagged_changes
+    from airflow_logstore.write.checking import validated_changes
+    from airflow_logstore.write.inputs import ERROR_COLUMN, ROW_COLUMN, read_raw, tagged_changes
 
     schema = StructType(
         [StructField("id", LongType()), StructField("name", StringType()), StructField("amount", LongType())]

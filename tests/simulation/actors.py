@@ -24,7 +24,7 @@ from typing import Any
 from airflow_logstore.compaction.policy import RetentionPolicy, SnapshotInfo, plan_expiry, unrecorded_commits
 from airflow_logstore.core import control, ranges
 from airflow_logstore.core import reconcile as rec
-from airflow_logstore.core.changes import apply_final, plan_batch
+from airflow_logstore.core.batch_plan import apply_final, plan_batch
 from airflow_logstore.core.checkpoint import encode_state, retirable, retire
 from airflow_logstore.core.codec import (
     H_PAIR,
@@ -60,12 +60,12 @@ from airflow_logstore.core.visibility import (
     with_positions,
 )
 from airflow_logstore.reconcile import reconciler as reconciler_steps
-from airflow_logstore.spark.dual_write import task_identity
+from airflow_logstore.write.writer import task_identity
 
 from .model import Catalog, ControlTopic, KafkaLog, LogEntry, Row, Snapshot, TableView, TaskRun, row_id
 
 Steps = Generator[str, None, None]
-COMMIT_ATTEMPTS = 6  # spark.dual_write.COMMIT_ATTEMPTS
+COMMIT_ATTEMPTS = 6  # write.writer.COMMIT_ATTEMPTS
 SPARK_TASKS = 2
 
 
@@ -161,7 +161,7 @@ class World:
     events: Counter[str] = field(default_factory=Counter)  # what happened, for the coverage test
     latest: dict[str, int] = field(default_factory=dict)  # ground truth: each writer's newest epoch
     in_force: dict[str, int] = field(default_factory=dict)  # ground truth: each writer's newest fenced epoch
-    checkpoint_every: int = 5  # checkpoints.maybe_checkpoint(every=...): small, so checkpoints are frequent
+    checkpoint_every: int = 5  # control_topic.maybe_checkpoint(every=...): small, so checkpoints are frequent
     reconcilers: int = 1  # reconciler actors that may run at once
     reconcile_task_retries: bool = False  # a reconcile produce task may fail after a prefix and be retried
     unknown_commits: float = 0.0  # share of catalog commits that answer "commit state unknown"
@@ -234,7 +234,7 @@ def snapshot_start(view: TableView, chosen: Snapshot) -> tuple[int, frozenset[st
     return chosen.sequence_number, None
 
 
-# --- the dual-write writer (spark.dual_write.DualWriter) ------------------------------------------------
+# --- the dual-write writer (write.writer.DualWriter) --------------------------------------------------------
 
 
 @dataclass
@@ -752,7 +752,7 @@ def reconciler(world: World, name: str = "reconciler") -> Steps:
     lease.release()
 
 
-# --- compaction (spark.compact_job + compaction.plan_expiry / secure_ledger) ----------------------------
+# --- compaction (compaction.compact_job + compaction.plan_expiry / secure_ledger) ---------------------------
 
 
 def compaction(world: World) -> Steps:

@@ -24,7 +24,7 @@ from airflow_logstore.core.properties import CompactionPolicy, parse_table_prope
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.exceptions import CommitConflictError, OptionError
 from airflow_logstore.operators.compaction import LogStoreCompactionOperator
-from airflow_logstore.spark.commit_retry import is_commit_conflict, retry_iceberg_commit
+from airflow_logstore.table.commit_retry import is_commit_conflict, retry_iceberg_commit
 
 MB = 1024 * 1024
 POLICY = CompactionPolicy(target_file_size=128 * MB, fragment_ratio=8, min_small_files=12, delete_ratio=0.1)

@@ -14,10 +14,9 @@ from airflow_logstore.core.commit import CommitDecision, Verdict
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.exceptions import CommitConflictError, FencedError, OptionError
 from airflow_logstore.pause import InjectedFailure, fail_once, on_pause, pause_point
-from airflow_logstore.spark.committing import branch_table, check_staged_head, settled_by, write_sql
-from airflow_logstore.spark.dual_write import BatchResult, CrashPoint, task_identity
-from airflow_logstore.spark.planning import KeyFilter, sql_literal
-from airflow_logstore.spark.producing import (
+from airflow_logstore.write.committing import branch_table, check_staged_head, settled_by, write_sql
+from airflow_logstore.write.planning import KeyFilter, sql_literal
+from airflow_logstore.write.producing import (
     NOTHING_PRODUCED,
     Produced,
     TaskReports,
@@ -25,6 +24,7 @@ from airflow_logstore.spark.producing import (
     merge_task_reports,
     pause_settings,
 )
+from airflow_logstore.write.writer import BatchResult, CrashPoint, task_identity
 
 
 def test_task_tags_differ_between_a_stage_retry_and_the_first_run() -> None:
@@ -183,7 +183,7 @@ def test_a_batch_of_keys_the_base_does_not_hold_is_appended_without_its_deletes(
 def test_a_batch_is_appended_only_on_the_base_it_was_planned_against_or_an_empty_one(
     planned_at: int | None, base: int, base_rows: int | None, appends: bool
 ) -> None:
-    from airflow_logstore.spark.planning import KeysAbsent
+    from airflow_logstore.write.planning import KeysAbsent
 
     assert KeysAbsent(planned_at).hold_for(base, base_rows) is appends
 
@@ -295,7 +295,7 @@ def test_the_merge_reads_only_the_rows_of_the_batch_s_keys() -> None:
 
 
 def test_a_key_filter_is_worth_it_only_when_the_table_is_larger_than_the_batch() -> None:
-    from airflow_logstore.spark.planning import worth_a_key_filter
+    from airflow_logstore.write.planning import worth_a_key_filter
 
     assert worth_a_key_filter(2_000_000, 10_000)  # a small batch on a large table: find its keys
     assert not worth_a_key_filter(0, 10_000)  # a first load: the lookup reads nothing anyway
@@ -308,7 +308,7 @@ def test_table_rows_come_from_the_current_snapshot_summary() -> None:
 
     from pyiceberg.table.snapshots import Operation, Summary
 
-    from airflow_logstore.spark.planning import table_rows
+    from airflow_logstore.write.planning import table_rows
 
     def table(summary: Summary | None, *, empty: bool = False) -> Any:
         snapshot = None if empty else SimpleNamespace(summary=summary)
@@ -350,8 +350,8 @@ def test_a_fenced_decision_that_finds_this_epoch_s_own_commit_returns_it() -> No
 def test_an_unknown_commit_state_is_decided_again_and_never_a_fence() -> None:
     from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 
-    from airflow_logstore.spark.commit_retry import is_unknown_commit_state
-    from airflow_logstore.spark.staged_commit import is_lost_race
+    from airflow_logstore.table.commit_retry import is_unknown_commit_state
+    from airflow_logstore.table.staged_commit import is_lost_race
 
     unknown = CommitStateUnknownException("504 Gateway Timeout")
     assert is_lost_race(unknown) and is_unknown_commit_state(unknown)

@@ -55,7 +55,7 @@ def test_zip_holds_the_installed_package_and_is_reused(tmp_path: Path) -> None:
         f"airflow_logstore/{p.relative_to(root)}" for p in root.rglob("*.py") if "__pycache__" not in p.parts
     }
     java = {  # the driver compiles the log producer; the reconciler's scan is compiled where it runs
-        "airflow_logstore/spark/java/LogProducer.java",
+        "airflow_logstore/write/java/LogProducer.java",
         "airflow_logstore/log/java/LogScan.java",
     }
     assert names == expected | {"airflow_logstore/py.typed"} | java

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from airflow_logstore.exceptions import BadInputError, OptionError
-from airflow_logstore.spark.inputs import infer_format
+from airflow_logstore.write.inputs import infer_format
 
 
 def lister(tree: dict[str, list[tuple[str, bool]] | None]) -> Any:

@@ -13,7 +13,7 @@ import pytest
 
 from airflow_logstore.core import ranges
 from airflow_logstore.core import reconcile as R
-from airflow_logstore.spark.reconcile_job import PlanContext, _planned_output, plan_batches
+from airflow_logstore.reconcile.reconcile_job import PlanContext, _planned_output, plan_batches
 from tests.unit.core.test_reconcile import World, _comparable, _copy_state, _random_history
 
 LEASE, RUN = 7, 3  # the run's lease and number, as the produce stage stamps them

@@ -1,5 +1,5 @@
 """A write-through's commit on real pyiceberg tables (a SQLite catalog in a temporary folder), with no
-Spark: the staged files appended to the attempt's branch and published (``spark/staged_commit``).
+Spark: the staged files appended to the attempt's branch and published (``table/staged_commit``).
 
 - Dropping the staging branch: the branch and its head snapshot go in one commit, and so do those of the
   next table and the next batch in the same process; a head that ``main``'s history holds stays.
@@ -21,7 +21,7 @@ import pytest
 from pyiceberg.exceptions import CommitFailedException
 
 from airflow_logstore.core.commit import attempt_refs
-from airflow_logstore.spark.staged_commit import (
+from airflow_logstore.table.staged_commit import (
     append_staged,
     drop_attempt,
     drop_staging,

@@ -9,7 +9,7 @@ from airflow_logstore.cli.commands import open_table, print_json
 
 
 def run(args: argparse.Namespace) -> int:
-    from airflow_logstore.spark.compact_job import options_from_args, run_compaction
+    from airflow_logstore.compaction.compact_job import options_from_args, run_compaction
     from airflow_logstore.spark.session import build_spark_session
 
     options = options_from_args(args)
@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    from airflow_logstore.spark.compact_job import add_arguments
+    from airflow_logstore.compaction.compact_job import add_arguments
 
     parser = subparsers.add_parser(
         "compact",

@@ -48,7 +48,7 @@ def local_input_path(path: str, master: str | None = None) -> Path | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from airflow_logstore.spark.jobs import dual_write_main
+    from airflow_logstore.write.write_job import dual_write_main
 
     check_before_spark(args)
     argv = [

@@ -51,7 +51,7 @@ def test_bulk_decoding_equals_the_per_record_path_exactly_on_every_type(seed: in
     assert [exact_row(r) for r in decoded.rows.to_pylist()] == [exact_row({**r, "_kind": "+U"}) for r in rows]
 
 
-#: Texts Spark 4.1's ``to_json`` wrote (with ``planning.JSON_OPTIONS``) and the values they hold.
+#: Texts Spark 4.1's ``to_json`` wrote (with ``codec.SPARK_JSON_OPTIONS``) and the values they hold.
 SPARK_TEXTS = [
     (
         "decimal(38, 18)",

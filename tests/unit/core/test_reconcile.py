@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from airflow_logstore.core import reconcile as R
+from airflow_logstore.core.batch_plan import apply_final, plan_batch
 from airflow_logstore.core.changelog import apply_retract, apply_upsert
-from airflow_logstore.core.changes import apply_final, plan_batch
 from airflow_logstore.core.codec import (
     RECONCILER_WRITER_ID,
     RecordMeta,

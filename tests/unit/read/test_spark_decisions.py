@@ -8,7 +8,7 @@ import pytest
 
 from airflow_logstore.core.codec import decode_headers
 from airflow_logstore.exceptions import RecordDecodeError
-from airflow_logstore.spark.read_job import decision_rows
+from airflow_logstore.read.read_job import decision_rows
 from tests.unit.read.test_bulk_decode import random_chunk, random_filter, random_state
 
 

@@ -43,7 +43,7 @@ import org.apache.spark.util.TaskCompletionListener;
 /**
  * One Spark task's share of a batch's log records: produced in input order with the batch's headers
  * (the task attempt's tag filled in here), flushed, reported as one JSON line. See
- * airflow_logstore/spark/producing.py for the protocol; nothing here is logged (the settings may carry
+ * airflow_logstore/write/producing.py for the protocol; nothing here is logged (the settings may carry
  * SASL credentials).
  */
 public final class LogProducer implements FlatMapFunction<Iterator<InternalRow>, String> {
@@ -312,7 +312,7 @@ public final class LogProducer implements FlatMapFunction<Iterator<InternalRow>,
     }
 
     /**
-     * One pass over a batch's changes (airflow_logstore/spark/checking.py): how many there are, the
+     * One pass over a batch's changes (airflow_logstore/write/checking.py): how many there are, the
      * first bad one and, when asked, whether the batch changes each of its keys once. Input rows: the
      * row id (long), whether the row is bad (boolean), then, when keys are checked, a hash of the
      * row's key (long). Each task returns one array: its rows (8 bytes), its first bad row id (8

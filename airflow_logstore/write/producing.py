@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.core import ranges
 from airflow_logstore.core.codec import H_TASK, RecordMeta, encode_headers
-from airflow_logstore.spark.planning import (
+from airflow_logstore.write.planning import (
     AFTER_VALUE_COLUMN,
     APPENDED_COLUMN,
     BEFORE_VALUE_COLUMN,
@@ -87,7 +87,7 @@ _PRODUCER_SETTINGS = {
 
 
 @dataclass(frozen=True)
-class ProduceContext:
+class BatchProduceContext:
     """Everything an executor task needs to produce its records (shipped in the task closure)."""
 
     topic: str
@@ -129,13 +129,13 @@ def task_identity(partition_id: int, task_attempt_id: int) -> str:
 
 def in_produce_order(changes: DataFrame) -> DataFrame:
     """The changes' records to produce, as they are planned: spread over the producing tasks, all of a key
-    in one, per key in input order (:func:`airflow_logstore.spark.planning.plan_row_kinds`): no shuffle,
+    in one, per key in input order (:func:`airflow_logstore.write.planning.plan_row_kinds`): no shuffle,
     no sort. Each row is a change: its key and its two record values (either may be null)."""
     return changes.select(KEY_COLUMN, BEFORE_VALUE_COLUMN, AFTER_VALUE_COLUMN)
 
 
-def produce_records(changes: DataFrame, ctx: ProduceContext) -> TaskReports:
-    """Produce the records of every planned change (:func:`airflow_logstore.spark.planning.
+def produce_records(changes: DataFrame, ctx: BatchProduceContext) -> TaskReports:
+    """Produce the records of every planned change (:func:`airflow_logstore.write.planning.
     write_through_rows`: a key and two record values), one Spark task per partition of ``changes`` (one
     Spark job), and merge what its tasks report."""
     ordered = in_produce_order(changes)
@@ -171,8 +171,8 @@ def task_reports(spark: SparkSession, reports: Any) -> TaskReports:
     return TaskReports(merge_task_reports(found), changes, noops, partitions)
 
 
-def write_through(rows: DataFrame, ctx: ProduceContext, table: str, tasks: int) -> TaskReports:
-    """Produce every record of ``rows`` (:func:`airflow_logstore.spark.planning.write_through_rows`) and
+def write_through(rows: DataFrame, ctx: BatchProduceContext, table: str, tasks: int) -> TaskReports:
+    """Produce every record of ``rows`` (:func:`airflow_logstore.write.planning.write_through_rows`) and
     append the rows marked appended to ``table`` (a branch), in one Spark job: each task sends its
     records while its rows are written, flushes when its input ends, then its writer commits.
 
@@ -218,7 +218,7 @@ def check_one_report_each(reported: TaskReports, tasks: int, batch_id: int) -> N
         )
 
 
-def log_producer(spark: SparkSession, ctx: ProduceContext) -> Any:
+def log_producer(spark: SparkSession, ctx: BatchProduceContext) -> Any:
     """The ``LogProducer`` of one batch, a py4j object of the driver's JVM."""
     headers = encode_headers(RecordMeta(ctx.writer_id, ctx.epoch, ctx.batch_id, "", log_only=ctx.log_only))
     [task_header] = [i for i, (name, _) in enumerate(headers) if name == H_TASK]
@@ -328,7 +328,7 @@ def producer_jar(spark: SparkSession) -> Path:
         found = jvm.java.lang.Class.forName(name, False, loader)
         location = found.getProtectionDomain().getCodeSource().getLocation()
         classpath.append(str(jvm.java.io.File(location.toURI()).getPath()))
-    source = resources.files("airflow_logstore.spark").joinpath("java/LogProducer.java").read_text()
+    source = resources.files("airflow_logstore.write").joinpath("java/LogProducer.java").read_text()
     return compiled_jar(
         "log-producer",
         PRODUCER_CLASS,

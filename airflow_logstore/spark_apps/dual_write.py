@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from airflow_logstore.spark.jobs import dual_write_main
+from airflow_logstore.write.write_job import dual_write_main
 
 if __name__ == "__main__":
     sys.exit(dual_write_main())

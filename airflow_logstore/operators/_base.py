@@ -44,7 +44,7 @@ class LogStoreOperator(BaseOperator):
 
 
 class SparkJobOperator(LogStoreOperator):
-    """Base of the operators that run a PySpark application of ``airflow_logstore/spark/apps/`` through
+    """Base of the operators that run a PySpark application of ``airflow_logstore/spark_apps/`` through
     the Airflow Spark provider. Catalog and Kafka secrets reach Spark through a private properties file.
 
     :param spark_conn_id: Airflow Spark connection (master, deploy mode, spark-submit binary)

@@ -4,7 +4,7 @@ Per batch (writer W, epoch E, batch B), :meth:`DualWriter.write_frame` runs the 
 
 1. skip when (W, B) is already committed (ledger or live snapshot): retries write nothing anywhere;
 2. read and validate the input (bad rows fail the batch before anything is written; :mod:`.inputs`);
-3. plan the row kinds against the table's current rows (``core.changes`` semantics; :mod:`.planning`);
+3. plan the row kinds against the table's current rows (``core.batch_plan`` semantics; :mod:`.planning`);
 4. produce every record (idempotent producer, ``acks=all``, no transactions) and flush (:mod:`.producing`);
 5. commit by compare-and-set on ``main`` (MERGE for key tables, append otherwise) with the snapshot
    summary ``logstore.*``; a newer epoch of W fences this attempt (:mod:`.committing`);
@@ -30,11 +30,14 @@ from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import EMIT_FILE, EMIT_LOG, LogStoreConfig, format_emit_mode
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.exceptions import OptionError
-from airflow_logstore.spark import staged_commit
-from airflow_logstore.spark.checking import Changes, validated_changes
-from airflow_logstore.spark.committing import BatchRows, CommitTarget, branch_table, commit_batch
-from airflow_logstore.spark.inputs import REREAD_FORMATS, read_raw, resolved_format
-from airflow_logstore.spark.planning import (
+from airflow_logstore.table import staged_commit
+from airflow_logstore.table.catalog import CatalogSpec
+from airflow_logstore.table.schema import primary_key_of
+from airflow_logstore.table.tables import LogStoreTable, merged_state
+from airflow_logstore.write.checking import Changes, validated_changes
+from airflow_logstore.write.committing import BatchRows, CommitTarget, branch_table, commit_batch
+from airflow_logstore.write.inputs import REREAD_FORMATS, read_raw, resolved_format
+from airflow_logstore.write.planning import (
     BatchPlan,
     KeyFilter,
     KeysAbsent,
@@ -46,17 +49,14 @@ from airflow_logstore.spark.planning import (
     table_rows,
     worth_a_key_filter,
 )
-from airflow_logstore.spark.producing import (
+from airflow_logstore.write.producing import (
     NOTHING_PRODUCED,
-    ProduceContext,
+    BatchProduceContext,
     Produced,
     produce_records,
     task_identity,
     write_through,
 )
-from airflow_logstore.table.catalog import CatalogSpec
-from airflow_logstore.table.schema import primary_key_of
-from airflow_logstore.table.tables import LogStoreTable, merged_state
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -212,7 +212,7 @@ class DualWriter:
         """Write one batch (the module's steps 1 to 6); a batch already committed writes nothing.
 
         :param reread: ``raw`` reads files that do not change while the batch runs, in a format cheap to
-            read again (:data:`~airflow_logstore.spark.inputs.REREAD_FORMATS`): each step computes the
+            read again (:data:`~airflow_logstore.write.inputs.REREAD_FORMATS`): each step computes the
             batch's changes from them instead of a cache. Otherwise (any other frame: a micro-batch, a
             query, text files) the validated changes are cached for the batch.
         """
@@ -382,9 +382,9 @@ class DualWriter:
 
     # -- the log -------------------------------------------------------------------------------------
 
-    def _produce_context(self, batch_id: int) -> ProduceContext:
+    def _produce_context(self, batch_id: int) -> BatchProduceContext:
         topic, _, _ = self.config.require_log()
-        return ProduceContext(
+        return BatchProduceContext(
             topic,
             self.handle.kafka_config(self.config),
             self.writer_id,

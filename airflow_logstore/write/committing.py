@@ -3,8 +3,8 @@
 Loop (at most :data:`COMMIT_ATTEMPTS` times): load ``main`` (the base), open the attempt (its staging
 branch and fence tag at the base), decide against the base's commits and the control topic, write the
 batch to the branch, check the branch head, and move ``main`` to it only if ``main`` is still the base
-and the attempt was not fenced (:mod:`.staged_commit`). When ``main`` moved meanwhile, decide again
-from a new base.
+and the attempt was not fenced (:mod:`airflow_logstore.table.staged_commit`). When ``main`` moved
+meanwhile, decide again from a new base.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.core.visibility import with_positions
 from airflow_logstore.exceptions import CommitConflictError, FencedError
 from airflow_logstore.pause import pause_point
-from airflow_logstore.spark import staged_commit
-from airflow_logstore.spark.commit_retry import backoff_seconds, is_commit_conflict, is_unknown_commit_state
-from airflow_logstore.spark.inputs import OP_COLUMN
-from airflow_logstore.spark.planning import KeyFilter, KeysAbsent, table_rows
+from airflow_logstore.table import staged_commit
+from airflow_logstore.table.commit_retry import backoff_seconds, is_commit_conflict, is_unknown_commit_state
 from airflow_logstore.table.tables import merged_state
+from airflow_logstore.write.inputs import OP_COLUMN
+from airflow_logstore.write.planning import KeyFilter, KeysAbsent, table_rows
 
 if TYPE_CHECKING:
     from pyiceberg.table.snapshots import Snapshot
@@ -167,7 +167,8 @@ def run_attempt(
 def write_and_publish(
     target: CommitTarget, rows: BatchRows, attempt: staged_commit.Attempt, commit: CommitInfo
 ) -> CommitInfo:
-    """Write the batch to the attempt's branch and publish it (:func:`.staged_commit.publish`).
+    """Write the batch to the attempt's branch and publish it
+    (:func:`airflow_logstore.table.staged_commit.publish`).
 
     The batch is appended when the plan found none of its keys in this base (``rows.absent``), else
     merged; an append of a write-through commits the files it wrote (``rows.staged``).

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from airflow_logstore.spark.compact_job import main
+from airflow_logstore.compaction.compact_job import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from airflow_logstore.core.changes import CHANGE_ALIASES
+from airflow_logstore.core.batch_plan import CHANGE_ALIASES
 from airflow_logstore.exceptions import BadInputError, OptionError, SchemaMismatchError
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 ROW_COLUMN = "_logstore_row"
 OP_COLUMN = "_logstore_op"
-#: the columns :func:`airflow_logstore.spark.checking.validated_changes` adds to the table's own
+#: the columns :func:`airflow_logstore.write.checking.validated_changes` adds to the table's own
 ADDED_COLUMNS = (OP_COLUMN, ROW_COLUMN)
 #: the input file of a bad row (computed for its error only)
 FILE_COLUMN = "_logstore_file"

@@ -243,7 +243,10 @@ def _planned_arrow_schema() -> pa.Schema:
 
 
 @dataclass(frozen=True)
-class ProduceContext:
+class ReversalProduceContext:
+    """What an executor task needs to produce its share of a run's reversals (shipped in the task closure):
+    the log topic, the Kafka settings, and the lease and run its records are tagged with."""
+
     topic: str
     kafka_config: dict[str, Any]
     lease_id: int
@@ -268,7 +271,9 @@ def _planned_output(row: Mapping[str, Any]) -> core.Output:
     )
 
 
-def produce_batches(batches: Iterable[pa.RecordBatch], ctx: ProduceContext) -> Iterator[pa.RecordBatch]:
+def produce_batches(
+    batches: Iterable[pa.RecordBatch], ctx: ReversalProduceContext
+) -> Iterator[pa.RecordBatch]:
     """Executor side: produce one task's planned records (whole Kafka partitions, in planned order)."""
     import pyarrow as pa
 
@@ -406,7 +411,7 @@ class SparkEngine:
         from airflow_logstore.exceptions import KafkaUnavailableError
 
         planned = result.outputs
-        ctx = ProduceContext(
+        ctx = ReversalProduceContext(
             job.topic, {k: v for k, v in job.kafka_config.items() if not callable(v)}, lease_id, run
         )
         outputs = planned.where(F.col("kind") == "output")

@@ -13,12 +13,12 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.exceptions import LogStoreError, OptionError, SchemaMismatchError
-from airflow_logstore.spark.inputs import CORRUPT_COLUMN
+from airflow_logstore.write.inputs import CORRUPT_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from airflow_logstore.spark.dual_write import BatchResult, DualWriter
+    from airflow_logstore.write.writer import BatchResult, DualWriter
 
 log = logging.getLogger(__name__)
 

@@ -60,7 +60,7 @@ from airflow_logstore.compaction.policy import (
     throughput,
 )
 from airflow_logstore.exceptions import CommitConflictError
-from airflow_logstore.spark.commit_retry import RetryOutcome, retry_iceberg_commit
+from airflow_logstore.table.commit_retry import RetryOutcome, retry_iceberg_commit
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

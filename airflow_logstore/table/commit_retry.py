@@ -90,7 +90,7 @@ def is_unknown_commit_state(exc: BaseException) -> bool:
     """True when the catalog could not say whether a commit applied: pyiceberg's
     ``CommitStateUnknownException`` (a REST catalog's HTTP 500, 502 or 504), or Iceberg's Java one
     behind a Spark write. A commit attempt then decides again from the table
-    (:func:`airflow_logstore.spark.staged_commit.is_lost_race`)."""
+    (:func:`airflow_logstore.table.staged_commit.is_lost_race`)."""
     from pyiceberg.exceptions import CommitStateUnknownException
 
     return isinstance(exc, CommitStateUnknownException) or _matches(exc, UNKNOWN_STATE_CLASSES) is not None

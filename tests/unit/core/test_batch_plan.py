@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from airflow_logstore.core.batch_plan import apply_final, normalize_change, plan_batch
 from airflow_logstore.core.changelog import apply_retract, apply_upsert
-from airflow_logstore.core.changes import apply_final, normalize_change, plan_batch
 from airflow_logstore.core.codec import RowKind
 from airflow_logstore.exceptions import BadInputError
 

@@ -12,7 +12,7 @@ delete         ``-D`` old              nothing (a no-op delete, counted)
 =============  ====================  ==========================
 
 Tables without a primary key are append-only: every row is ``+I``; update and delete are refused.
-The Spark job implements exactly this (``airflow_logstore.spark.planning``); this module is the
+The Spark job implements exactly this (``airflow_logstore.write.planning``); this module is the
 reference used by tests and by small Python-side writes.
 """
 

@@ -1,6 +1,6 @@
 """Step 3 of the dual write: plan a batch's row kinds against the table's current rows.
 
-The Spark form of :func:`airflow_logstore.core.changes.plan_batch` (same rules, same three parts): per
+The Spark form of :func:`airflow_logstore.core.batch_plan.plan_batch` (same rules, same three parts): per
 key, in input order, each change yields ``-U`` before + ``+U`` after, ``+I`` after, or ``-D`` before; a
 delete of a key with no row yields nothing and is counted as a no-op delete. Tables without a key only
 append (``+I``).
@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow_logstore.spark.inputs import ADDED_COLUMNS, OP_COLUMN, ROW_COLUMN
+from airflow_logstore.core.codec import SPARK_JSON_OPTIONS
+from airflow_logstore.write.inputs import ADDED_COLUMNS, OP_COLUMN, ROW_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -30,20 +31,6 @@ BEFORE_VALUE_COLUMN = "_logstore_before_value"
 AFTER_VALUE_COLUMN = "_logstore_after_value"
 APPENDED_COLUMN = "_logstore_appended"
 CURRENT_PREFIX = "_cur_"
-#: ``to_json`` options that write column values by the log's value rule (``core.codec``): every column
-#: (nulls too), timestamps in UTC ("Z", whatever the session's time zone: an offset of a zone's local
-#: mean time has seconds that the pattern would drop) and both timestamp types with microseconds
-#: (``timestampNTZFormat`` defaults to milliseconds). Decimals need no option: Spark writes them as JSON
-#: numbers with every digit.
-JSON_OPTIONS = {
-    "ignoreNullFields": "false",
-    "timeZone": "UTC",
-    "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
-    "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS",
-    "dateFormat": "yyyy-MM-dd",
-}
-
-
 #: A batch with more distinct keys than this reads the table without a key filter (the filter is a list
 #: of literals: in the scan's pushed filter and in the MERGE's statement).
 KEY_FILTER_LIMIT = 50_000
@@ -432,7 +419,9 @@ def key_json(primary_key: Sequence[str]) -> Column:
     from pyspark.sql import functions as F
 
     return (
-        F.to_json(F.array(*[quoted(c) for c in primary_key]), JSON_OPTIONS).cast("binary").alias(KEY_COLUMN)
+        F.to_json(F.array(*[quoted(c) for c in primary_key]), SPARK_JSON_OPTIONS)
+        .cast("binary")
+        .alias(KEY_COLUMN)
     )
 
 
@@ -440,7 +429,7 @@ def value_json(kind: Any, row: Any) -> Column:
     """The record value ``{"kind": ..., "row": {...}}`` as bytes."""
     from pyspark.sql import functions as F
 
-    return F.to_json(F.struct(kind.alias("kind"), row.alias("row")), JSON_OPTIONS).cast("binary")
+    return F.to_json(F.struct(kind.alias("kind"), row.alias("row")), SPARK_JSON_OPTIONS).cast("binary")
 
 
 def quoted(name: str) -> Column:

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator
+import logging
+import sys
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_logstore.core.codec import KIND_VALUES, RecordMeta, decode_headers
+from airflow_logstore.core.codec import KIND_VALUES, SPARK_JSON_OPTIONS, RecordMeta, decode_headers
 from airflow_logstore.core.properties import ChangelogMode, Consistency
 from airflow_logstore.core.visibility import Decision, ReadFilter, output_identity
-from airflow_logstore.exceptions import RecordDecodeError
+from airflow_logstore.exceptions import LogStoreError, RecordDecodeError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -322,10 +324,8 @@ def write_output(
     spark: SparkSession, frames: list[tuple[str, DataFrame]], output: str, output_format: str
 ) -> None:
     """Write each frame (file, log) to ``output`` (its subfolder when there are two), every value exactly:
-    JSON by the log's value rule (``planning.JSON_OPTIONS``), Parquet with microsecond timestamps."""
-    from airflow_logstore.spark.planning import JSON_OPTIONS
-
-    options = JSON_OPTIONS if output_format == "json" else {}
+    JSON by the log's value rule (``codec.SPARK_JSON_OPTIONS``), Parquet with microsecond timestamps."""
+    options = SPARK_JSON_OPTIONS if output_format == "json" else {}
     key, value = PARQUET_TIMESTAMPS
     previous = spark.conf.get(key)
     spark.conf.set(key, value)
@@ -338,3 +338,23 @@ def write_output(
             spark.conf.unset(key)
         else:
             spark.conf.set(key, previous)
+
+
+def read_table_main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the read job (``spark_apps/read_table.py``, ``spark_jobs/read_table.py``): 0 on
+    success; the project's own errors print ``read_table: error: ...`` and return 1."""
+    from airflow_logstore.spark.jobconf import job_settings, spark_conf_dict
+    from airflow_logstore.spark.results import emit_result, job_session
+    from airflow_logstore.table.tables import LogStoreTable
+
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        spark = job_session(f"logstore-read-{args.table}")
+        catalog, kafka_extra = job_settings(spark_conf_dict(spark))
+        result = run(spark, args, catalog, kafka_extra)
+        emit_result(result, LogStoreTable.open(args.table, catalog, kafka_extra), args.report_id)
+    except LogStoreError as exc:
+        print(f"read_table: error: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from airflow_logstore.spark.jobs import read_table_main
+from airflow_logstore.read.read_job import read_table_main
 
 if __name__ == "__main__":
     sys.exit(read_table_main())

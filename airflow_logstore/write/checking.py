@@ -1,11 +1,11 @@
 """Step 2 of the dual write: one pass over a batch's changes checks every row against the table schema,
 counts them and finds whether the batch changes each of its keys once.
 
-A bad row (:func:`airflow_logstore.spark.inputs.tagged_changes` tags it) fails the batch before anything
+A bad row (:func:`airflow_logstore.write.inputs.tagged_changes` tags it) fails the batch before anything
 is written, with an error naming its row, column and file. A batch that changes each key once, or a table
 without a key, needs no plan when none of its keys is in the table (the write-through's condition, and
 a single-store write's): no change has a before-image and no record depends on another change
-(:meth:`airflow_logstore.spark.dual_write.DualWriter._through`, ``_write_direct``).
+(:meth:`airflow_logstore.write.writer.DualWriter._through`, ``_write_direct``).
 
 The pass is one Spark job over the changes: each task counts its rows, keeps the id of its first bad one
 and, when keys are checked, sorts a hash of each row's key (``xxhash64`` of the key columns) in the JVM
@@ -22,7 +22,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from airflow_logstore.spark.inputs import (
+from airflow_logstore.write.inputs import (
     ERROR_AT_COLUMN,
     ERROR_COLUMN,
     ROW_COLUMN,
@@ -30,8 +30,8 @@ from airflow_logstore.spark.inputs import (
     tagged_changes,
     uncompressed_cache,
 )
-from airflow_logstore.spark.planning import quoted
-from airflow_logstore.spark.producing import PRODUCER_CLASS, java_arguments, java_class
+from airflow_logstore.write.planning import quoted
+from airflow_logstore.write.producing import PRODUCER_CLASS, java_arguments, java_class
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -53,7 +53,7 @@ class Changes:
     :param frame: the changes, computed from the input wherever a step reads them, or from a cache.
     :param rows: how many there are (counted by the validation).
     :param cached: what is cached (``frame`` and the validation's columns); None when the input is read
-        again instead (:data:`~airflow_logstore.spark.inputs.REREAD_FORMATS`).
+        again instead (:data:`~airflow_logstore.write.inputs.REREAD_FORMATS`).
     :param keys_once: whether the batch changes each of its keys once (always for a table without a key);
         None when this was not checked (not asked, or too many changes).
     :param tasks: the partitions of ``frame`` (and of any frame computed from it without a shuffle).
@@ -112,7 +112,7 @@ def validated_changes(
 
 
 def checked_changes(tagged: DataFrame, primary_key: Sequence[str] | None) -> Checked:
-    """The pass over ``tagged`` (:func:`~airflow_logstore.spark.inputs.tagged_changes`).
+    """The pass over ``tagged`` (:func:`~airflow_logstore.write.inputs.tagged_changes`).
 
     :param primary_key: the keys to check (empty: a table without a key, whose changes each stand alone);
         None: do not check them.

@@ -1,8 +1,10 @@
 """The PySpark applications that operators hand to ``spark-submit``, shipped inside the package.
 
-Each module here is a file ``spark-submit`` runs as its main program; it only calls an entry point in
-:mod:`airflow_logstore.spark`. They live inside ``airflow_logstore`` so an installed wheel carries them
-(no generic top-level package); the repository's ``spark_jobs/*.py`` call the same entry points.
+Each module here is a file ``spark-submit`` runs as its main program; it only calls the entry point of
+an actor's job (``write.write_job``, ``read.read_job``, ``reconcile.reconcile_job``,
+``compaction.compact_job``). They live inside ``airflow_logstore`` so an installed wheel carries them
+(no generic top-level package); the repository's ``spark_jobs/*.py`` call the same entry points. They
+stand above the actors, apart from :mod:`airflow_logstore.spark` (the engine glue the actors' jobs use).
 """
 
 from __future__ import annotations

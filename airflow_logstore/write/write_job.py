@@ -1,6 +1,7 @@
-"""Entry points of the dual-write and read PySpark jobs (``spark_jobs/*.py`` call these).
+"""The dual-write PySpark job: its command line and entry point (``spark_apps/dual_write.py`` and
+``spark_jobs/dual_write.py`` call :func:`dual_write_main`; so does ``logstore write``).
 
-Each reports through :mod:`airflow_logstore.spark.results` (a result line, and the result next to the
+It reports through :mod:`airflow_logstore.spark.results` (a result line, and the result next to the
 table for its submitter).
 """
 
@@ -16,8 +17,8 @@ from airflow_logstore.exceptions import LogStoreError
 from airflow_logstore.spark.results import add_report_id, emit_failure, emit_result, job_session
 
 if TYPE_CHECKING:
-    from airflow_logstore.spark.dual_write import DualWriter
     from airflow_logstore.table.catalog import CatalogSpec
+    from airflow_logstore.write.writer import DualWriter
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +58,8 @@ def dual_write_main(argv: Sequence[str] | None = None, *, raise_errors: bool = F
       CLI explains (the problem and the next step).
     """
     from airflow_logstore.core.properties import parse_emit_mode
-    from airflow_logstore.spark.dual_write import CrashPoint, open_writer
     from airflow_logstore.spark.jobconf import job_settings, spark_conf_dict
+    from airflow_logstore.write.writer import CrashPoint, open_writer
 
     args = dual_write_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -88,7 +89,7 @@ def dual_write_main(argv: Sequence[str] | None = None, *, raise_errors: bool = F
             result = writer.write_path(args.input, args.batch_id, args.input_format)
             emit_result(result.to_dict(), writer.handle, args.report_id)
         else:
-            from airflow_logstore.spark.streaming import run_stream
+            from airflow_logstore.write.streaming import run_stream
 
             results = run_stream(
                 writer,
@@ -127,21 +128,3 @@ def _report_dual_write_failure(
         batch_id=args.batch_id,
         epoch=writer.epoch if writer else None,
     )
-
-
-def read_table_main(argv: Sequence[str] | None = None) -> int:
-    from airflow_logstore.spark import read_job
-    from airflow_logstore.spark.jobconf import job_settings, spark_conf_dict
-    from airflow_logstore.table.tables import LogStoreTable
-
-    args = read_job.parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        spark = job_session(f"logstore-read-{args.table}")
-        catalog, kafka_extra = job_settings(spark_conf_dict(spark))
-        result = read_job.run(spark, args, catalog, kafka_extra)
-        emit_result(result, LogStoreTable.open(args.table, catalog, kafka_extra), args.report_id)
-    except LogStoreError as exc:
-        print(f"read_table: error: {exc}", file=sys.stderr)
-        return 1
-    return 0
