@@ -76,6 +76,8 @@ class ControlTopic:
         self.config = dict(config)
         self.topic = topic
         self.epoch_floor = epoch_floor
+        self._id: str | None = None
+        self._id_known = False
 
     def ensure(self, replication_factor: int | None = None) -> bool:
         _, created = kafka_client.ensure_topic(
@@ -107,14 +109,12 @@ class ControlTopic:
     def topic_id(self) -> str | None:
         """The id Kafka gave the control topic when it was created (another one after a delete and
         re-create under the same name); None when the topic does not exist. Asked anew each time."""
-        self._id = kafka_client.topic_id(self.config, self.topic)
+        self._id, self._id_known = kafka_client.topic_id(self.config, self.topic), True
         return self._id
 
     def known_id(self) -> str | None:
         """:meth:`topic_id`, asked once for this object (a checkpoint names the topic it was made of)."""
-        if not hasattr(self, "_id"):
-            self.topic_id()
-        return self._id
+        return self._id if self._id_known else self.topic_id()
 
     def check_claim(
         self, state: control.ControlState, writer_id: str, epoch: int, claimed_in: str | None
