@@ -26,11 +26,12 @@ LAYERS: list[set[str]] = [
     {"table"},
     {"publish", "read"},
     {"reconcile", "compaction"},
+    {"health"},
     {"spark"},
     {"services"},
     {"hooks"},
     {"triggers"},
-    {"sensors", "operators"},
+    {"sensors", "operators", "plugins"},
     {"cli", "testing"},
 ]
 LAYER_OF = {name: level for level, names in enumerate(LAYERS) for name in names}
