@@ -347,6 +347,28 @@ def test_one_table_that_fails_to_load_does_not_hide_the_others() -> None:
     assert page["tables"][1]["errors"] == {} and page["tables"][1]["generated_at_ms"] == NOW
 
 
+def test_tables_are_read_side_by_side_and_listed_in_their_order() -> None:
+    """A slow table (a broker that does not answer) holds the page up once, not once per table."""
+    import threading
+
+    together = threading.Barrier(3, timeout=10)  # all three reads must be in flight at once
+
+    class Waiting(FakeProbe):
+        def log_bounds(self, config: LogStoreConfig) -> dict[int, tuple[int, int]]:
+            together.wait()
+            return super().log_bounds(config)
+
+    probes = []
+    for n in range(3):
+        probe = scenario().probe
+        probes.append(
+            Waiting(f"ns.t{n}", probe.facts_list, probe.bounds, probe.state, probe.log, probe.history)
+        )
+    page = catalog_health(probes, now_ms=NOW, workers=3)
+    assert [t["table"] for t in page["tables"]] == ["ns.t0", "ns.t1", "ns.t2"]
+    assert all(t["errors"] == {} for t in page["tables"])
+
+
 def test_a_table_without_a_log_shows_its_snapshots_only() -> None:
     plain = parse_table_properties({})
     probe = FakeProbe("ns.plain", [facts([snapshot(1, None, 5 * S)], plain)])
