@@ -24,6 +24,7 @@ and the others need neither FastAPI routes nor Airflow's API modules.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterable
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,8 @@ from airflow.plugins_manager import AirflowPlugin
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from airflow_logstore.health.probe import LiveProbe
+    from airflow_logstore.health.probe import TableProbe
+    from airflow_logstore.hooks.logstore import LogStoreHook
 
 URL_PREFIX = "/logstore"
 #: The Airflow view a user must be allowed to see (Viewer and above in the simple and FAB auth managers).
@@ -51,31 +53,35 @@ def _conf(key: str, default: str) -> str:
     return str(conf.get("logstore", key, fallback=default))
 
 
-def live_probes() -> list[LiveProbe]:
+def _hook() -> LogStoreHook:
+    """The hook of the view's catalog and Kafka settings (the operators' connections by default)."""
+    from airflow_logstore.hooks.logstore import LogStoreHook
+
+    return LogStoreHook(
+        _conf("view_logstore_conn_id", LogStoreHook.default_conn_name),
+        _conf("view_kafka_config_id", "kafka_default"),
+    )
+
+
+def live_probes() -> list[TableProbe]:
     """A probe per LogStore table of the configured catalog."""
     from airflow_logstore.health.probe import catalog_probes
-    from airflow_logstore.hooks.logstore import LogStoreHook
 
-    hook = LogStoreHook(
-        _conf("view_logstore_conn_id", LogStoreHook.default_conn_name),
-        _conf("view_kafka_config_id", "kafka_default"),
-    )
-    return catalog_probes(hook.catalog_spec(), hook.kafka_extra())
+    hook = _hook()
+    return list(catalog_probes(hook.catalog_spec(), hook.kafka_extra()))
 
 
-def one_probe(name: str) -> LiveProbe:
+def one_probe(name: str) -> TableProbe:
     """A probe of the table ``name`` (``namespace.table``) of the configured catalog."""
     from airflow_logstore.health.probe import LiveProbe
-    from airflow_logstore.hooks.logstore import LogStoreHook
 
-    hook = LogStoreHook(
-        _conf("view_logstore_conn_id", LogStoreHook.default_conn_name),
-        _conf("view_kafka_config_id", "kafka_default"),
-    )
-    return LiveProbe(hook.table(name))
+    return LiveProbe(_hook().table(name))
 
 
-def create_app(probes: Any = live_probes, probe: Any = one_probe) -> FastAPI:
+def create_app(
+    probes: Callable[[], Iterable[TableProbe]] = live_probes,
+    probe: Callable[[str], TableProbe] = one_probe,
+) -> FastAPI:
     """The view's FastAPI app (mounted by Airflow at :data:`URL_PREFIX`).
 
     :param probes: returns the probes of every table (tests pass fakes); ``probe`` one table's by name.
