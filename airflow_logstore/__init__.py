@@ -44,6 +44,9 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [
             {"integration-name": "LogStore", "python-modules": [f"{_MODULES}.triggers.snapshot_commit"]}
         ],
+        "plugins": [
+            {"name": "logstore", "plugin-class": f"{_MODULES}.plugins.logstore_view.LogStoreViewPlugin"}
+        ],
         "connection-types": [
             {
                 "hook-class-name": f"{_MODULES}.hooks.logstore.LogStoreHook",

@@ -43,6 +43,7 @@ def test_wheel_has_no_top_level_spark_jobs_and_ships_the_applications(dists: tup
     assert "airflow_logstore/py.typed" in names
     assert "airflow_logstore/write/java/LogProducer.java" in names  # compiled once where it runs
     assert "airflow_logstore/log/java/LogScan.java" in names  # the reconciler's JVM scan, likewise
+    assert "airflow_logstore/plugins/logstore_view.html" in names  # the LogStore view's page
     for app in APPLICATIONS:
         assert f"airflow_logstore/spark_apps/{app}" in names
 
@@ -53,6 +54,8 @@ def test_wheel_version_and_entry_points(dists: tuple[Path, Path]) -> None:
     assert airflow_logstore.get_provider_info()["versions"] == [airflow_logstore.__version__]
     assert "[apache_airflow_provider]\nprovider_info = airflow_logstore:get_provider_info" in entry_points
     assert "[console_scripts]\nlogstore = airflow_logstore.cli:main" in entry_points
+    plugin = "logstore = airflow_logstore.plugins.logstore_view:LogStoreViewPlugin"
+    assert f"[airflow.plugins]\n{plugin}" in entry_points
 
 
 def test_sdist_carries_the_package_and_its_marker(dists: tuple[Path, Path]) -> None:

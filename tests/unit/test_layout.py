@@ -28,11 +28,12 @@ LAYERS: list[set[str]] = [
     {"spark"},
     {"publish", "read", "write"},
     {"reconcile", "compaction"},
+    {"health"},
     {"spark_apps"},
     {"services"},
     {"hooks"},
     {"triggers"},
-    {"sensors", "operators"},
+    {"sensors", "operators", "plugins"},
     {"cli", "testing"},
 ]
 LAYER_OF = {name: level for level, names in enumerate(LAYERS) for name in names}

@@ -1,0 +1,1 @@
+"""Airflow plugins of the provider: the LogStore view in the Airflow UI."""
