@@ -35,6 +35,7 @@ def get_provider_info() -> dict[str, Any]:
                     f"{_MODULES}.operators.reconcile",
                     f"{_MODULES}.operators.compaction",
                     f"{_MODULES}.operators.read",
+                    f"{_MODULES}.operators.read_visible",
                 ],
             }
         ],
@@ -42,7 +43,13 @@ def get_provider_info() -> dict[str, Any]:
             {"integration-name": "LogStore", "python-modules": [f"{_MODULES}.sensors.snapshot_commit"]}
         ],
         "triggers": [
-            {"integration-name": "LogStore", "python-modules": [f"{_MODULES}.triggers.snapshot_commit"]}
+            {
+                "integration-name": "LogStore",
+                "python-modules": [
+                    f"{_MODULES}.triggers.snapshot_commit",
+                    f"{_MODULES}.triggers.table_events",
+                ],
+            }
         ],
         "connection-types": [
             {

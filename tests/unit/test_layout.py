@@ -31,6 +31,7 @@ LAYERS: list[set[str]] = [
     {"hooks"},
     {"triggers"},
     {"sensors", "operators"},
+    {"task_group"},
     {"cli", "testing"},
 ]
 LAYER_OF = {name: level for level, names in enumerate(LAYERS) for name in names}
