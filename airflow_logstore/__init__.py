@@ -36,6 +36,7 @@ def get_provider_info() -> dict[str, Any]:
                     f"{_MODULES}.operators.compaction",
                     f"{_MODULES}.operators.read",
                     f"{_MODULES}.operators.read_visible",
+                    f"{_MODULES}.operators.streaming_write",
                 ],
             }
         ],
@@ -48,6 +49,7 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [
                     f"{_MODULES}.triggers.snapshot_commit",
                     f"{_MODULES}.triggers.table_events",
+                    f"{_MODULES}.triggers.streaming_write",
                 ],
             }
         ],

@@ -18,7 +18,7 @@ from airflow_logstore.triggers.assets import logstore_visible_asset
 
 # [START logstore_downstream_tables]
 #: the tables this DAG follows (each gets a visible asset watched in the triggerer)
-TABLES = ["demo.orders"]
+TABLES = ["demo.orders", "demo.orders_stream"]
 # [END logstore_downstream_tables]
 
 with DAG(

@@ -18,7 +18,7 @@ from airflow_logstore.triggers.assets import logstore_commit_asset
 
 # [START logstore_publish_tables]
 #: the tables whose commits this DAG publishes (each gets a commit asset watched in the triggerer)
-TABLES = ["demo.orders"]
+TABLES = ["demo.orders", "demo.orders_stream"]
 # [END logstore_publish_tables]
 
 with DAG(

@@ -77,11 +77,22 @@ def _watched(dag) -> dict[str, list[str]]:
 
 def test_downstream_runs_on_visible_events_and_publish_on_commit_events(dagbag) -> None:
     # issue 38, item 1: a downstream run starts once the batch is visible, never on the write alone
+    tables = ("demo.orders", "demo.orders_stream")
     downstream = dagbag.dags["logstore_downstream"]
-    assert _watched(downstream) == {"logstore.demo.orders.visible": ["LogStoreVisibleTrigger"]}
+    assert _watched(downstream) == {f"logstore.{t}.visible": ["LogStoreVisibleTrigger"] for t in tables}
     assert downstream.max_active_runs == 1 and downstream.catchup is False
-    assert [type(t).__name__ for t in downstream.tasks] == ["LogStoreReadVisibleOperator"]
+    reads = {t.task_id: (type(t).__name__, t.table) for t in downstream.tasks}
+    assert reads == {f"read_{t.replace('.', '_')}": ("LogStoreReadVisibleOperator", t) for t in tables}
     publish = dagbag.dags["logstore_publish"]
-    assert _watched(publish) == {"logstore.demo.orders.commits": ["LogStoreCommitTrigger"]}
+    assert _watched(publish) == {f"logstore.{t}.commits": ["LogStoreCommitTrigger"] for t in tables}
     assert publish.max_active_runs == 1
     assert publish.get_task("publish").upstream_task_ids == {"committed_tables"}
+
+
+def test_the_streaming_example_is_supervised_and_retried(dagbag) -> None:
+    dag = dagbag.dags["logstore_streaming"]
+    stream = dag.get_task("stream")
+    assert type(stream).__name__ == "LogStoreStreamingDualWriteOperator"
+    assert stream.table == "demo.orders_stream" and stream.retries == 2
+    assert stream.upstream_task_ids == {"create_table"}
+    assert dag.max_active_runs == 1
