@@ -53,7 +53,9 @@ class LogStoreReadVisibleOperator(LogStoreOperator):
 
         from airflow_logstore.triggers.assets import visible_asset_name
 
-        self.asset = Asset(name=visible_asset_name(table))
+        # a reference, not the asset: an asset declared here without its watcher would replace the one
+        # the DAG is scheduled on (Airflow keeps one definition per asset, the last one it collects)
+        self.asset = Asset.ref(name=visible_asset_name(table))
         kwargs["inlets"] = [*(kwargs.get("inlets") or []), self.asset]
         super().__init__(**kwargs)
         self.table = table

@@ -73,6 +73,7 @@ class _TableEventTrigger(BaseEventTrigger):
         self.clock: Callable[[], float] = time.monotonic
         self.sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep
         self._lock = threading.Lock()
+        self._table_handle: LogStoreTable | None = None
         #: errors in a row so far (for tests and logs)
         self.failed_attempts = 0
 
@@ -89,9 +90,12 @@ class _TableEventTrigger(BaseEventTrigger):
         )
 
     def _handle(self) -> LogStoreTable:
+        """The table through the connections, built once per run of clients (:meth:`reset` drops it)."""
         from airflow_logstore.hooks.logstore import LogStoreHook
 
-        return LogStoreHook(self.logstore_conn_id, self.kafka_config_id).table(self.table)
+        if self._table_handle is None:
+            self._table_handle = LogStoreHook(self.logstore_conn_id, self.kafka_config_id).table(self.table)
+        return self._table_handle
 
     def backoff(self, failed_attempts: int) -> float:
         """Seconds to wait after the ``failed_attempts``-th failed attempt in a row."""
@@ -114,6 +118,7 @@ class _TableEventTrigger(BaseEventTrigger):
 
     def _locked_reset(self) -> None:
         with self._lock:
+            self._table_handle = None
             self.reset()
 
     async def started(self) -> None:

@@ -96,3 +96,18 @@ def test_the_streaming_example_is_supervised_and_retried(dagbag) -> None:
     assert stream.table == "demo.orders_stream" and stream.retries == 2
     assert stream.upstream_task_ids == {"create_table"}
     assert dag.max_active_runs == 1
+
+
+def test_no_task_redeclares_a_watched_asset_without_its_watcher(dagbag) -> None:
+    """Airflow keeps one definition per asset, the last it collects: a task's inlet or outlet ``Asset``
+    of the same name without the watcher would drop the watcher (found on a real Airflow: the visible
+    trigger never ran). Tasks name watched assets by reference."""
+    from airflow.sdk import Asset
+
+    for dag in dagbag.dags.values():
+        condition = dag.timetable.asset_condition
+        watched = {a.name for a in getattr(condition, "objects", ()) if getattr(a, "watchers", None)}
+        for task in dag.tasks:
+            for asset in [*task.inlets, *task.outlets]:
+                if isinstance(asset, Asset) and asset.name in watched:
+                    assert asset.watchers, f"{dag.dag_id}.{task.task_id} redeclares {asset.name}"

@@ -64,13 +64,14 @@ def operator(monkeypatch: pytest.MonkeyPatch) -> LogStoreReadVisibleOperator:
 
 
 def context(own: list[Any], history: list[Any]) -> dict[str, Any]:
-    asset = Asset(name="logstore.db.orders.visible")
+    asset = Asset.ref(name="logstore.db.orders.visible")
     return {"triggering_asset_events": {asset: own}, "inlet_events": {asset: History(history)}}
 
 
 def test_the_task_reads_the_tables_visible_asset() -> None:
     task = LogStoreReadVisibleOperator(task_id="read", table="db.orders")
-    assert [a.name for a in task.inlets] == ["logstore.db.orders.visible"]
+    # a reference: an Asset without the watcher would replace the DAG's scheduled one (and its watcher)
+    assert task.inlets == [Asset.ref(name="logstore.db.orders.visible")]
 
 
 def test_the_window_runs_from_where_earlier_events_reached_to_the_runs_own_last_event(
@@ -108,7 +109,7 @@ def test_events_stored_at_the_same_time_as_the_first_own_event_are_the_runs_own(
     own = [stored(5, {0: 2, 1: 2}, {0: 4, 1: 2}), stored(5, {0: 4, 1: 2}, {0: 6, 1: 2})]
     history = History(earlier + own)
     result = operator.execute(
-        {**context(own, []), "inlet_events": {Asset(name="logstore.db.orders.visible"): history}}
+        {**context(own, []), "inlet_events": {Asset.ref(name="logstore.db.orders.visible"): history}}
     )
     assert result["window"] == {"from": {"0": 3, "1": 3}, "to": {"0": 7, "1": 3}}
     assert history.asked == {
