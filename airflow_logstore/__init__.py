@@ -35,6 +35,8 @@ def get_provider_info() -> dict[str, Any]:
                     f"{_MODULES}.operators.reconcile",
                     f"{_MODULES}.operators.compaction",
                     f"{_MODULES}.operators.read",
+                    f"{_MODULES}.operators.read_visible",
+                    f"{_MODULES}.operators.streaming_write",
                 ],
             }
         ],
@@ -42,7 +44,14 @@ def get_provider_info() -> dict[str, Any]:
             {"integration-name": "LogStore", "python-modules": [f"{_MODULES}.sensors.snapshot_commit"]}
         ],
         "triggers": [
-            {"integration-name": "LogStore", "python-modules": [f"{_MODULES}.triggers.snapshot_commit"]}
+            {
+                "integration-name": "LogStore",
+                "python-modules": [
+                    f"{_MODULES}.triggers.snapshot_commit",
+                    f"{_MODULES}.triggers.table_events",
+                    f"{_MODULES}.triggers.streaming_write",
+                ],
+            }
         ],
         "plugins": [
             {"name": "logstore", "plugin-class": f"{_MODULES}.plugins.logstore_view.LogStoreViewPlugin"}

@@ -1,36 +1,38 @@
-"""logstore_downstream: scheduled on LogStore table assets; reads what the new batch made visible.
+"""logstore_downstream: runs when a LogStore table's visibility watermark advances; reads what became visible.
 
-Every batch the pipeline commits emits the table's asset (through the ``logstore_tables`` alias);
-this DAG runs then and reads the table's log with the consistency guarantee.
+Scheduled on the tables' *visible* assets: their watcher (``LogStoreVisibleTrigger``, in the triggerer)
+fires when the table's watermark advances, whoever published (logstore_pipeline's publish task,
+logstore_publish, the CLI). Each run reads, with the consistency guarantee, exactly the log records its
+events made visible: never a record of an uncommitted batch, never a change an earlier run read, none
+left out, also after a triggerer restart. One run at a time: events that come while a run reads are
+read by the next one.
 """
 
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import DAG, AssetAlias, task
+from airflow.sdk import DAG, AssetAny
 
-from airflow_logstore.operators.read import LogStoreReadOperator
+from airflow_logstore.operators.read_visible import LogStoreReadVisibleOperator
+from airflow_logstore.triggers.assets import logstore_visible_asset
+
+# [START logstore_downstream_tables]
+#: the tables this DAG follows (each gets a visible asset watched in the triggerer)
+TABLES = ["demo.orders", "demo.orders_stream"]
+# [END logstore_downstream_tables]
 
 with DAG(
     dag_id="logstore_downstream",
-    description="A downstream step scheduled on the LogStore table assets",
-    schedule=[AssetAlias("logstore_tables")],
+    description="Read what became visible in LogStore tables, run by their visible events",
+    schedule=AssetAny(*(logstore_visible_asset(table) for table in TABLES)),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
+    max_active_runs=1,
     tags=["logstore", "example"],
     doc_md=__doc__,
 ) as dag:
-
-    @task
-    def changed_tables(triggering_asset_events: dict | None = None) -> list[str]:
-        names = set()
-        for events in (triggering_asset_events or {}).values():
-            for event in events:
-                name = getattr(event.asset, "name", "") or ""
-                if name.startswith("logstore."):
-                    names.add(name[len("logstore.") :])
-        return sorted(names) or ["demo.orders"]
-
-    LogStoreReadOperator.partial(task_id="consistent_read", mode="log", consistency="transactional").expand(
-        table=changed_tables()
-    )
+    # [START logstore_downstream_tasks]
+    for table in TABLES:
+        # a table without an event in the run is skipped
+        LogStoreReadVisibleOperator(task_id=f"read_{table.replace('.', '_')}", table=table)
+    # [END logstore_downstream_tasks]

@@ -4,8 +4,9 @@ Trigger it from the Airflow UI ("Trigger DAG" shows a form for the params below)
 
     POST /api/v2/dags/logstore_pipeline/dagRuns  {"logical_date": null, "conf": {"batch_id": 2, ...}}
 
-The table is an Airflow asset: each committed batch emits ``logstore.<namespace>.<table>`` through the
-``logstore_tables`` asset alias, so a downstream DAG can be scheduled on it (see logstore_downstream).
+The whole chain is one call, ``logstore_batch`` (``airflow_logstore.task_group``). DAGs downstream of the
+table are scheduled on its *visible* asset (see logstore_downstream): they run once the batch is
+published, never on the write alone.
 """
 
 from __future__ import annotations
@@ -13,17 +14,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pendulum
-from airflow.sdk import DAG, AssetAlias, Param
+from airflow.sdk import DAG, Param
 
-from airflow_logstore.operators.create_table import LogStoreCreateTableOperator
-from airflow_logstore.operators.dual_write import LogStoreDualWriteOperator
-from airflow_logstore.operators.publish import LogStorePublishVisibleOffsetsOperator
-from airflow_logstore.operators.read import LogStoreReadOperator
-from airflow_logstore.sensors.snapshot_commit import SnapshotCommitSensor
+from airflow_logstore.task_group import logstore_batch
 
 SAMPLE_INPUT = str(Path(__file__).parent / "data" / "orders_batch_1.jsonl")
 TABLE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$"
-LOGSTORE_TABLES = AssetAlias("logstore_tables")
 
 # [START logstore_pipeline_params]
 PARAMS = {
@@ -87,9 +83,12 @@ with DAG(
     doc_md=__doc__,
 ) as dag:
     # [START logstore_pipeline_tasks]
-    create = LogStoreCreateTableOperator(
-        task_id="create_table",
+    logstore_batch(
         table="{{ params.table }}",
+        input_path="{{ params.input_path }}",
+        batch_id="{{ params.batch_id }}",
+        writer_id="logstore_pipeline",
+        emit_mode="{{ params.emit_mode }}",
         schema="id int, customer string, amount long, status string",
         primary_key=["id"],
         properties={
@@ -99,38 +98,9 @@ with DAG(
             "log-store.partitions": "3",
             "log.consumer.changelog.modes": "all-kinds",
         },
-    )
-    write = LogStoreDualWriteOperator(
-        task_id="dual_write",
-        table="{{ params.table }}",
-        input_path="{{ params.input_path }}",
-        batch_id="{{ params.batch_id }}",
-        writer_id="logstore_pipeline",
-        emit_mode="{{ params.emit_mode }}",
-        outlets=[LOGSTORE_TABLES],
-        retries=2,
-    )
-    wait = SnapshotCommitSensor(
-        task_id="wait_for_snapshot",
-        table="{{ params.table }}",
-        writer_id="logstore_pipeline",
-        batch_id="{{ params.batch_id }}",
-        write_task_id="dual_write",  # its last try killed (no failure report): the wait ends at once
-        deferrable=True,
-        poke_before_defer=False,
-        poke_interval=2,
-        timeout=1800,
-    )
-    publish = LogStorePublishVisibleOffsetsOperator(
-        task_id="publish_visible_offsets", table="{{ params.table }}"
-    )
-    read = LogStoreReadOperator(
-        task_id="read",
-        table="{{ params.table }}",
-        mode="{{ params.read_mode }}",
+        read_mode="{{ params.read_mode }}",
         consistency="{{ params.consistency }}",
+        retries=2,
+        prefix_group_id=False,  # the tasks keep their short ids: create_table, dual_write, ...
     )
-    # The sensor waits (in the triggerer) while the write runs; publishing needs both.
-    create >> [write, wait]
-    [write, wait] >> publish >> read
     # [END logstore_pipeline_tasks]

@@ -8,11 +8,6 @@ from typing import Any
 from airflow_logstore.operators._base import SparkJobOperator
 
 
-def table_asset_name(table: str) -> str:
-    """The Airflow asset that stands for a LogStore table."""
-    return f"logstore.{table}"
-
-
 class LogStoreDualWriteOperator(SparkJobOperator):
     """Submit ``spark_jobs/dual_write.py`` through the Airflow Spark provider and report the commit.
 
@@ -161,8 +156,12 @@ class LogStoreDualWriteOperator(SparkJobOperator):
         return value
 
     def _emit_asset_events(self, context: Any, value: dict[str, Any]) -> None:
-        """Attach this table's asset to every asset alias among the outlets (with the commit as extra)."""
+        """Attach this table's *commit* asset to every asset alias among the outlets (with the commit as
+        extra): the batch is committed, not yet visible. DAGs that read the table are scheduled on its
+        visible asset (:func:`~airflow_logstore.triggers.assets.logstore_visible_asset`)."""
         from airflow.sdk import Asset, AssetAlias
+
+        from airflow_logstore.triggers.assets import commit_asset_name
 
         events = context.get("outlet_events") if hasattr(context, "get") else None
         if events is None:
@@ -170,4 +169,4 @@ class LogStoreDualWriteOperator(SparkJobOperator):
         for outlet in self.outlets or []:
             if isinstance(outlet, AssetAlias):
                 extra = {k: value.get(k) for k in ("snapshot_id", "batch_id", "epoch", "writer_id")}
-                events[outlet].add(Asset(name=table_asset_name(self.table)), extra=extra)
+                events[outlet].add(Asset(name=commit_asset_name(self.table)), extra=extra)

@@ -734,7 +734,8 @@ def run_read(
     mode: str,
     consistency: str | None = None,
     changelog_mode: str | None = None,
-    start: str = "earliest",
+    start: StartPosition | str = "earliest",
+    end: Mapping[int, int] | None = None,
     snapshot_id: int | None = None,
     options: Mapping[str, Any] | None = None,
     normalize: bool = False,
@@ -748,6 +749,8 @@ def run_read(
     Rows are written as they are read, one Arrow batch at a time (a chunk of the log, a batch of the
     snapshot's files): memory does not grow with the number of rows.
     Returns a summary (counts and the read report) — what the operator pushes to XCom.
+
+    :param end: a log read's end per partition (exclusive; default: the log's end when it starts)
     """
     sink = open(output_path, "w", encoding="utf-8") if output_path else output  # noqa: SIM115
     try:
@@ -765,7 +768,8 @@ def run_read(
                 scanner=scanner,
             )
             report = reader.new_report()
-            summary["records"] = _write_rows(reader.iterate_batches(start, report=report, limit=limit), sink)
+            batches = reader.iterate_batches(start, end, report=report, limit=limit)
+            summary["records"] = _write_rows(batches, sink)
             summary["report"] = report.to_dict()
         elif mode == "hybrid":
             reader = LogReader(

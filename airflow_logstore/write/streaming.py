@@ -18,6 +18,7 @@ from airflow_logstore.write.inputs import CORRUPT_COLUMN
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from airflow_logstore.write.stream_monitor import StreamMonitor
     from airflow_logstore.write.writer import BatchResult, DualWriter
 
 log = logging.getLogger(__name__)
@@ -69,8 +70,13 @@ def run_stream(
     trigger: str = "available-now",
     timeout: float | None = None,
     max_offsets_per_trigger: int | None = None,
+    monitor: StreamMonitor | None = None,
 ) -> list[BatchResult]:
-    """Run the streaming dual write until the source is drained (available-now/once) or ``timeout``."""
+    """Run the streaming dual write until the source is drained (available-now/once) or ``timeout``.
+
+    :param monitor: writes the application's heartbeat and stops the query on a stop request
+    :raises: a micro-batch's own error (its class says whether a retry can help), else ``LogStoreError``
+    """
     from pyspark.errors import StreamingQueryException
 
     if not checkpoint:
@@ -95,6 +101,7 @@ def run_stream(
     source = reader.load()
     table_columns = [f.name for f in spark.table(writer.handle.spark_name()).schema.fields]
     results: list[BatchResult] = []
+    failures: list[BaseException] = []
 
     def each_batch(df: DataFrame, batch_id: int) -> None:
         df = df.persist()
@@ -105,22 +112,35 @@ def run_stream(
             result = writer.write_frame(raw, int(batch_id))
             log.info("micro-batch %s: %s", batch_id, result.to_dict())
             results.append(result)
+            if monitor is not None:
+                monitor.batch_done(int(batch_id), result)
+        except BaseException as exc:
+            failures.append(exc)  # the query reports it wrapped; the driver raises it as it is
+            raise
         finally:
             df.unpersist()
 
     query = _trigger(
         source.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint), trigger
     ).start()
+    if monitor is not None:
+        monitor.attach(query)
+    outcome = "failed"
     try:
         if timeout is not None:
             query.awaitTermination(timeout)
         else:
             query.awaitTermination()
+        outcome = "stopped" if monitor is not None and monitor.stop_requested else "finished"
     except StreamingQueryException as exc:
+        if failures:
+            raise failures[-1] from None
         raise LogStoreError(
             f"the streaming dual write failed: {exc.getMessage() if hasattr(exc, 'getMessage') else exc}"
         ) from None
     finally:
         if query.isActive:
             query.stop()
+        if monitor is not None:
+            monitor.close(outcome)
     return results

@@ -46,6 +46,12 @@ def dual_write_parser() -> argparse.ArgumentParser:
     stream.add_argument("--trigger", default="available-now", help="available-now, once, or e.g. '5 seconds'")
     stream.add_argument("--timeout", type=float, default=None, help="stop a processing-time stream after N s")
     stream.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    stream.add_argument(
+        "--heartbeat-interval",
+        type=float,
+        default=None,
+        help="with --report-id: a heartbeat next to the table every N s, and stop requests obeyed",
+    )
     return parser
 
 
@@ -91,6 +97,11 @@ def dual_write_main(argv: Sequence[str] | None = None, *, raise_errors: bool = F
         else:
             from airflow_logstore.write.streaming import run_stream
 
+            monitor = None
+            if args.heartbeat_interval and args.report_id:
+                from airflow_logstore.write.stream_monitor import StreamMonitor
+
+                monitor = StreamMonitor(writer, args.report_id, args.heartbeat_interval)
             results = run_stream(
                 writer,
                 source_topic=args.source_topic,
@@ -99,8 +110,13 @@ def dual_write_main(argv: Sequence[str] | None = None, *, raise_errors: bool = F
                 trigger=args.trigger,
                 timeout=args.timeout,
                 max_offsets_per_trigger=args.max_offsets_per_trigger,
+                monitor=monitor,
             )
-            emit_result({"batches": [r.to_dict() for r in results]}, writer.handle, args.report_id)
+            if monitor is not None:  # a long run: its count and last micro-batch, not all of them
+                summary = {"batches": len(results), "last_batch": monitor.last_batch, "epoch": writer.epoch}
+                emit_result({**summary, "stopped": monitor.stop_requested}, writer.handle, args.report_id)
+            else:
+                emit_result({"batches": [r.to_dict() for r in results]}, writer.handle, args.report_id)
     except Exception as exc:
         _report_dual_write_failure(args, catalog, writer, exc)
         if raise_errors or not isinstance(exc, LogStoreError):
@@ -114,7 +130,19 @@ def dual_write_main(argv: Sequence[str] | None = None, *, raise_errors: bool = F
 def _report_dual_write_failure(
     args: argparse.Namespace, catalog: CatalogSpec | None, writer: DualWriter | None, exc: BaseException
 ) -> None:
-    """Leave a failure report next to the table (batch mode with a known batch id only)."""
+    """Leave a failure report next to the table: of the batch (batch mode with a known batch id), or
+    under the report id its submitter chose (streaming mode)."""
+    if args.source_topic and args.report_id:
+        emit_failure(
+            exc,
+            job="dual_write_stream",
+            table_name=args.table,
+            catalog=catalog,
+            report_id=args.report_id,
+            handle=writer.handle if writer else None,
+            epoch=writer.epoch if writer else None,
+        )
+        return
     if not args.input or args.batch_id is None:
         return
     emit_failure(

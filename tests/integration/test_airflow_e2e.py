@@ -5,20 +5,23 @@ The run is triggered through the REST API with a conf, as the UI's trigger form 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from airflow_logstore.publish.publisher import is_visible
 from airflow_logstore.read.reader import read_log
 from airflow_logstore.services.airflow_local import LocalAirflow
-from airflow_logstore.table.tables import LogStoreTable, snapshot_commits
+from airflow_logstore.table.tables import LogStoreTable, create_table, snapshot_commits
 from airflow_logstore.testing.environment import REPO_ROOT, free_port_pair
 from airflow_logstore.testing.tables import write_jsonl
 
@@ -53,11 +56,32 @@ def pauses(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def airflow(env, tmp_path_factory, pauses: Path):
+def stream(env, tmp_path_factory) -> StreamSetup:
+    """The event-driven tests' table (created before Airflow starts, so its watchers find it at once)
+    and folders: the streaming writer's pause points, the downstream runs' outputs."""
+    table = f"e2e.{env.unique('stream')}"
+    create_table(
+        LogStoreTable.open(table),
+        "id int, customer string, amount long, status string",
+        primary_key=["id"],
+        properties={
+            "log-store.enabled": "true",
+            "log-store.topic": table.replace(".", "_") + "_log",
+            "log-store.address": env.settings.kafka_bootstrap,
+            "log-store.partitions": "3",
+        },
+    )
+    return StreamSetup(table, tmp_path_factory.mktemp("stream-pauses"), tmp_path_factory.mktemp("downstream"))
+
+
+@pytest.fixture(scope="module")
+def airflow(env, tmp_path_factory, pauses: Path, stream: StreamSetup):
     dags = tmp_path_factory.mktemp("dags")
-    for dag in ("logstore_pipeline.py",):
+    for dag in ("logstore_pipeline.py", "logstore_reconcile.py"):
         shutil.copy(REPO_ROOT / "dags" / dag, dags / dag)
     (dags / f"{HELD_DAG}.py").write_text(held_pipeline(pauses))
+    for name, source in event_dags(stream).items():
+        (dags / name).write_text(source)
     shutil.copytree(REPO_ROOT / "dags" / "data", dags / "data")
     service = LocalAirflow(env.settings, dags, port=free_port_pair(), home=tmp_path_factory.mktemp("airflow"))
     try:
@@ -65,6 +89,53 @@ def airflow(env, tmp_path_factory, pauses: Path):
         yield service
     finally:
         service.down()
+
+
+@dataclass(frozen=True)
+class StreamSetup:
+    table: str
+    pauses: Path
+    outputs: Path
+
+
+def _replace_once(source: str, replacements: Sequence[tuple[str, str]], where: str) -> str:
+    for old, new in replacements:
+        assert source.count(old) == 1, f"{where} no longer has {old!r} once"
+        source = source.replace(old, new)
+    return source
+
+
+def event_dags(stream: StreamSetup) -> dict[str, str]:
+    """The event-driven example DAGs on the test's table: logstore_publish and logstore_downstream (its
+    reads also written to ``outputs``), and logstore_streaming, whose Spark tasks stop at
+    ``produce:flushed`` (records in the log, not committed) until the test releases them, retried
+    after 2 s, with a heartbeat every second."""
+    tables = 'TABLES = ["demo.orders", "demo.orders_stream"]'
+    held = {
+        "spark.executorEnv.LOGSTORE_PAUSE_AT": "produce:flushed",
+        "spark.executorEnv.LOGSTORE_PAUSE_DIR": str(stream.pauses),
+    }
+    found = {}
+    for name, replacements in {
+        "logstore_publish.py": [(tables, f"TABLES = [{stream.table!r}]")],
+        "logstore_downstream.py": [
+            (tables, f"TABLES = [{stream.table!r}]"),
+            (
+                "table=table)",
+                f"table=table, output_path={str(stream.outputs)!r} + '/{{{{ run_id }}}}.jsonl')",
+            ),
+        ],
+        "logstore_streaming.py": [
+            ('TABLE = "demo.orders_stream"', f"TABLE = {stream.table!r}"),
+            (
+                "retry_delay=timedelta(seconds=30),",
+                f"retry_delay=timedelta(seconds=2), spark_conf={held!r}, heartbeat_interval=1.0, "
+                "poll_interval=1.0,",
+            ),
+        ],
+    }.items():
+        found[name] = _replace_once((REPO_ROOT / "dags" / name).read_text(), replacements, f"dags/{name}")
+    return found
 
 
 #: the task states of a run whose dual write failed for good: the sensor fails at once, the rest never runs
@@ -218,3 +289,179 @@ def test_a_killed_write_fails_its_run_at_once_and_the_next_run_goes_ahead(
     assert started - killed_at < timedelta(minutes=1)
     commits = snapshot_commits(LogStoreTable.open(conf["table"]).load())
     assert [(c.writer_id, c.batch_id) for c in commits] == [("logstore_pipeline", 1)]
+
+
+# -- event-driven visibility and the supervised streaming writer (issue 38) ----------------------------
+
+
+def _produce_source(env, topic: str, ids: range) -> None:
+    from airflow_logstore.log import kafka_client
+
+    config = kafka_client.client_config(env.bootstrap)
+    kafka_client.ensure_topic(config, topic, partitions=1, replication_factor=1, topic_configs={})
+    producer = kafka_client.producer(config)
+    for i in ids:
+        row = {"id": i, "customer": f"c{i}", "amount": i * 10, "status": "new"}
+        producer.produce(topic, value=json.dumps(row).encode())
+    assert producer.flush(30) == 0
+
+
+def _runs(airflow: LocalAirflow, dag_id: str) -> list[dict[str, Any]]:
+    found = airflow.get(f"/api/v2/dags/{dag_id}/dagRuns?limit=100")
+    return sorted(found["dag_runs"], key=lambda run: str(run["run_after"]))
+
+
+def _watermark_moves(handle: LogStoreTable) -> list[tuple[int, dict[int, int]]]:
+    """(broker time, watermark) of every watermark move in the table's control topic, in order."""
+    from airflow_logstore.core import control
+    from airflow_logstore.log import kafka_client
+
+    ctl = handle.control()
+    cons = kafka_client.consumer(ctl.config)
+    try:
+        end = kafka_client.partition_offsets(cons, ctl.topic, 1)[0][1]
+        moves = []
+        for batch in kafka_client.scan(cons, ctl.topic, {0: 0}, {0: end}):
+            for m in batch:
+                record = control.decode(m.key(), m.value(), m.offset(), kafka_client.message_timestamp_ms(m))
+                if record and record.key.startswith(control.K_WATERMARK_PREFIX) and record.value:
+                    moves.append(
+                        (record.timestamp_ms or 0, {int(p): o for p, o in record.value["offsets"].items()})
+                    )
+    finally:
+        cons.close()
+    return moves
+
+
+def _visible_before_start(airflow: LocalAirflow, handle: LogStoreTable, run: dict[str, Any]) -> int:
+    """A logstore_downstream run's start (ms), checked to come after the watermark move that made
+    everything its read covers visible (the move's time: the broker's, on the control record)."""
+    task = "read_" + str(handle.name).replace(".", "_")
+    found = airflow.get(
+        f"/api/v2/dags/logstore_downstream/dagRuns/{run['dag_run_id']}/taskInstances/{task}"
+        "/xcomEntries/return_value?deserialize=true"
+    )
+    value = found["value"]
+    value = json.loads(value) if isinstance(value, str) else value
+    end = {int(p): o for p, o in value["window"]["to"].items()}
+    started_ms = int(_time(run["start_date"]).timestamp() * 1000)
+    moves = _watermark_moves(handle)
+    covering = [at for at, mark in moves if all(mark.get(p, -1) >= o - 1 for p, o in end.items())]
+    assert covering and covering[0] <= started_ms, (run["dag_run_id"], end, moves)
+    return started_ms
+
+
+def _downstream_reads(
+    airflow: LocalAirflow, stream: StreamSetup, table: str
+) -> dict[str, list[dict[str, Any]]]:
+    """Per successful logstore_downstream run, the changes its read wrote (in order)."""
+    reads = {}
+    for run in _runs(airflow, "logstore_downstream"):
+        if run["state"] != "success":
+            continue
+        out = stream.outputs / f"{run['dag_run_id']}.jsonl"
+        lines = out.read_text().splitlines() if out.exists() else []
+        reads[run["dag_run_id"]] = [json.loads(line) for line in lines]
+    return reads
+
+
+def test_a_killed_streaming_writer_is_retried_reconciled_and_read_downstream_once_across_a_triggerer_restart(
+    env, airflow: LocalAirflow, stream: StreamSetup, record_property: Callable[[str, Any], None]
+) -> None:
+    """The event-driven path end to end, with the streaming writer:
+
+    1. logstore_streaming's application is SIGKILLed with its first micro-batch's records in the log
+       (not committed); the trigger reports it lost, the task is retried, the new epoch replays the
+       micro-batch from the checkpoint and commits it;
+    2. its commit event runs logstore_publish, whose publish fires the visible event: a
+       logstore_downstream run starts after that publish and reads exactly the batch's changes;
+    3. the triggerer is SIGKILLed; a second batch is committed while it is down; a new triggerer: the
+       commit trigger fires for the unpublished commit, and the next downstream run reads exactly it;
+    4. the stream is stopped (its task succeeds), logstore_reconcile reverses the dead epoch's records.
+    Every change is read by one downstream run, once; nothing of the dead epoch is.
+    """
+    import signal as signals
+    import sys
+
+    from airflow_logstore.core.changelog import apply_retract
+    from airflow_logstore.services.airflow_local import COMPONENTS
+    from airflow_logstore.table import streams
+    from airflow_logstore.testing.tables import table_state
+
+    for dag_id in ("logstore_streaming", "logstore_publish", "logstore_downstream", "logstore_reconcile"):
+        airflow.wait_for_dag(dag_id)
+    handle = LogStoreTable.open(stream.table)
+    source = env.unique("orders_source")
+    _produce_source(env, source, range(1, 11))
+    run_id = airflow.trigger("logstore_streaming", {"source_topic": source, "run_for": None})
+
+    # 1. the first application holds its micro-batch after the flush; kill it (its whole session)
+    reached = stream.pauses / "produce_flushed.reached"
+    _until(reached.exists, "the first micro-batch's records flushed", timeout=300)
+    session = os.getpgid(int(reached.read_text()))
+    assert session != os.getpgrp()
+    os.killpg(session, signals.SIGKILL)
+    (stream.pauses / "produce_flushed.release").touch()  # the retry's micro-batches go through
+
+    def stream_task() -> dict[str, Any]:
+        return airflow.task_instances("logstore_streaming", run_id)["stream"]
+
+    _until(
+        lambda: stream_task()["try_number"] >= 2 and stream_task()["state"] == "deferred", "the retry", 300
+    )
+    first_try = airflow.task_log("logstore_streaming", run_id, "stream", 1)
+    assert "was lost: its process" in first_try and "ended without a result or a failure report" in first_try
+
+    def committed(ids: range) -> bool:
+        return {k[0] for k in table_state(handle)} >= set(ids)
+
+    _until(lambda: committed(range(1, 11)), "batch A committed by the retry", 300)
+    commits = snapshot_commits(handle.load())
+    _until(lambda: len(_downstream_reads(airflow, stream, stream.table)) >= 1, "a downstream run", 300)
+
+    # 2. the downstream run started after the publish that made its records visible
+    first_run = _runs(airflow, "logstore_downstream")[0]
+    started_ms = _visible_before_start(airflow, handle, first_run)
+    latency_ms = started_ms - min(c.timestamp_ms or 0 for c in commits)
+
+    # 3. the triggerer dies; batch B is committed meanwhile; a new triggerer
+    triggerer = airflow.component("triggerer")
+    assert triggerer.kill()
+    _produce_source(env, source, range(11, 21))
+    _until(lambda: committed(range(11, 21)), "batch B committed while the triggerer is down", 300)
+    triggerer.launch(
+        [sys.executable, "-m", "airflow", *COMPONENTS["triggerer"]], env=airflow.env(), cwd=Path.cwd()
+    )
+    _until(
+        lambda: sum(map(len, _downstream_reads(airflow, stream, stream.table).values())) >= 20, "B read", 400
+    )
+
+    # 4. stop the stream (a stop request, as an operator would): its task succeeds
+    location = handle.load().location()
+    statuses = Path(location.removeprefix("file://")) / "logstore" / "streams"
+    for status in statuses.glob("*.json"):
+        streams.request_stop(handle.load(), status.stem)
+    _until(lambda: stream_task()["state"] == "success", "the stream stopped", 180)
+    reconcile = airflow.trigger("logstore_reconcile", {"table": stream.table})
+    assert airflow.wait_for_run("logstore_reconcile", reconcile) == "success"
+
+    # each committed change read downstream once, nothing of the dead epoch; every run after its publish
+    reads = _downstream_reads(airflow, stream, stream.table)
+    for run in _runs(airflow, "logstore_downstream"):
+        if run["dag_run_id"] in reads:
+            _visible_before_start(airflow, handle, run)
+    read = [(r["_partition"], r["_offset"]) for rows in reads.values() for r in rows]
+    consistent = read_log(handle, consistency="transactional")
+    assert sorted(read) == sorted((r.partition, r.offset) for r in consistent.records)  # once, none lost
+    assert sorted(r["id"] for rows in reads.values() for r in rows) == list(range(1, 21))
+    committed_epochs = {c.epoch for c in snapshot_commits(handle.load())}
+    assert {r["_epoch"] for rows in reads.values() for r in rows} <= committed_epochs
+    # reconciliation reversed the dead epoch's records: the eventual log folds to the table
+    eventual = read_log(handle, consistency="eventual")
+    data = [r for r in eventual.records if r.meta.record_type.value == "data"]
+    dead = [r for r in data if r.meta.epoch not in committed_epochs]
+    reversals = [r for r in eventual.records if r.meta.record_type.value == "reversal"]
+    assert dead and len(reversals) == len(dead)
+    folded = apply_retract([((r.row["id"],), r.kind, r.row) for r in eventual.records])
+    assert not folded.anomalies and folded.state == table_state(handle)
+    record_property("report", f"commit -> downstream run start: {latency_ms} ms (the retried first batch)")

@@ -34,6 +34,7 @@ LAYERS: list[set[str]] = [
     {"hooks"},
     {"triggers"},
     {"sensors", "operators", "plugins"},
+    {"task_group"},
     {"cli", "testing"},
 ]
 LAYER_OF = {name: level for level, names in enumerate(LAYERS) for name in names}

@@ -16,9 +16,13 @@ def dagbag():
 
 def test_no_import_errors(dagbag) -> None:
     assert dagbag.import_errors == {}
-    assert {"logstore_pipeline", "logstore_reconcile", "logstore_compaction", "logstore_downstream"} <= set(
-        dagbag.dag_ids
-    )
+    assert {
+        "logstore_pipeline",
+        "logstore_reconcile",
+        "logstore_compaction",
+        "logstore_downstream",
+        "logstore_publish",
+    } <= set(dagbag.dag_ids)
 
 
 def test_pipeline_params_have_types_defaults_and_validation(dagbag) -> None:
@@ -53,7 +57,8 @@ def test_pipeline_shape(dagbag) -> None:
     assert wait.deferrable is True
     assert wait.write_task_id == "dual_write" and dag.has_task(wait.write_task_id)
     assert dag.get_task("publish_visible_offsets").upstream_task_ids == {"dual_write", "wait_for_snapshot"}
-    assert {type(o).__name__ for o in dag.get_task("dual_write").outlets} == {"AssetAlias"}
+    # the write emits no asset event: downstream DAGs run on the table's visible events (issue 38, item 1)
+    assert dag.get_task("dual_write").outlets == []
 
 
 def test_maintenance_dags_are_scheduled_without_catchup(dagbag) -> None:
@@ -62,3 +67,47 @@ def test_maintenance_dags_are_scheduled_without_catchup(dagbag) -> None:
     assert reconcile.catchup is False and reconcile.max_active_runs == 1
     compaction = dagbag.dags["logstore_compaction"]
     assert compaction.catchup is False and compaction.max_active_runs == 1
+
+
+def _watched(dag) -> dict[str, list[str]]:
+    """The assets a DAG is scheduled on (any of them), with their watchers' trigger classes."""
+    condition = dag.timetable.asset_condition
+    return {a.name: [type(w.trigger).__name__ for w in a.watchers] for a in condition.objects}
+
+
+def test_downstream_runs_on_visible_events_and_publish_on_commit_events(dagbag) -> None:
+    # issue 38, item 1: a downstream run starts once the batch is visible, never on the write alone
+    tables = ("demo.orders", "demo.orders_stream")
+    downstream = dagbag.dags["logstore_downstream"]
+    assert _watched(downstream) == {f"logstore.{t}.visible": ["LogStoreVisibleTrigger"] for t in tables}
+    assert downstream.max_active_runs == 1 and downstream.catchup is False
+    reads = {t.task_id: (type(t).__name__, t.table) for t in downstream.tasks}
+    assert reads == {f"read_{t.replace('.', '_')}": ("LogStoreReadVisibleOperator", t) for t in tables}
+    publish = dagbag.dags["logstore_publish"]
+    assert _watched(publish) == {f"logstore.{t}.commits": ["LogStoreCommitTrigger"] for t in tables}
+    assert publish.max_active_runs == 1
+    assert publish.get_task("publish").upstream_task_ids == {"committed_tables"}
+
+
+def test_the_streaming_example_is_supervised_and_retried(dagbag) -> None:
+    dag = dagbag.dags["logstore_streaming"]
+    stream = dag.get_task("stream")
+    assert type(stream).__name__ == "LogStoreStreamingDualWriteOperator"
+    assert stream.table == "demo.orders_stream" and stream.retries == 2
+    assert stream.upstream_task_ids == {"create_table"}
+    assert dag.max_active_runs == 1
+
+
+def test_no_task_redeclares_a_watched_asset_without_its_watcher(dagbag) -> None:
+    """Airflow keeps one definition per asset, the last it collects: a task's inlet or outlet ``Asset``
+    of the same name without the watcher would drop the watcher (found on a real Airflow: the visible
+    trigger never ran). Tasks name watched assets by reference."""
+    from airflow.sdk import Asset
+
+    for dag in dagbag.dags.values():
+        condition = dag.timetable.asset_condition
+        watched = {a.name for a in getattr(condition, "objects", ()) if getattr(a, "watchers", None)}
+        for task in dag.tasks:
+            for asset in [*task.inlets, *task.outlets]:
+                if isinstance(asset, Asset) and asset.name in watched:
+                    assert asset.watchers, f"{dag.dag_id}.{task.task_id} redeclares {asset.name}"

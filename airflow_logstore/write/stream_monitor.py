@@ -1,0 +1,108 @@
+"""The heartbeat of a long-running streaming dual write, and its stop requests (in the Spark driver).
+
+A daemon thread writes the application's heartbeat next to the table every ``interval`` seconds
+(:mod:`airflow_logstore.table.streams`): its state, writer, epoch, micro-batches and a beat counter
+that only grows (its supervisor judges liveness by the counter changing, never by comparing clocks).
+At each beat it also looks for a stop request and, when there is one, stops the query: the application
+then ends cleanly, with its result. A heartbeat that cannot be written is logged and tried again at the
+next beat; it never stops the stream.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from airflow_logstore.exceptions import first_line
+from airflow_logstore.table import streams
+
+if TYPE_CHECKING:
+    from airflow_logstore.write.writer import BatchResult, DualWriter
+
+log = logging.getLogger(__name__)
+
+
+class StreamMonitor:
+    """Heartbeat and stop requests of the streaming dual write submitted with ``report_id``."""
+
+    def __init__(self, writer: DualWriter, report_id: str, interval: float = 5.0) -> None:
+        self.report_id = report_id
+        self.interval = interval
+        self.table = writer.handle.load()  # its FileIO and location
+        self.writer_id = writer.writer_id
+        self.epoch = writer.epoch
+        self.state = "starting"
+        self.beats = 0
+        self.batches = 0
+        self.last_batch: dict[str, Any] | None = None
+        self.stop_requested = False
+        self._query: Any = None
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="logstore-stream-heartbeat", daemon=True)
+        self.beat()
+        self._thread.start()
+
+    def attach(self, query: Any) -> None:
+        """The query is running: beats say so, and a stop request stops it."""
+        with self._lock:
+            self._query = query
+            self.state = "running"
+        self.beat()
+
+    def batch_done(self, batch_id: int, result: BatchResult) -> None:
+        with self._lock:
+            self.batches += 1
+            self.last_batch = {"batch_id": batch_id, **result.to_dict()}
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "state": self.state,
+                "report_id": self.report_id,
+                "writer_id": self.writer_id,
+                "epoch": self.epoch,
+                "beats": self.beats,
+                "batches": self.batches,
+                "last_batch": self.last_batch,
+                "stop_requested": self.stop_requested,
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "heartbeat_ms": int(time.time() * 1000),
+            }
+
+    def beat(self) -> None:
+        with self._lock:
+            self.beats += 1
+        try:
+            streams.write_status(self.table, self.report_id, self.status())
+        except Exception as exc:
+            log.warning("could not write the stream's heartbeat (%s); trying again", first_line(exc))
+
+    def _run(self) -> None:
+        while not self._done.wait(self.interval):
+            self.beat()
+            try:
+                asked = not self.stop_requested and streams.stop_requested(self.table, self.report_id)
+            except Exception as exc:
+                log.warning("could not look for a stop request (%s); trying again", first_line(exc))
+                continue
+            if asked:
+                log.info("stop requested: stopping the streaming query")
+                with self._lock:
+                    self.stop_requested = True
+                    query = self._query
+                if query is not None:
+                    query.stop()
+
+    def close(self, state: str) -> None:
+        """The last heartbeat: ``finished``, ``stopped`` or ``failed``."""
+        self._done.set()
+        self._thread.join(timeout=self.interval + 30)
+        with self._lock:
+            self.state = state
+        self.beat()

@@ -1,0 +1,341 @@
+"""The streaming dual write's operator, trigger and heartbeat, on a real SQLite catalog (no Spark here:
+the application is a process the test controls; the real one runs in the integration and e2e tests)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import psutil
+import pytest
+import sqlalchemy.exc
+from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+
+from airflow_logstore.core.failures import JobFailure
+from airflow_logstore.exceptions import BadInputError, JobFailedError, KafkaUnavailableError
+from airflow_logstore.hooks.logstore import LogStoreHook
+from airflow_logstore.operators import streaming_write
+from airflow_logstore.operators.streaming_write import LogStoreStreamingDualWriteOperator, default_checkpoint
+from airflow_logstore.table import streams
+from airflow_logstore.table.reports import failure_of, report_failure, write_result
+from airflow_logstore.table.tables import LogStoreTable
+from airflow_logstore.triggers.streaming_write import StreamingDualWriteTrigger, kill_group, process_alive
+from airflow_logstore.write.stream_monitor import StreamMonitor
+
+LOG_PROPERTIES = {
+    "log-store.enabled": "true",
+    "log-store.topic": "orders_log",
+    "log-store.address": "127.0.0.1:1",
+}
+
+
+@pytest.fixture
+def table(handle: LogStoreTable, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LogStoreTable:
+    """``db.orders`` with its log enabled (no broker needed: nothing here talks to Kafka); the
+    operator's files (properties, output) in the test's own temporary folder."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with handle.load().transaction() as tx:
+        tx.set_properties(LOG_PROPERTIES)
+    return handle
+
+
+def operator(**kwargs: Any) -> LogStoreStreamingDualWriteOperator:
+    return LogStoreStreamingDualWriteOperator(
+        task_id="stream",
+        table="db.orders",
+        source_topic="orders_src",
+        jars="",
+        **{"startup_timeout": 30, **kwargs},
+    )
+
+
+# -- the operator ----------------------------------------------------------------------------------
+
+
+class Launched:
+    """What ``launch_detached`` was given, and a process that ends as the test says."""
+
+    def __init__(
+        self, table: LogStoreTable, monkeypatch: pytest.MonkeyPatch, code: int | None = None
+    ) -> None:
+        self.table = table
+        self.code = code
+        self.commands: list[list[str]] = []
+        self.env: dict[str, str] = {}
+        self.new_session = False
+        self.on_start: Any = None
+
+        def popen(command: list[str], **kwargs: Any) -> Any:
+            self.commands.append(command)
+            self.env = kwargs["env"]
+            self.new_session = kwargs.get("start_new_session", False)
+            if self.on_start is not None:
+                self.on_start(command[command.index("--report-id") + 1])
+            self.process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+            return SimpleNamespace(pid=self.process.pid, poll=lambda: self.code)
+
+        fake = SimpleNamespace(Popen=popen, STDOUT=subprocess.STDOUT)
+        monkeypatch.setattr(streaming_write, "subprocess", fake)  # this module's, not everyone's
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+def test_the_application_is_submitted_detached_as_the_spark_provider_builds_it_and_the_task_defers(
+    table: LogStoreTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    launched = Launched(table, monkeypatch)
+    launched.on_start = lambda report_id: streams.write_status(
+        table.load(), report_id, {"beats": 1, "epoch": 5}
+    )
+    task = operator(writer_id="orders-stream", run_for=30, checkpoint="file:///ckpt")
+    try:
+        with pytest.raises(TaskDeferred) as deferred:
+            task.execute({})
+        started = psutil.Process(launched.process.pid).create_time()
+    finally:
+        launched.stop()
+    (command,) = launched.commands
+    assert command[0].endswith("spark-submit") and "--properties-file" in command
+    assert command[command.index("--master") + 1] == "local[2]"
+    args = command
+    for flag, value in (
+        ("--source-topic", "orders_src"),
+        ("--checkpoint", "file:///ckpt"),
+        ("--writer-id", "orders-stream"),
+        ("--trigger", "1 second"),
+        ("--heartbeat-interval", "5.0"),
+        ("--timeout", "30.0"),
+    ):
+        assert args[args.index(flag) + 1] == value
+    assert launched.new_session  # it outlives the task's process group while the task is deferred
+    assert not any("password" in key.lower() for key in launched.env)
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, StreamingDualWriteTrigger) and deferred.value.method_name == "execute_complete"
+    assert trigger.report_id == command[command.index("--report-id") + 1] == task._report_id
+    assert (trigger.pid, trigger.host) == (launched.process.pid, socket.gethostname())
+    assert trigger.pid_started == pytest.approx(started)
+
+
+def test_the_default_checkpoint_lives_next_to_the_table() -> None:
+    assert (
+        default_checkpoint("file:///w/db/orders", "dag.stream")
+        == "file:///w/db/orders/logstore/streams/checkpoints/dag.stream"
+    )
+    assert (
+        default_checkpoint("s3://warehouse/db/orders/", "a/b")
+        == "s3a://warehouse/db/orders/logstore/streams/checkpoints/a%2Fb"
+    )
+
+
+def test_an_application_that_fails_before_its_first_heartbeat_fails_the_task_with_the_drivers_error(
+    table: LogStoreTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    launched = Launched(table, monkeypatch, code=1)
+    error = BadInputError("source record field 'colour' is not in the table")
+
+    def failed(report_id: str) -> None:
+        failure = failure_of(error, writer_id=None, batch_id=None, epoch=3, report_id=report_id)
+        report_failure(table.load(), failure)
+
+    launched.on_start = failed
+    try:
+        with pytest.raises(AirflowFailException, match="BadInputError: source record field 'colour'"):
+            operator().execute({})
+    finally:
+        launched.stop()
+
+
+def test_an_application_that_dies_before_its_first_heartbeat_says_so_and_is_retried(
+    table: LogStoreTable, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    launched = Launched(table, monkeypatch, code=137)
+    try:
+        with pytest.raises(
+            JobFailedError, match="exited with code 137 before the application's first heartbeat"
+        ) as e:
+            operator().execute({})
+    finally:
+        launched.stop()
+    assert e.value.retryable
+
+
+def test_how_the_application_ended_decides_how_the_task_ends() -> None:
+    task = operator()
+    done = task.execute_complete({}, {"status": "stopped", "report_id": "r", "result": {"batches": 4}})
+    assert done == {"table": "db.orders", "status": "stopped", "report_id": "r", "batches": 4}
+    bad = JobFailure(
+        None, None, "BadInputError", "row 1 does not fit", retryable=False, epoch=2, report_id="r"
+    )
+    with pytest.raises(AirflowFailException, match="BadInputError: row 1 does not fit"):
+        task.execute_complete({}, {"status": "failed", "report_id": "r", "failure": bad.to_json()})
+    down = JobFailure(
+        None, None, "KafkaUnavailableError", "no broker", retryable=True, epoch=2, report_id="r"
+    )
+    with pytest.raises(JobFailedError, match="no broker") as retried:
+        task.execute_complete({}, {"status": "failed", "report_id": "r", "failure": down.to_json()})
+    assert retried.value.retryable
+    with pytest.raises(JobFailedError, match="was lost: its process") as lost:
+        task.execute_complete(
+            {}, {"status": "lost", "message": "the stream of db.orders was lost: its process"}
+        )
+    assert lost.value.retryable
+
+
+# -- the trigger ------------------------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def watcher(report_id: str = "r1", **kwargs: Any) -> StreamingDualWriteTrigger:
+    trigger = StreamingDualWriteTrigger(
+        table="db.orders", report_id=report_id, heartbeat_timeout=30, **kwargs
+    )
+    trigger.clock = Clock()
+    return trigger
+
+
+def test_the_trigger_serializes_to_plain_arguments() -> None:
+    trigger = watcher(pid=7, pid_started=1.5, host="h", log_path="/tmp/x.log")
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "airflow_logstore.triggers.streaming_write.StreamingDualWriteTrigger"
+    assert StreamingDualWriteTrigger(**kwargs).serialize() == (classpath, kwargs)
+    assert json.loads(json.dumps(kwargs)) == kwargs
+
+
+def test_the_trigger_fires_the_result_or_the_drivers_failure(table: LogStoreTable) -> None:
+    trigger = watcher()
+    streams.write_status(table.load(), "r1", {"beats": 1, "state": "running"})
+    assert trigger.look() is None
+    write_result(table.load(), "r1", {"batches": 3, "stopped": True})
+    assert trigger.look() == {"status": "stopped", "result": {"batches": 3, "stopped": True}}
+    failure = failure_of(
+        KafkaUnavailableError("broker gone"), writer_id=None, batch_id=None, epoch=4, report_id="r2"
+    )
+    report_failure(table.load(), failure)
+    event = watcher("r2").look()
+    assert event is not None and event["status"] == "failed"
+    assert event["message"] == "KafkaUnavailableError: broker gone" and event["failure"]["epoch"] == 4
+
+
+def test_a_heartbeat_that_stops_means_lost_and_leaves_a_stop_request(table: LogStoreTable) -> None:
+    trigger = watcher()
+    clock = trigger.clock
+    assert isinstance(clock, Clock)
+    for beats in (1, 2, 2, 2):
+        streams.write_status(table.load(), "r1", {"beats": beats})
+        clock.now += 20  # 20 s per look: the counter stood still from 20 s to 60 s
+        event = trigger.look()
+        if beats < 2 or clock.now < 60:
+            assert event is None
+    assert event is not None and event["status"] == "lost"
+    assert "no heartbeat for 40s" in event["message"]
+    assert streams.stop_requested(table.load(), "r1")
+
+
+def test_a_process_that_ended_without_a_word_is_lost_at_once(table: LogStoreTable, tmp_path: Path) -> None:
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    started = psutil.Process(done.pid).create_time()
+    done.wait()
+    log = tmp_path / "out.log"
+    log.write_text("starting\nKilled\n")
+    trigger = watcher(pid=done.pid, pid_started=started, host=socket.gethostname(), log_path=str(log))
+    streams.write_status(table.load(), "r1", {"beats": 1})
+    event = trigger.look()
+    assert event is not None and event["status"] == "lost"
+    assert f"its process {done.pid} ended without a result or a failure report" in event["message"]
+    assert "starting | Killed" in event["message"]
+
+
+def test_a_process_is_told_from_another_that_reused_its_pid() -> None:
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        started = psutil.Process(running.pid).create_time()
+        assert process_alive(running.pid, started) is True
+        assert process_alive(running.pid, started - 100) is False  # another process had this pid
+        assert process_alive(None, None) is None
+        assert not kill_group(running.pid, started - 100)  # never signals the other process
+        assert kill_group(running.pid, started, signal.SIGKILL)
+        running.wait(timeout=30)
+        assert process_alive(running.pid, started) is False
+    finally:
+        running.kill()
+
+
+def test_errors_reading_the_table_are_retried_without_an_event(
+    table: LogStoreTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trigger = watcher(poll_interval=0.01, max_backoff=0.02)
+    calls = {"n": 0}
+    load = table.load
+
+    def flaky() -> Any:
+        calls["n"] += 1
+        if calls["n"] <= 3:
+            raise sqlalchemy.exc.OperationalError("SELECT", {}, Exception("database is locked"))
+        return load()
+
+    monkeypatch.setattr(LogStoreHook, "table", lambda self, name: SimpleNamespace(load=flaky))
+    write_result(table.load(), "r1", {"batches": 1})
+
+    async def first() -> Any:
+        stream = trigger.run()
+        try:
+            return await asyncio.wait_for(stream.__anext__(), 30)
+        finally:
+            await stream.aclose()
+
+    event = asyncio.run(first())
+    assert calls["n"] == 4 and event.payload == {
+        "report_id": "r1",
+        "status": "finished",
+        "result": {"batches": 1},
+    }
+
+
+# -- the heartbeat, in the driver -------------------------------------------------------------------
+
+
+class Query:
+    def __init__(self) -> None:
+        self.stopped = asyncio.Event()
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+
+def test_the_heartbeat_counts_up_and_a_stop_request_stops_the_query(table: LogStoreTable) -> None:
+    writer = SimpleNamespace(handle=table, writer_id="w", epoch=9)
+    monitor = StreamMonitor(writer, "r9", interval=0.05)  # type: ignore[arg-type]
+    first = streams.read_status(table.load(), "r9")
+    assert first is not None and first["state"] == "starting" and first["epoch"] == 9
+    query = Query()
+    monitor.attach(query)
+    monitor.batch_done(0, SimpleNamespace(to_dict=lambda: {"log_records": 4}))  # type: ignore[arg-type]
+    streams.request_stop(table.load(), "r9")
+    for _ in range(400):  # the monitor's thread looks at every beat
+        if query.stopped.is_set():
+            break
+        asyncio.run(asyncio.sleep(0.01))
+    assert query.stopped.is_set() and monitor.stop_requested
+    monitor.close("stopped")
+    last = streams.read_status(table.load(), "r9")
+    assert last is not None and last["state"] == "stopped" and last["beats"] > first["beats"]
+    assert last["batches"] == 1 and last["last_batch"] == {"batch_id": 0, "log_records": 4}
+    assert last["pid"] == os.getpid() and last["host"] == socket.gethostname()
