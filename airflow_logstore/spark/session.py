@@ -94,7 +94,7 @@ def build_spark_session(
         for key, value in base_conf().items():
             if not submitted.contains(key):
                 builder = builder.config(key, value)
-        return builder.getOrCreate()
+        return _with_source(builder.getOrCreate())
 
     from airflow_logstore.jars import spark_jars
 
@@ -108,4 +108,12 @@ def build_spark_session(
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
+    return _with_source(session)
+
+
+def _with_source(session: SparkSession) -> SparkSession:
+    """``session`` with the ``logstore`` data source registered (``spark.read.format("logstore")``)."""
+    from airflow_logstore.spark.source import register
+
+    register(session)
     return session
