@@ -713,6 +713,34 @@ def bounded(start: Mapping[int, int], available: Mapping[int, int], limit: int |
     return {p: start.get(p, 0) + share[p] for p in available}
 
 
+def catch_up(control: ControlFollower, timeout: float | None = None) -> None:
+    """Poll ``control`` until it has folded the control topic up to the end it has now: a follower's
+    poll folds what its consumer has fetched so far, and a stream's micro-batch must see the watermark
+    of the last publish before it (a first poll of a new consumer has fetched nothing yet).
+
+    :raises KafkaUnavailableError: the control topic's records did not come in ``timeout``.
+    """
+    import time
+
+    from confluent_kafka import TopicPartition
+
+    from airflow_logstore.exceptions import KafkaUnavailableError
+
+    end = kafka_client.partition_offsets(control.consumer, control.topic, 1)[0][1]
+    deadline = time.monotonic() + kafka_client.request_timeout(timeout)
+    control.poll(0)
+    while control.next < end:
+        (position,) = control.consumer.position([TopicPartition(control.topic, 0)])
+        if position.offset >= end:  # the records before the end are compacted away: nothing to fold
+            return
+        if time.monotonic() > deadline:
+            raise KafkaUnavailableError(
+                f"the control topic '{control.topic}' did not deliver its records up to {end} "
+                f"(at {control.next})"
+            )
+        control.poll(0.05)
+
+
 class StreamPlanner:
     """The driver's side of a ``logstore`` stream: offsets and the slices of each micro-batch.
 
@@ -750,12 +778,13 @@ class StreamPlanner:
         )
 
     def _state(self, offset: StreamOffset) -> ControlState | None:
-        """The control state, current (None for an eventual stream that does not continue a snapshot)."""
+        """The control state with every control record appended before this call folded (None for an
+        eventual stream that does not continue a snapshot)."""
         if not self.consistent and offset.snapshot is None:
             return None
         if self._control is None:
             self._control = ControlFollower.of(self.reader)
-        self._control.poll(0)
+        catch_up(self._control)
         return self._control.state
 
     # -- Spark's calls -----------------------------------------------------------------------------------

@@ -76,6 +76,42 @@ def logstore_options(
     }
 
 
+def stream_lag(progress: Any, source: int = 0) -> dict[str, dict[str, int]]:
+    """How far a ``logstore`` stream is behind, from its query's progress (``query.lastProgress``, a
+    listener's event's ``progress``, or their JSON), per log partition:
+
+    - ``positions``: the next offset the stream hands out (the end of its last micro-batch);
+    - ``log_end``: the log's end when the stream last looked; ``behind``: ``log_end - positions``;
+    - ``watermark`` (a consistent stream, or one from a snapshot): the visibility watermark;
+      ``unpublished``: records above it, ``log_end - watermark - 1`` (waiting for commits and publishes).
+
+    :param source: the index of the ``logstore`` source among the query's sources.
+    """
+    import json
+
+    data = progress if isinstance(progress, Mapping) else json.loads(getattr(progress, "json", progress))
+    entry = data["sources"][source]
+    end = _offset_json(entry.get("endOffset"))
+    latest = _offset_json(entry.get("latestOffset")) or end
+    positions = {p: int(o) for p, o in (end or latest).get("positions", {}).items()}
+    log_end = {p: int(o) for p, o in latest.get("log_end", {}).items()}
+    lag = {"positions": positions, "log_end": log_end}
+    lag["behind"] = {p: max(0, log_end[p] - positions.get(p, 0)) for p in log_end}
+    if "watermark" in latest:
+        watermark = {p: int(o) for p, o in latest["watermark"].items()}
+        lag["watermark"] = watermark
+        lag["unpublished"] = {p: max(0, log_end[p] - watermark.get(p, -1) - 1) for p in log_end}
+    return lag
+
+
+def _offset_json(value: Any) -> dict[str, Any]:
+    import json
+
+    if value is None:
+        return {}
+    return dict(value) if isinstance(value, Mapping) else dict(json.loads(value))
+
+
 def source_options(options: Mapping[str, str]) -> SourceOptions:
     """The checked options of one read (an ``OptionError`` names a bad one), with its catalog and Kafka
     settings (options ``catalog.*``/``kafka.*``, else the environment)."""

@@ -179,10 +179,15 @@ class _Kafka:
     def consumer(self, config: Any, **overrides: Any) -> Any:
         return self
 
+    def request_timeout(self, timeout: float | None) -> float:
+        return 1.0
+
     def close(self) -> None:
         pass
 
     def partition_offsets(self, cons: Any, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
+        if topic == "control":
+            return {0: (0, 0)}  # what the scripted control follower has folded: all of it
         ends = {
             p: 1 + max((r.offset() for r in self.log if r.partition() == p), default=-1)
             for p in range(partitions)
@@ -418,6 +423,7 @@ class _Clock:
 
     def __init__(self, history: _History) -> None:
         self.history, self.now = history, 0
+        self.consumer, self.topic, self.next = None, "control", 0
 
     def log(self) -> list[_Record]:
         return [r for r, at in zip(self.history.records, self.history.arrive, strict=True) if at <= self.now]
