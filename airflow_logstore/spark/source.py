@@ -44,8 +44,21 @@ _PROPERTY_PREFIX = "spark.logstore."
 
 def register(spark: SparkSession) -> None:
     """Register the ``logstore`` source in ``spark`` (its executors get the package with the session's
-    ``--py-files``)."""
+    ``--py-files``).
+
+    It replaces the one PySpark found by itself (``pyspark_logstore``), whose executors would need the
+    package installed; Spark then warns once per session it clones (every streaming query) that it
+    did, which says nothing here: that one warning is turned off.
+    """
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    if spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists(NAME):
+        log4j = jvm.org.apache.logging.log4j
+        log4j.core.config.Configurator.setLevel(_MANAGER_LOGGER, log4j.Level.ERROR)
     spark.dataSource.register(LogStoreDataSource)
+
+
+_MANAGER_LOGGER = "org.apache.spark.sql.execution.datasources.DataSourceManager"
 
 
 def logstore_options(
@@ -89,7 +102,8 @@ def stream_lag(progress: Any, source: int = 0) -> dict[str, dict[str, int]]:
     """
     import json
 
-    data = progress if isinstance(progress, Mapping) else json.loads(getattr(progress, "json", progress))
+    text = getattr(progress, "json", progress)  # PySpark's progress objects: their JVM JSON
+    data = json.loads(text) if isinstance(text, str) else progress
     entry = data["sources"][source]
     end = _offset_json(entry.get("endOffset"))
     latest = _offset_json(entry.get("latestOffset")) or end

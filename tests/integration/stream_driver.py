@@ -6,7 +6,8 @@ Each query ``q`` reads the table with ``spark.readStream.format("logstore")`` (s
 checkpoint in ``DIR/q/checkpoint``, into a ``foreachBatch`` sink that writes every delivery of micro-batch
 ``b`` to ``DIR/q/sink/<b>.<n>.jsonl`` (``n``: the how-many-th delivery of ``b``; a file appears whole, by
 rename) and then reaches the pause point ``sink:written`` (a kill there: delivered, not committed). The
-application stops its queries when ``DIR/stop`` exists, and exits 1 (``DIR/q/error.txt``) when a query fails.
+application starts the queries one after the other, stops them when ``DIR/stop`` exists, and exits 1
+(``DIR/q/error.txt``) when a query fails.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from typing import Any
 
 #: The streams the tests run: options of each query (the table comes from ``--table``).
 QUERIES: dict[str, dict[str, str]] = {
-    "log": {"mode": "log", "consistency": "consistent", "maxRecordsPerTrigger": "7"},
-    "hybrid": {"mode": "hybrid", "consistency": "consistent", "maxRecordsPerTrigger": "7"},
-    "eventual": {"mode": "log", "consistency": "eventual", "maxRecordsPerTrigger": "7"},
+    "log": {"mode": "log", "consistency": "consistent", "maxRecordsPerTrigger": "15"},
+    "hybrid": {"mode": "hybrid", "consistency": "consistent", "maxRecordsPerTrigger": "15"},
+    "eventual": {"mode": "log", "consistency": "eventual"},
 }
 
 
@@ -72,6 +73,10 @@ def main() -> int:
             .trigger(processingTime=f"{args.trigger_ms} milliseconds")
             .start()
         )
+        # one query at a time: each starts a Python process for its source, which Spark gives 10 s to
+        # connect back, and three at once on a busy 2-core machine can miss that
+        while queries[name].lastProgress is None and queries[name].exception() is None:
+            time.sleep(0.1)
     stop = args.root / "stop"
     while not stop.exists():
         for name, query in queries.items():
