@@ -35,9 +35,9 @@ def test_a_plain_pyspark_application_finds_the_logstore_source(
 ) -> None:
     folder, env = user_env
     python = folder / "bin" / "python"
-    _run(
-        [str(python), "-m", "pip", "install", "--quiet", "--force-reinstall", "--no-deps", str(dists[1])], env
-    )
+    pip = [str(python), "-m", "pip", "install", "--quiet"]
+    _run([*pip, str(dists[1])], env)  # with its dependencies (pyspark), as a user installs it
+    _run([*pip, "--force-reinstall", "--no-deps", str(dists[1])], env)  # this build, not an older 0.1.0
     result = subprocess.run(
         [str(python), "-c", APPLICATION],
         env={**env, "LOGSTORE_HOME": str(tmp_path / "home")},
