@@ -129,6 +129,7 @@ def mixed(env: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dic
     "case",
     [
         "consistent",
+        "consistent-jvm-scan",
         "eventual",
         "append-only",
         "eventual-from-snapshot",
@@ -139,8 +140,9 @@ def mixed(env: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dic
 def test_a_batch_read_equals_the_python_reader(mixed: dict[str, Any], spark: Any, case: str) -> None:
     handle, s1 = mixed["handle"], mixed["snapshot_1"]
     name = str(handle.name)
-    if case == "consistent":
-        rows = _spark_rows(spark, name, consistency="consistent")
+    if case.startswith("consistent"):
+        scanner = "jvm" if case.endswith("jvm-scan") else "auto"  # the JVM scan in a Spark task's worker
+        rows = _spark_rows(spark, name, consistency="consistent", scanner=scanner)
         want = read_log(handle, consistency="transactional").records
     elif case == "eventual":
         rows = _spark_rows(spark, name, consistency="eventual")
@@ -281,6 +283,52 @@ def test_a_checkpoint_written_by_version_1_of_the_source_is_read(
     want = [r for r in read_log(handle, consistency="transactional").records if r.meta.batch_id == 2]
     assert Counter(_log_key(r) for r in sink.rows()) == _python_log(want)
     assert min(sink.batches) == 1  # the fixture's batch 0 is committed: the stream went on after it
+
+
+def test_streams_return_batches_a_control_checkpoint_retired_once(
+    env: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A publish settles batches 1-12 and its checkpoint retires their ledger entries (tombstoned): a
+    stream running across it (its control follower folds the tombstones) and one started after it (from
+    the checkpoint) decide those records by the settled ranges, and return each once."""
+    from airflow_logstore.log import checkpoints
+    from tests.integration.test_checkpoints import write_batches
+
+    monkeypatch.setattr(checkpoints, "CHECKPOINT_EVERY", 20)
+    handle = make_table(env, prefix="retired", properties={"log-store.partitions": "1"})
+    write_batches(handle, 1, 12)
+
+    def start(sink: _Sink, name: str) -> Any:
+        return (
+            spark.readStream.format("logstore")
+            .options(table=str(handle.name), consistency="consistent", maxRecordsPerTrigger="7")
+            .load()
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / name))
+            .trigger(processingTime="100 milliseconds")
+            .start()
+        )
+
+    across, after = _Sink(), _Sink()
+    running = start(across, "across")
+    try:
+        _until(lambda: running.lastProgress is not None, "the first stream's first micro-batch")
+        report = publish_visible_offsets(handle)
+        assert report.checkpoint is not None and report.checkpoint["retired"] == 12
+        assert not handle.control().read().commits  # every entry retired: only the settled ranges decide
+        later = start(after, "after")
+        try:
+            write_batches(handle, 13, 3)
+            publish_visible_offsets(handle)
+            want = _python_log(read_log(handle, consistency="transactional").records)
+            assert sum(want.values()) == 15 * 5
+            _until(lambda: min(len(across.rows()), len(after.rows())) >= 75, "every committed record")
+        finally:
+            later.stop()
+    finally:
+        running.stop()
+    for sink in (across, after):
+        assert Counter(_log_key(r) for r in sink.rows()) == want
 
 
 # -- exactly once across SIGKILLs of the driver --------------------------------------------------------------
