@@ -66,6 +66,15 @@ class FollowerLagError(LogStoreError):
     retryable = False
 
 
+class StreamReadError(LogStoreError):
+    """A read of the ``logstore`` Spark source cannot go on exactly once: retention deleted records it had
+    not returned yet, the log topic was recreated, its control state finds a record below the
+    watermark undecided, or its checkpoint holds an offset this package cannot read. Running it again
+    from the same checkpoint cannot help; read again from a snapshot with a new checkpoint."""
+
+    retryable = False
+
+
 class SchemaMismatchError(LogStoreError, ValueError):
     """Input rows or an existing table do not fit the declared schema."""
 

@@ -389,9 +389,16 @@ def scan_classpath() -> str:
 
 
 def _pyspark_jars() -> Path:
-    """The jars folder of the pyspark wheel, found without importing pyspark (about 0.1 s)."""
+    """The jars folder of the pyspark wheel, found without importing pyspark (about 0.1 s).
+
+    In a Spark task's Python worker pyspark is imported from ``$SPARK_HOME/python/lib/pyspark.zip``, which
+    has no jars: ``SPARK_HOME`` comes first (the ``logstore`` Spark source runs the scan there).
+    """
     import importlib.util
 
+    home = os.environ.get("SPARK_HOME")
+    if home and (Path(home) / "jars").is_dir():
+        return Path(home) / "jars"
     spec = importlib.util.find_spec("pyspark")
     if spec is None or not spec.submodule_search_locations:
         raise ServiceError("the JVM log scan needs the pyspark wheel's jars (pyspark is not installed)")

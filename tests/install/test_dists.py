@@ -39,7 +39,12 @@ def test_twine_check_passes_on_sdist_and_wheel(dists: tuple[Path, Path]) -> None
 def test_wheel_has_no_top_level_spark_jobs_and_ships_the_applications(dists: tuple[Path, Path]) -> None:
     names, _, _ = _wheel_metadata(dists[1])
     top_levels = {name.split("/", 1)[0] for name in names}
-    assert top_levels == {"airflow_logstore", f"airflow_logstore-{airflow_logstore.__version__}.dist-info"}
+    # pyspark_logstore: the one line PySpark looks for to find the ``logstore`` data source by itself
+    assert top_levels == {
+        "airflow_logstore",
+        "pyspark_logstore",
+        f"airflow_logstore-{airflow_logstore.__version__}.dist-info",
+    }
     assert "airflow_logstore/py.typed" in names
     assert "airflow_logstore/write/java/LogProducer.java" in names  # compiled once where it runs
     assert "airflow_logstore/log/java/LogScan.java" in names  # the reconciler's JVM scan, likewise

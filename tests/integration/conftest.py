@@ -23,8 +23,10 @@ def env() -> Iterator[LogStoreTestEnv]:
 
 @pytest.fixture(scope="session")
 def spark(env: LogStoreTestEnv) -> Iterator[Any]:
+    from airflow_logstore.read.spark_source import register
     from airflow_logstore.spark.session import build_spark_session
 
     session = build_spark_session("logstore-tests")
+    register(session)  # spark.read.format("logstore")
     yield session
     session.stop()

@@ -7,7 +7,8 @@ Spark, Kafka and Iceberg: seeded random rows, edge values first, written through
 and merged (batch 2: updates with before-images from the table, deletes, inserts), in a Spark session
 whose time zone is not UTC. Every path must give back exactly the rows written
 (``testing.values.exact``): the Python reader per record, in bulk (both scanners), its JSON lines, a
-normalized eventual read, hybrid reads, and the Spark read job (its rows, and its JSON output).
+normalized eventual read, hybrid reads, the Spark read job (its rows, and its JSON output) and the
+``logstore`` Spark source.
 """
 
 from __future__ import annotations
@@ -270,6 +271,26 @@ def test_the_spark_read_job_is_exact(
     _same(read(tmp_path / "log"), written["changes"])
     _same(read(tmp_path / "hybrid" / "file", "+I"), written["changes_1"])
     _same(read(tmp_path / "hybrid" / "log"), written["changes_2"])
+
+
+def test_the_logstore_spark_source_is_exact(written: dict[str, Any], spark: Any) -> None:
+    """``spark.read.format("logstore")``, log and hybrid, in a session whose time zone is not UTC; the
+    rows are taken out of Spark as Arrow (instants stay instants)."""
+    handle, types = written["handle"], written["types"]
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", SESSION_ZONE)
+    try:
+        reader = spark.read.format("logstore").options(table=str(handle.name), consistency="consistent")
+        log = reader.load().toArrow().to_pylist()
+        hybrid = reader.option("mode", "hybrid").option(
+            "startingPosition", f"snapshot:{written['snapshot_1']}"
+        )
+        rows = hybrid.load().toArrow().to_pylist()
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)
+    _same(_of_rows(log, types), written["changes"])
+    _same(_of_rows([r for r in rows if r["_source"] == "file"], types), written["changes_1"])
+    _same(_of_rows([r for r in rows if r["_source"] == "log"], types), written["changes_2"])
 
 
 def test_the_log_values_are_what_the_codec_writes(written: dict[str, Any]) -> None:

@@ -1,0 +1,570 @@
+"""The ``logstore`` Spark source without Spark (``read.source``): options, offsets, slices and their rows.
+
+Scripted records and states over a scripted Kafka (no broker): options fail naming themselves; offsets
+are plain JSON that round-trips exactly, that a follower takes as a resume position, and that this
+version reads as version 1 wrote it; micro-batches are bounded; a slice keeps records by the project's
+rule (the reader's, the follower's from a snapshot); a consistent slice never passes a record its
+state finds undecided; a stream's slice drops a later copy of a reconciler record handed out in an
+earlier micro-batch. Then the property streams exist for, over random histories: micro-batches planned
+by the real planner, the query killed after any micro-batch's planning and restarted (the batch
+replayed with a newer state), yield each committed record exactly once, and a replay the same records.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from airflow_logstore.core.codec import RecordMeta, RecordType, RowKind, decode_headers
+from airflow_logstore.core.control import ControlState
+from airflow_logstore.core.properties import ChangelogMode, Consistency
+from airflow_logstore.core.summary import CommitInfo
+from airflow_logstore.core.visibility import Decision, ReadFilter, classify
+from airflow_logstore.exceptions import OptionError, StreamReadError
+from airflow_logstore.read import follow, source
+from airflow_logstore.read.reader import LogReader, SnapshotStart, StartPosition, filter_for
+from airflow_logstore.read.source import (
+    KeepRule,
+    LogSlice,
+    SourceOptions,
+    StreamOffset,
+    StreamPlanner,
+    bounded,
+)
+from airflow_logstore.table.catalog import CatalogSpec
+from tests.unit.read.test_follow_snapshot import LOG, TASK, ZOMBIE_TASK, S, _Record, _reversal
+
+CATALOG = CatalogSpec(uri="sqlite:////tmp/none.db", warehouse="file:///tmp/none")
+TYPES = {"id": "int"}
+
+
+def _parse(**options: str) -> SourceOptions:
+    return SourceOptions.parse({"table": "ns.t", **options}, CATALOG, {})
+
+
+# -- options ----------------------------------------------------------------------------------------------
+
+
+def test_options_default_to_the_tables_settings() -> None:
+    opts = _parse()
+    assert (opts.table, opts.mode, opts.consistency, opts.changelog_mode) == ("ns.t", "log", None, None)
+    assert opts.start is None and opts.max_records is None and opts.scanner == "auto"
+    assert SourceOptions.parse({"path": "ns.t"}, CATALOG, {}).table == "ns.t"  # .load("ns.t")
+    named = _parse(consistency="consistent", **{"changelog-mode": "append-only", "MaxRecordsPerTrigger": "5"})
+    assert named.consistency is Consistency.TRANSACTIONAL and named.consistent
+    assert named.changelog_mode is ChangelogMode.APPEND_ONLY and named.max_records == 5
+    assert _parse(consistency="transactional").consistency is Consistency.TRANSACTIONAL
+    assert _parse(**{"log.consistency": "eventual"}).hints == {"log.consistency": "eventual"}
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"mode": "stream"}, "option 'mode': 'stream' is not log or hybrid"),
+        (
+            {"mode": "file"},
+            r"option 'mode': file reads are plain Iceberg reads: spark.table\('logstore.ns.t'\)",
+        ),
+        (
+            {"consistency": "strong"},
+            "option 'consistency': 'strong' is not consistent, transactional or eventual",
+        ),
+        ({"changelog-mode": "upsert"}, "option 'changelog-mode': 'upsert' is not all-kinds or append-only"),
+        ({"startingPosition": "yesterday"}, "option 'startingPosition': 'yesterday' is not earliest"),
+        ({"startingPosition": "timestamp:noon"}, "option 'startingPosition': 'noon' is neither epoch"),
+        ({"startingPosition": "positions:{"}, "option 'startingPosition': .* is not JSON"),
+        (
+            {"mode": "hybrid", "startingPosition": "earliest"},
+            "option 'startingPosition': a hybrid read starts",
+        ),
+        ({"maxRecordsPerTrigger": "0"}, "option 'maxRecordsPerTrigger': '0' is not a positive whole number"),
+        ({"maxRecordsPerTrigger": "many"}, "option 'maxRecordsPerTrigger'"),
+        ({"scanner": "fast"}, "option 'scanner': 'fast' is not one of"),
+        (
+            {"startingOffsets": "earliest"},
+            "option 'startingoffsets': is not an option of the 'logstore' source",
+        ),
+    ],
+)
+def test_a_bad_option_fails_naming_it(options: dict[str, str], message: str) -> None:
+    with pytest.raises(OptionError, match=message):
+        _parse(**options)
+
+
+def test_a_read_without_a_table_names_the_option() -> None:
+    with pytest.raises(OptionError, match="option 'table': missing"):
+        SourceOptions.parse({"mode": "log"}, CATALOG, {})
+
+
+def test_a_table_name_that_is_not_an_identifier_names_the_option() -> None:
+    with pytest.raises(OptionError, match=r"option 'table': table name 'a\.b\.c'"):
+        SourceOptions.parse({"table": "a.b.c"}, CATALOG, {}).handle()
+
+
+# -- offsets ------------------------------------------------------------------------------------------------
+
+#: An offset exactly as version 1 of the source writes it into a checkpoint (``offsets/<batch>``): every
+#: later version reads it. Do not change it; add a new one for a new version.
+OFFSET_V1 = (
+    '{"version": 1, "mode": "hybrid", "consistency": "transactional", "positions": {"0": 12, "1": 7}, '
+    '"origin": {"0": 3, "1": 0}, "snapshot": {"id": 77, "sequence": 5, "included": ["w/1"], '
+    '"positions": {"0": 3, "1": 0}}, "files": "read", "log_end": {"0": 15, "1": 7}, '
+    '"watermark": {"0": 11, "1": 6}}'
+)
+
+
+def test_an_offset_of_version_1_reads_back_to_the_same_json() -> None:
+    offset = StreamOffset.from_json(json.loads(OFFSET_V1))
+    assert offset.positions == {0: 12, 1: 7} and offset.origin == {0: 3, 1: 0}
+    assert offset.snapshot == SnapshotStart(5, frozenset({"w/1"}), 77, ((0, 3), (1, 0)))
+    assert (offset.mode, offset.consistency, offset.files) == ("hybrid", "transactional", "read")
+    assert offset.lag == {"log_end": {"0": 15, "1": 7}, "watermark": {"0": 11, "1": 6}}
+    # the same text again: Spark compares offsets by their JSON, so an unchanged stream starts no batch
+    assert json.dumps(offset.to_json()) == OFFSET_V1
+
+
+def test_a_streams_offset_is_a_followers_resume_position() -> None:
+    start = StartPosition.of(json.loads(OFFSET_V1))
+    assert isinstance(start, StartPosition) and start.kind == "positions"
+    assert start.offsets == ((0, 12), (1, 7))
+    assert start.hybrid == SnapshotStart(5, frozenset({"w/1"}), 77, ((0, 3), (1, 0)))
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({**json.loads(OFFSET_V1), "version": 2}, "version 2 of the 'logstore' source; this package reads"),
+        ({"positions": {"0": 1}}, "not an offset of the 'logstore' source"),
+        ({**json.loads(OFFSET_V1), "positions": {"0": "x"}}, "not an offset of the 'logstore' source"),
+    ],
+)
+def test_an_offset_this_package_cannot_read_is_refused(data: dict[str, Any], message: str) -> None:
+    with pytest.raises(StreamReadError, match=message):
+        StreamOffset.from_json(data)
+
+
+def test_a_micro_batch_is_bounded_by_max_records_shared_by_what_each_partition_has() -> None:
+    start = {0: 10, 1: 0, 2: 5}
+    available = {0: 110, 1: 30, 2: 5}
+    assert bounded(start, available, None) == available
+    assert bounded(start, available, 1000) == available
+    cut = bounded(start, available, 13)
+    assert cut == {0: 10 + 10, 1: 0 + 3, 2: 5} and sum(cut[p] - start[p] for p in cut) == 13
+    assert bounded(start, available, 1) == {0: 11, 1: 0, 2: 5}  # never stuck: the remainder goes first
+    for seed in range(200):
+        rng = random.Random(seed)
+        begin = {p: rng.randint(0, 50) for p in range(3)}
+        ends = {p: begin[p] + rng.randint(0, 50) for p in range(3)}
+        limit = rng.randint(1, 120)
+        got = bounded(begin, ends, limit)
+        assert all(begin[p] <= got[p] <= ends[p] for p in got)
+        assert sum(got[p] - begin[p] for p in got) == min(limit, sum(ends[p] - begin[p] for p in got))
+
+
+# -- a slice's rows ------------------------------------------------------------------------------------------
+
+
+class _Kafka:
+    """What a slice read asks of ``kafka_client``, over scripted records (chunks of ``chunk`` records)."""
+
+    def __init__(self, log: list[_Record], low: Mapping[int, int] | None = None, chunk: int = 2) -> None:
+        self.log, self.low, self.chunk = log, dict(low or {}), chunk
+        self.scans: list[tuple[dict[int, int], dict[int, int]]] = []
+
+    def consumer(self, config: Any, **overrides: Any) -> Any:
+        return self
+
+    def request_timeout(self, timeout: float | None) -> float:
+        return 1.0
+
+    def close(self) -> None:
+        pass
+
+    def partition_offsets(self, cons: Any, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
+        if topic == "control":
+            return {0: (0, 0)}  # what the scripted control follower has folded: all of it
+        ends = {
+            p: 1 + max((r.offset() for r in self.log if r.partition() == p), default=-1)
+            for p in range(partitions)
+        }
+        return {p: (self.low.get(p, 0), ends[p]) for p in range(partitions)}
+
+    def scan(
+        self, cons: Any, topic: str, start: Mapping[int, int], end: Mapping[int, int], **_: Any
+    ) -> Iterator[list[Any]]:
+        self.scans.append((dict(start), dict(end)))
+        found = [r for r in self.log if start.get(r.partition(), 0) <= r.offset() < end.get(r.partition(), 0)]
+        found.sort(key=lambda r: (r.offset(), r.partition()))
+        for i in range(0, len(found), self.chunk):
+            yield found[i : i + self.chunk]
+
+
+class _DeadLetters:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.entries: list[tuple[int, int, str]] = []
+
+    @classmethod
+    def for_log(cls, *args: Any) -> _DeadLetters:
+        return cls()
+
+    def add(self, topic: str, message: Any, reason: str) -> None:
+        self.entries.append((message.partition(), message.offset(), reason))
+
+    def flush(self) -> None:
+        pass
+
+
+@pytest.fixture
+def kafka(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Installs a scripted Kafka; ``kafka(log, low=...)`` sets what it holds."""
+    holder: dict[str, _Kafka] = {}
+
+    def install(log: list[_Record], low: Mapping[int, int] | None = None) -> _Kafka:
+        holder["kafka"] = _Kafka(log, low)
+        monkeypatch.setattr(source, "kafka_client", holder["kafka"])
+        return holder["kafka"]
+
+    monkeypatch.setattr(source, "DeadLetterTopic", _DeadLetters)
+    yield install
+
+
+def _slice(rule: KeepRule, ranges: list[tuple[int, int, int]], **kwargs: Any) -> LogSlice:
+    return LogSlice(
+        "log", {}, tuple(ranges), TYPES, rule, ChangelogMode.ALL_KINDS, scanner="librdkafka", **kwargs
+    )
+
+
+def _read(piece: source.Slice) -> list[tuple[int, int]]:
+    rows: list[tuple[int, int]] = []
+    for table in source.read_slice(piece):
+        rows.extend(
+            zip(table.column("_partition").to_pylist(), table.column("_offset").to_pylist(), strict=True)
+        )
+    return rows
+
+
+def _state(watermark: int) -> ControlState:
+    commits = [
+        CommitInfo("w", 1, 1, offsets={0: (0, 1)}, tasks=frozenset({TASK}), sequence_number=5),
+        CommitInfo("w", 2, 1, offsets={0: (2, 3)}, tasks=frozenset({TASK}), sequence_number=6),
+    ]
+    return ControlState(epochs={"w": 1}, commits={c.key: c for c in commits}, watermark={0: watermark})
+
+
+def _by_rule(rule: Any, log: list[_Record], start: int, end: int) -> list[tuple[int, int]]:
+    """The reference: the rule asked record by record, in log order."""
+    kept = []
+    for record in log:
+        if start <= record.offset() < end:
+            keep, _ = rule.decide(decode_headers(record.headers()), record.partition(), record.offset())
+            if keep:
+                kept.append((record.partition(), record.offset()))
+    return kept
+
+
+def test_a_consistent_slice_keeps_what_the_readers_rule_keeps(kafka: Any) -> None:
+    kafka(LOG)
+    rule = KeepRule(_state(6), True, None, {0: 0})
+    got = _read(_slice(rule, [(0, 0, 7)]))
+    assert got == [(0, 0), (0, 1), (0, 2), (0, 3)]  # the zombie's copy and reversals are not committed
+    assert got == _by_rule(filter_for(_state(6), True, None, {0: 0}), LOG, 0, 7)
+
+
+def test_a_hybrid_slice_keeps_what_a_hybrid_read_of_the_snapshot_keeps(kafka: Any) -> None:
+    kafka(LOG)
+    consistent = KeepRule(_state(6), True, S, {0: 0})
+    assert _read(_slice(consistent, [(0, 0, 7)])) == [(0, 2), (0, 3)]  # S holds batch 1
+    eventual = KeepRule(_state(6), False, S, {0: 0})  # a batch read: hybrid_keeps (no reversals)
+    assert _read(_slice(eventual, [(0, 0, 8)])) == [(0, 2), (0, 3), (0, 7)]
+
+
+def test_an_eventual_stream_from_a_snapshot_keeps_what_the_follower_keeps(kafka: Any) -> None:
+    kafka(LOG)
+    rule = KeepRule(_state(6), False, S, {0: 0, 1: 3}, follows=True)
+    assert isinstance(rule.build(), follow.EventualAfterSnapshot)
+    follower = follow.EventualAfterSnapshot(filter_for(_state(6), False, S, {0: 0, 1: 3}), dict(S.positions))
+    expected = _by_rule(follower, LOG, 0, 8)
+    assert _read(_slice(rule, [(0, 0, 8)])) == expected == [(0, 2), (0, 3), (0, 4), (0, 5), (0, 7)]
+
+
+def test_a_consistent_slice_fails_on_a_record_its_state_finds_undecided(kafka: Any) -> None:
+    """The hold rule: a watermark past batch 3 (in flight) is a state no publish writes (S1); the task
+    fails instead of skipping the record (the micro-batch's end is in the checkpoint already)."""
+    kafka(LOG)
+    rule = KeepRule(_state(7), True, None, {0: 0})
+    with pytest.raises(StreamReadError, match=r"offsets 0..7, below the visibility watermark\) undecided"):
+        _read(_slice(rule, [(0, 0, 8)]))
+
+
+def test_a_slice_whose_records_retention_deleted_fails_naming_them(kafka: Any) -> None:
+    kafka(LOG, low={0: 3})
+    with pytest.raises(
+        StreamReadError, match=r"records 1..2 of partition 0 of 'log' were deleted by retention"
+    ):
+        _read(_slice(KeepRule(None, False, None, {0: 0}), [(0, 1, 8)]))
+
+
+def test_append_only_and_the_source_column(kafka: Any) -> None:
+    update = _Record(0, 2, RecordMeta("w", 1, 2, TASK), RowKind.UPDATE_AFTER)
+    kafka([LOG[0], LOG[1], update])
+    rule = KeepRule(None, False, None, {0: 0})
+    piece = LogSlice("log", {}, ((0, 0, 3),), TYPES, rule, ChangelogMode.APPEND_ONLY, scanner="librdkafka",
+                     source_column=True)  # fmt: skip
+    tables = list(source.read_slice(piece))
+    assert sum(t.num_rows for t in tables) == 2
+    assert set(tables[0].column("_source").to_pylist()) == {"log"}
+
+
+# -- later copies of reconciler records, across micro-batches (S3) -------------------------------------------
+
+
+def _copies_log() -> list[_Record]:
+    """Batch 1 (0-1), a zombie's copy (2), its reversal (3), data (4, 5), the reversal's copy (6): a
+    reconcile task retried after its flush."""
+    return [
+        _Record(0, 0, RecordMeta("w", 1, 1, TASK)),
+        _Record(0, 1, RecordMeta("w", 1, 1, TASK)),
+        _Record(0, 2, RecordMeta("w", 1, 1, ZOMBIE_TASK)),
+        _reversal(3, (0, 2)),
+        _Record(0, 4, RecordMeta("w", 1, 2, TASK)),
+        _Record(0, 5, RecordMeta("w", 1, 2, TASK)),
+        _reversal(6, (0, 2)),
+    ]
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 10])
+def test_an_eventual_stream_drops_a_later_copy_handed_out_in_an_earlier_micro_batch(
+    kafka: Any, chunk: int
+) -> None:
+    installed = kafka(_copies_log())
+    installed.chunk = chunk
+    rule = KeepRule(None, False, None, {0: 0}, follows=True)
+    first = _read(_slice(rule, [(0, 0, 5)], lookback=True))
+    second = _read(_slice(rule, [(0, 5, 7)], lookback=True))
+    assert first + second == [(0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (0, 5)]  # one reversal, not two
+    assert ({0: 3}, {0: 5}) in installed.scans  # read back from the record the copy names, + 1
+    # the planted bug: without the look-back the micro-batch returns the copy, and a retract fold of the
+    # stream reverses the zombie's record twice
+    assert _read(_slice(rule, [(0, 5, 7)], lookback=False)) == [(0, 5), (0, 6)]
+
+
+def test_a_stream_that_started_after_the_first_copy_keeps_the_later_one(kafka: Any) -> None:
+    """From its origin a stream never saw the first copy: the later one is its first (as a follower
+    resumed there: at-least-once for eventual reads)."""
+    installed = kafka(_copies_log())
+    rule = KeepRule(None, False, None, {0: 4}, follows=True)
+    assert _read(_slice(rule, [(0, 5, 7)], lookback=True)) == [(0, 5), (0, 6)]
+    assert ({0: 4}, {0: 5}) in installed.scans  # not before the origin
+
+
+# -- micro-batches planned by the planner, a restart after any of them: exactly once (S1, S2) --------------
+
+
+def _commit(batch: int, spans: dict[int, tuple[int, int]]) -> CommitInfo:
+    return CommitInfo("w", batch, 1, offsets=spans, tasks=frozenset({TASK}))
+
+
+@dataclass
+class _History:
+    """One writer's batches in two partitions (some with a zombie's copy, some never committed), and
+    per step the control state a publish leaves: its watermark passes only decided records (V1)."""
+
+    records: list[_Record] = field(default_factory=list)
+    arrive: list[int] = field(default_factory=list)
+    states: list[ControlState] = field(default_factory=list)
+
+
+def _history(rng: random.Random, batches: int = 8) -> _History:
+    history = _History()
+    ends = {0: 0, 1: 0}
+    commits: list[tuple[int, CommitInfo]] = []
+    step = 0
+    for batch in range(1, batches + 1):
+        spans: dict[int, tuple[int, int]] = {}
+        for partition in rng.sample([0, 1], rng.randint(1, 2)):
+            count = rng.randint(1, 3)
+            task = TASK if rng.random() < 0.8 else ZOMBIE_TASK
+            for _ in range(count):
+                history.records.append(_Record(partition, ends[partition], RecordMeta("w", 1, batch, task)))
+                history.arrive.append(step)
+                ends[partition] += 1
+            if task == TASK:
+                spans[partition] = (ends[partition] - count, ends[partition] - 1)
+        step += rng.randint(0, 2)
+        commits.append((step + rng.randint(0, 3), _commit(batch, spans) if spans else
+                        CommitInfo("w", batch, 2, offsets={}, tasks=frozenset({TASK}))))  # fmt: skip
+    last = max(step, *(known for known, _ in commits)) + 2
+    for now in range(last + 1):
+        state = ControlState(epochs={"w": 1}, commits={c.key: c for at, c in commits if at <= now})
+        watermark = {}
+        for partition in (0, 1):
+            previous = history.states[-1].watermark.get(partition, -1) if history.states else -1
+            decided = previous
+            for record, at in zip(history.records, history.arrive, strict=True):
+                if record.partition() != partition or record.offset() <= decided:
+                    continue
+                meta = decode_headers(record.headers())
+                if at > now or classify(meta, partition, record.offset(), state).undecided:
+                    break
+                decided = record.offset()
+            watermark[partition] = decided if now == last else rng.randint(previous, decided)
+        state.watermark = watermark
+        history.states.append(state)
+    return history
+
+
+class _Clock:
+    """What the scripted log holds and what the control follower knows, at the current step."""
+
+    def __init__(self, history: _History) -> None:
+        self.history, self.now = history, 0
+        self.consumer, self.topic, self.next = None, "control", 0
+
+    def log(self) -> list[_Record]:
+        return [r for r, at in zip(self.history.records, self.history.arrive, strict=True) if at <= self.now]
+
+    def poll(self, timeout: float = 0) -> bool:
+        return False
+
+    @property
+    def state(self) -> ControlState:
+        return self.history.states[self.now]
+
+    def close(self) -> None:
+        pass
+
+
+def _planner(clock: _Clock, max_records: int | None) -> StreamPlanner:
+    reader = LogReader.__new__(LogReader)
+    reader.topic, reader.kafka_config, reader.field_types = "log", {}, dict(TYPES)
+    reader.consistency, reader.changelog_mode = Consistency.TRANSACTIONAL, ChangelogMode.ALL_KINDS
+
+    class _Config:
+        partitions, replication_factor = 2, None
+
+    reader.config = _Config()  # type: ignore[assignment]
+    opts = SourceOptions(
+        "ns.t", "log", Consistency.TRANSACTIONAL, None, {}, None, max_records, "librdkafka", CATALOG
+    )
+    planner = StreamPlanner(opts)
+    planner._reader, planner._control = reader, clock  # type: ignore[assignment]
+    return planner
+
+
+def _committed(history: _History) -> list[tuple[int, int]]:
+    final = history.states[-1]
+    return sorted(
+        (r.partition(), r.offset())
+        for r in history.records
+        if classify(decode_headers(r.headers()), r.partition(), r.offset(), final) is Decision.COMMITTED
+    )
+
+
+def _stream(history: _History, rng: random.Random, kafka: Any) -> tuple[list[tuple[int, int]], int]:
+    """Run a consistent stream over ``history`` as Spark does (an offset log, a commit log), killing the
+    query at random after a micro-batch was planned and before it was committed; the sink keeps the rows
+    of each micro-batch by its id (idempotent). Returns (the sink's rows, the restarts)."""
+    clock = _Clock(history)
+    max_records = rng.choice([None, 1, 2, 3])
+    planner = _planner(clock, max_records)
+    kafka(clock.log())
+    offsets = [planner.initial_offset()]  # offsets[i]: the start of micro-batch i
+    sink: dict[int, list[tuple[int, int]]] = {}
+    committed, restarts = 0, 0
+    final = len(history.states) - 1
+    while True:
+        kafka(clock.log())
+        if committed == len(offsets) - 1:  # no batch in flight: ask for the next one
+            latest = planner.latest_offset()
+            if StreamOffset.from_json(latest).moved(StreamOffset.from_json(offsets[-1])):
+                offsets.append(latest)
+            elif clock.now == final:
+                break  # caught up with the end of the history
+        if committed < len(offsets) - 1:  # the planned batch runs
+            batch = committed
+            rows = [
+                row
+                for piece in planner.partitions(offsets[batch], offsets[batch + 1])
+                for row in _read(piece)
+            ]
+            if rng.random() < 0.3:  # killed before its commit: a new driver replays it, a step later
+                restarts += 1
+                clock.now = min(clock.now + 1, final)
+                kafka(clock.log())
+                planner = _planner(clock, max_records)
+                planner.partitions(offsets[-1], offsets[-1])  # Spark's setLatestSeenOffset
+                replayed = [
+                    r
+                    for piece in planner.partitions(offsets[batch], offsets[batch + 1])
+                    for r in _read(piece)
+                ]
+                assert replayed == rows  # S2: the same records, whatever state the replay has
+            sink[batch] = rows
+            committed += 1
+        clock.now = min(clock.now + 1, final)
+    return [row for batch in sorted(sink) for row in sink[batch]], restarts
+
+
+def test_a_consistent_stream_restarted_anywhere_yields_each_committed_record_once(kafka: Any) -> None:
+    restarts = 0
+    for seed in range(150):
+        rng = random.Random(seed)
+        history = _history(rng)
+        rows, killed = _stream(history, rng, kafka)
+        restarts += killed
+        assert sorted(rows) == _committed(history), seed
+        assert len(rows) == len(set(rows)), seed
+    assert restarts > 100
+
+
+def test_the_stream_reads_only_below_the_watermark_of_its_state(kafka: Any) -> None:
+    clock = _Clock(_History())
+    clock.history.records = [_Record(0, o, RecordMeta("w", 1, 1, TASK)) for o in range(4)]
+    clock.history.arrive = [0] * 4
+    state = ControlState(epochs={"w": 1}, commits={("w", 1): _commit(1, {0: (0, 3)})}, watermark={0: 1})
+    clock.history.states = [state]
+    kafka(clock.log())
+    planner = _planner(clock, None)
+    start = planner.initial_offset()
+    latest = planner.latest_offset()
+    assert latest["positions"] == {"0": 2, "1": 0}  # the watermark + 1, never the log end
+    assert latest["log_end"] == {"0": 4, "1": 0} and latest["watermark"] == {"0": 1, "1": -1}
+    assert [row for piece in planner.partitions(start, latest) for row in _read(piece)] == [(0, 0), (0, 1)]
+    assert planner.latest_offset() == latest  # nothing new: the same offset, no micro-batch
+    with pytest.raises(OptionError, match="option 'consistency': the checkpoint is of a eventual stream"):
+        planner.partitions(latest, {**latest, "consistency": "eventual"})
+
+
+def test_slices_take_whole_partitions_until_they_are_large(
+    kafka: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    planner = _planner(_Clock(_History(states=[ControlState()])), None)
+    rule = KeepRule(None, True, None, {0: 0, 1: 0, 2: 0})
+    monkeypatch.setattr(source, "SLICE_RECORDS", 10)
+    slices = source._log_slices(planner.reader, rule, {0: 0, 1: 0, 2: 5}, {0: 4, 1: 8, 2: 30}, planner.opts,
+                                source_column=False)  # fmt: skip
+    assert [piece.ranges for piece in slices] == [((0, 0, 4), (1, 0, 8)), ((2, 5, 30),)]
+    assert source._log_slices(planner.reader, rule, {0: 3}, {0: 3}, planner.opts, source_column=False) == []
+
+
+def test_the_one_by_one_rule_decides_as_the_bulk_rule(kafka: Any) -> None:
+    """``_OneByOne`` (for the follower's rule) gives, record by record, what ``decide_many`` gives."""
+    import numpy as np
+
+    metas = [decode_headers(r.headers()) for r in LOG]
+    codes = np.arange(len(LOG), dtype=np.int64)
+    partitions = np.zeros(len(LOG), dtype=np.int64)
+    offsets = np.asarray([r.offset() for r in LOG], dtype=np.int64)
+    bulk = filter_for(_state(6), False, S, {0: 0}).decide_many(metas, codes, partitions, offsets)
+    one = source._OneByOne(filter_for(_state(6), False, S, {0: 0})).decide_many(
+        metas, codes, partitions, offsets
+    )
+    assert bulk[0].tolist() == one[0].tolist()
+    assert [bulk[2][i] for i in bulk[1]] == [one[2][i] for i in one[1]]
+    assert isinstance(KeepRule(None, False, None, {}).build(), ReadFilter)
+    assert RecordType.REVERSAL is decode_headers(LOG[5].headers()).record_type
