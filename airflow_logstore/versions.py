@@ -10,10 +10,12 @@ from __future__ import annotations
 SPARK_VERSION = "4.1.1"
 SPARK_MINOR = "4.1"
 SCALA_BINARY = "2.13"
+SCALA_VERSION = "2.13.17"  # the scala-library of the pyspark wheel's jars
 ICEBERG_VERSION = "1.12.0"
 KAFKA_VERSION = "4.1.1"
 SQLITE_JDBC_VERSION = "3.50.3.0"
 LOG4J_VERSION = "2.24.3"
+KAFKA_CLIENTS_VERSION = "3.9.1"  # the Java client of the Spark jobs (Spark's Kafka source uses it too)
 
 #: Maven coordinates of the Kafka broker (KRaft, single node) and its logging backend.
 KAFKA_BROKER_ARTIFACTS: tuple[str, ...] = (
@@ -46,9 +48,23 @@ SPARK_EXTRA_ARTIFACTS: tuple[str, ...] = (
     f"org.apache.iceberg:iceberg-spark-runtime-{SPARK_MINOR}_{SCALA_BINARY}:{ICEBERG_VERSION}",
     f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_BINARY}:{SPARK_VERSION}",
     f"org.apache.spark:spark-token-provider-kafka-0-10_{SCALA_BINARY}:{SPARK_VERSION}",
-    "org.apache.kafka:kafka-clients:3.9.1",
+    f"org.apache.kafka:kafka-clients:{KAFKA_CLIENTS_VERSION}",
     "org.apache.commons:commons-pool2:2.12.1",
     f"org.xerial:sqlite-jdbc:{SQLITE_JDBC_VERSION}",
+)
+
+#: What the package's Java programs (``write/java/LogProducer.java``, ``log/java/LogScan.java``) are
+#: compiled against when the wheel is built (setup.py): the APIs of the Spark and Kafka client jars they
+#: run with. Only their signatures matter; the jobs run on the jars of the pyspark wheel and the Spark jars.
+JAVA_COMPILE_ARTIFACTS: tuple[str, ...] = (
+    f"org.apache.spark:spark-core_{SCALA_BINARY}:{SPARK_VERSION}",
+    f"org.apache.spark:spark-sql_{SCALA_BINARY}:{SPARK_VERSION}",
+    f"org.apache.spark:spark-sql-api_{SCALA_BINARY}:{SPARK_VERSION}",
+    f"org.apache.spark:spark-catalyst_{SCALA_BINARY}:{SPARK_VERSION}",
+    f"org.apache.spark:spark-common-utils_{SCALA_BINARY}:{SPARK_VERSION}",
+    f"org.apache.spark:spark-common-utils-java_{SCALA_BINARY}:{SPARK_VERSION}",  # the Java function types
+    f"org.scala-lang:scala-library:{SCALA_VERSION}",
+    f"org.apache.kafka:kafka-clients:{KAFKA_CLIENTS_VERSION}",
 )
 
 #: Hadoop of the pyspark wheel (``pyspark/jars/hadoop-client-api-*.jar``): hadoop-aws must match it.

@@ -2,8 +2,9 @@
 
 librdkafka hands Python one ``Message`` per record; on the 2-core test machine that bounds any Python
 reader at about 120,000 records/s, where the Java client reads the same broker at about 770,000
-(``bench/consume_bench.py``). :class:`JvmScan` runs ``java/LogScan.java`` (compiled once with the JDK's
-``javac`` against the Kafka client jar that the Spark jobs use) as a child process that reads
+(``bench/consume_bench.py``). :class:`JvmScan` runs ``java/LogScan.java`` (built into the wheel's
+``java/log-scan.jar``; in a source checkout compiled once with the JDK's ``javac``) with the Kafka client
+jar that the Spark jobs use, as a child process that reads
 [start, end) of each partition and writes :class:`Chunk` frames of one partition, gathered over small
 polls (up to ``frame_records`` records, or 100,000 offsets): offsets, header set ids, keys and values
 as numpy arrays over one buffer. Each distinct header set crosses once (:attr:`JvmScan.header_sets`).
@@ -25,15 +26,15 @@ import os
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
 from airflow_logstore.exceptions import KafkaUnavailableError, OptionError, ServiceError
+from airflow_logstore.javac import LOG_SCAN
 
-SCAN_CLASS = "airflow_logstore.LogScan"
+SCAN_CLASS = LOG_SCAN.class_name
 #: a small heap is enough (a poll's records at a time); the parallel collector keeps up with the scan
 JVM_OPTIONS = ("-Xmx512m", "-XX:+UseParallelGC")
 _I32 = np.dtype("<i4")
@@ -153,11 +154,13 @@ def choose_scanner(scanner: str, records: int) -> str:
 
 
 def available() -> bool:
-    """Whether this machine can run the JVM scan: a ``java``, a ``javac`` to compile it once, and the
-    ``kafka-clients`` jar among the Spark jars it has (:func:`kafka_client_jar`)."""
+    """Whether this machine can run the JVM scan: a ``java``, the scan's jar (built into the wheel) or a
+    ``javac`` to compile it once, and the ``kafka-clients`` jar among the Spark jars it has
+    (:func:`kafka_client_jar`)."""
     from airflow_logstore.javac import java_binary, javac_binary
 
-    return java_binary() is not None and javac_binary() is not None and kafka_client_jar() is not None
+    compilable = LOG_SCAN.shipped() is not None or javac_binary() is not None
+    return java_binary() is not None and compilable and kafka_client_jar() is not None
 
 
 def kafka_client_jar() -> str | None:
@@ -358,9 +361,8 @@ _CLASSPATH: dict[str, str] = {}
 
 
 def scan_classpath() -> str:
-    """``LogScan`` (compiled once) and the Kafka client: the jar the Spark jobs use, with the compression
-    codecs and logging of the pyspark wheel."""
-    from airflow_logstore.javac import compiled_jar
+    """``LogScan`` (the wheel's jar, else compiled once) and the Kafka client: the jar the Spark jobs
+    use, with the compression codecs and logging of the pyspark wheel."""
     from airflow_logstore.settings import local_settings
 
     settings = local_settings()
@@ -380,10 +382,7 @@ def scan_classpath() -> str:
         if jar.name.startswith(("lz4-java", "snappy-java", "zstd-jni", "slf4j-api", "slf4j-nop"))
     ]
     jars = os.pathsep.join([client, *libraries])
-    source = resources.files("airflow_logstore.log").joinpath("java/LogScan.java").read_text()
-    jar = compiled_jar(  # a jar, not a class folder: the class-data archive takes jars only
-        "log-scan", SCAN_CLASS, source, jars, settings, purpose="the JVM log scan (reconciliation)"
-    )
+    jar = LOG_SCAN.jar(jars, settings)  # a jar, not a class folder: the class-data archive takes jars only
     _CLASSPATH[client] = found = os.pathsep.join([str(jar), jars])
     return found
 

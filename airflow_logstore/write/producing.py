@@ -6,7 +6,8 @@ driver merges those reports into the batch's offsets, task attempts and record c
 
 The records never leave the JVM. A small Java class shipped with the package
 (``java/LogProducer.java``, a function over the partitions of Spark's own rows, ``InternalRow``) is
-compiled once with ``javac`` into a jar in the local cache (:mod:`airflow_logstore.javac`), added to the
+built into the wheel's ``java/log-producer.jar`` (in a source checkout: compiled once with ``javac``
+into the local cache; :mod:`airflow_logstore.javac`), added to the
 Spark context (``addJar``: executors fetch it from the driver, nothing is installed on them) and applied
 through py4j to the rows of the frame's plan (``LogProducer.internalRows``: no conversion to ``Row``
 objects). Each task borrows an idempotent Java ``KafkaProducer``
@@ -42,12 +43,12 @@ import os
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.core import ranges
 from airflow_logstore.core.codec import H_TASK, RecordMeta, encode_headers
+from airflow_logstore.javac import LOG_PRODUCER
 from airflow_logstore.write.planning import (
     AFTER_VALUE_COLUMN,
     APPENDED_COLUMN,
@@ -59,10 +60,11 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 #: The Java class that produces one task's records (``java/LogProducer.java`` in this package).
-PRODUCER_CLASS = "airflow_logstore.LogProducer"
+PRODUCER_CLASS = LOG_PRODUCER.class_name
 #: Its write-through (produce while the rows are appended to the table), a nested class.
 WRITE_THROUGH_CLASS = PRODUCER_CLASS + "$WriteThrough"
-#: Classes whose jars ``LogProducer`` compiles against (found where the driver's JVM loaded them).
+#: Classes whose jars ``LogProducer`` compiles against in a source checkout (found where the driver's
+#: JVM loaded them; the wheel's build uses ``versions.JAVA_COMPILE_ARTIFACTS``).
 _COMPILE_AGAINST = (
     "org.apache.kafka.clients.producer.KafkaProducer",
     "org.apache.spark.TaskContext",  # Spark's core (JavaRDD)
@@ -316,10 +318,13 @@ def java_class(spark: SparkSession, name: str) -> Any:
 
 
 def producer_jar(spark: SparkSession) -> Path:
-    """``LogProducer`` compiled against the jars of the driver's Kafka client and Spark, once."""
-    from airflow_logstore.javac import compiled_jar
+    """``LogProducer``'s jar: the one built into the wheel, else compiled once with ``javac`` against
+    the jars of the driver's Kafka client and Spark (a source checkout)."""
     from airflow_logstore.settings import local_settings
 
+    shipped = LOG_PRODUCER.shipped()
+    if shipped is not None:
+        return shipped
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
@@ -328,15 +333,7 @@ def producer_jar(spark: SparkSession) -> Path:
         found = jvm.java.lang.Class.forName(name, False, loader)
         location = found.getProtectionDomain().getCodeSource().getLocation()
         classpath.append(str(jvm.java.io.File(location.toURI()).getPath()))
-    source = resources.files("airflow_logstore.write").joinpath("java/LogProducer.java").read_text()
-    return compiled_jar(
-        "log-producer",
-        PRODUCER_CLASS,
-        source,
-        ":".join(dict.fromkeys(classpath)),
-        local_settings(),
-        purpose="the dual write's log producer (a Spark task in the JVM)",
-    )
+    return LOG_PRODUCER.jar(":".join(dict.fromkeys(classpath)), local_settings())
 
 
 def merge_task_reports(reports: Iterable[Mapping[str, Any]]) -> Produced:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from airflow_logstore.testing.environment import REPO_ROOT
+from tests.environments import airflow_env
 
 
 @pytest.fixture(scope="session")
@@ -25,3 +27,17 @@ def dists(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     (sdist,) = out.glob("*.tar.gz")
     (wheel,) = out.glob("*.whl")
     return sdist, wheel
+
+
+@pytest.fixture(scope="session")
+def user_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """The ``airflow`` environment (another Airflow 3.x release, cached) and the variables to run it."""
+    folder = airflow_env()
+    home = tmp_path_factory.mktemp("airflow-home")
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "VIRTUAL_ENV"))},
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "PATH": f"{folder / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    return folder, env

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 import tarfile
@@ -13,6 +14,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 import airflow_logstore
+from airflow_logstore.javac import PROGRAMS, SOURCE_DIGEST_ATTRIBUTE, source_digest
 from airflow_logstore.spark_apps import APPLICATIONS
 
 
@@ -46,11 +48,26 @@ def test_wheel_has_no_top_level_spark_jobs_and_ships_the_applications(dists: tup
         f"airflow_logstore-{airflow_logstore.__version__}.dist-info",
     }
     assert "airflow_logstore/py.typed" in names
-    assert "airflow_logstore/write/java/LogProducer.java" in names  # compiled once where it runs
-    assert "airflow_logstore/log/java/LogScan.java" in names  # the reconciler's JVM scan, likewise
+    assert "airflow_logstore/write/java/LogProducer.java" in names  # the dual write's producer
+    assert "airflow_logstore/log/java/LogScan.java" in names  # the reconciler's JVM scan
     assert "airflow_logstore/plugins/logstore_view.html" in names  # the LogStore view's page
     for app in APPLICATIONS:
         assert f"airflow_logstore/spark_apps/{app}" in names
+
+
+def test_wheel_ships_the_java_programs_built_for_java_17(dists: tuple[Path, Path]) -> None:
+    """Each program's jar, compiled from the source the wheel ships, runs on a JRE 17 (class file 61)."""
+    with zipfile.ZipFile(dists[1]) as wheel:
+        for program in PROGRAMS:
+            folder = "airflow_logstore/" + program.package.removeprefix("airflow_logstore.").replace(".", "/")
+            source = wheel.read(f"{folder}/java/{program.file}").decode()
+            with zipfile.ZipFile(io.BytesIO(wheel.read(f"{folder}/{program.jar_path}"))) as jar:
+                manifest = jar.read("META-INF/MANIFEST.MF").decode()
+                main = jar.read(program.class_name.replace(".", "/") + ".class")
+                classes = [name for name in jar.namelist() if name.endswith(".class")]
+            assert f"{SOURCE_DIGEST_ATTRIBUTE}: {source_digest(source)}" in manifest
+            assert main[:4] == b"\xca\xfe\xba\xbe" and int.from_bytes(main[6:8], "big") == 61, program
+            assert all(name.startswith("airflow_logstore/") for name in classes), classes
 
 
 def test_wheel_version_and_entry_points(dists: tuple[Path, Path]) -> None:

@@ -7,15 +7,12 @@ The environment (``tests.environments.airflow_env``, cached under ``.cache/envs/
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from airflow_logstore.testing.environment import REPO_ROOT
-from tests.environments import OTHER_AIRFLOW, airflow_env
+from tests.environments import OTHER_AIRFLOW
 
 EXAMPLE_DAGS = {"logstore_pipeline", "logstore_reconcile", "logstore_compaction", "logstore_downstream"}
 
@@ -33,19 +30,6 @@ def _pinned_airflow() -> str:
         if line.startswith("apache-airflow=="):
             return line.split("==", 1)[1]
     raise AssertionError("constraints.txt pins no apache-airflow")
-
-
-@pytest.fixture(scope="module")
-def user_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    folder = airflow_env()
-    home = tmp_path_factory.mktemp("airflow-home")
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "VIRTUAL_ENV"))},
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "PATH": f"{folder / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
-    return folder, env
 
 
 def _run(args: list[str], env: dict[str, str]) -> str:
