@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,58 @@ from airflow_logstore.testing.environment import LogStoreTestEnv, logstore_envir
 # py4j logs "Closing down clientserver connection" from __del__ at interpreter exit, after the test run's
 # log streams are closed ("--- Logging error ---" in the output); its INFO lines say nothing a test needs.
 logging.getLogger("py4j").setLevel(logging.WARNING)
+
+HERE = Path(__file__).parent
+
+
+#: About how long each file takes, in seconds: each file run alone on the (busy) development machine,
+#: where measured, else estimated from what it runs (marked ~); only their order matters. ``./dev test``
+#: runs the files on two workers, a file each at a time, in the order collected (``--no-loadscope-reorder``;
+#: xdist's default orders them by their number of tests, which put 5-minute files of one test last):
+#: longest first, the two workers end together instead of one running a long file alone at the end.
+#: A file not listed (a new one) goes first.
+FILE_SECONDS: dict[str, float] = {
+    "test_reconcile.py": 1131,
+    "test_visibility_and_reads.py": 630,
+    "test_compaction.py": 585,
+    "test_dual_write.py": 451,
+    "test_airflow_e2e.py": 400,  # ~ Airflow's start (60 s) and four DAG runs
+    "test_retries.py": 325,
+    "test_write_through.py": 301,
+    "test_races.py": 250,  # ~
+    "test_faults.py": 250,  # ~ its own broker, five Spark drivers
+    "test_security.py": 200,  # ~ a SASL broker
+    "test_exact_values.py": 150,  # ~
+    "test_dual_write_layout.py": 150,  # ~
+    "test_cluster_storage.py": 150,  # ~ object store and REST catalog
+    "test_job_failures.py": 150,  # ~
+    "test_read_streaming.py": 127,
+    "test_durability.py": 120,  # ~
+    "test_jvm_scan.py": 80,  # ~
+    "test_services.py": 80,  # ~ a broker of its own
+    "test_follow.py": 66,
+    "test_cli.py": 48,
+    "test_durable_results.py": 40,  # ~
+    "test_checkpoints.py": 39,
+    "test_log_producer.py": 34,
+    "test_demo_start_over.py": 15,  # ~
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Orders this folder's files longest first (by :data:`FILE_SECONDS`) in the places its tests had;
+    the tests of a file keep their order, other folders' tests their places."""
+    places = [index for index, item in enumerate(items) if item.path.parent == HERE]
+    first_seen: dict[str, int] = {}
+    for index in places:
+        first_seen.setdefault(items[index].path.name, index)
+
+    def rank(item: pytest.Item) -> tuple[float, int]:
+        name = item.path.name
+        return (-FILE_SECONDS.get(name, float("inf")), first_seen[name])
+
+    for index, item in zip(places, sorted((items[i] for i in places), key=rank), strict=True):
+        items[index] = item
 
 
 @pytest.fixture(scope="session")

@@ -306,8 +306,9 @@ def test_planted_difference_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
         return real(ControlState(commits=state.commits), partition)
 
     monkeypatch.setattr(visibility, "offset_breaks", forgets_settled)
-    problems = [problem for seed in range(150) for problem in compare(seed)]
-    assert problems, "the comparison did not catch offset breaks without the settled ranges"
+    # the same 150 seeds as the check itself; the first that shows a difference is enough (seed 0 does)
+    caught = next((seed for seed in range(150) if compare(seed)), None)
+    assert caught is not None, "the comparison did not catch offset breaks without the settled ranges"
 
 
 @pytest.mark.parametrize("seed", range(5))
