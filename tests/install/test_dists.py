@@ -111,3 +111,14 @@ def test_the_sdist_carries_the_license_docs_example_dags_and_tests(dists: tuple[
     ):
         assert f"{root}/{expected}" in names, expected
     assert not [name for name in names if "__pycache__" in name or name.endswith(".pyc")]
+
+
+def test_the_wheel_ships_the_example_dags_and_their_data(dists: tuple[Path, Path]) -> None:
+    names, _, _ = _wheel_metadata(dists[1])
+    for dag in (REPO_ROOT / "dags").glob("*.py"):
+        assert f"airflow_logstore/example_dags/{dag.name}" in names, dag.name
+    for data in (REPO_ROOT / "dags" / "data").iterdir():
+        assert f"airflow_logstore/example_dags/data/{data.name}" in names, data.name
+    with zipfile.ZipFile(dists[1]) as archive:  # the files themselves, not links to dags/
+        shipped = archive.read("airflow_logstore/example_dags/logstore_pipeline.py")
+    assert shipped == (REPO_ROOT / "dags" / "logstore_pipeline.py").read_bytes()

@@ -111,3 +111,18 @@ def test_a_plain_install_has_one_spark_release_or_says_which_to_align(
         assert found["error"].startswith(
             f"pyspark {found['pyspark']} and pyspark-client {found['client']} are installed together"
         ), found
+
+
+def test_the_installed_package_copies_its_example_dags_into_a_dags_folder(
+    dists: tuple[Path, Path], user_env: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    """No checkout needed: ``logstore dags copy`` takes the DAGs shipped in the wheel."""
+    folder, env = user_env
+    python = str(folder / "bin" / "python")
+    _run([python, "-m", "pip", "install", "--quiet", str(dists[1])], env)
+    dags = tmp_path / "user-dags"
+    _run([str(folder / "bin" / "logstore"), "dags", "copy", str(dags)], env)
+    assert (dags / "data" / "orders_batch_1.jsonl").is_file()
+    bag = json.loads(_run([python, "-c", _DAGBAG.format(folder=str(dags))], env).splitlines()[-1])
+    assert bag["errors"] == {}
+    assert set(bag["dags"]) >= EXAMPLE_DAGS
