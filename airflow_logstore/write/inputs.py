@@ -61,15 +61,16 @@ def check_input_path(path: str, *, on_this_host: bool, table: Callable[[], Table
     """
     parts = urlsplit(path)
     missing = BadInputError(f"input path '{path}' does not exist (checked before starting Spark)")
+    pattern = any(c in path for c in "*?[{")
+    if "{" in path or (pattern and parts.scheme.lower() not in LOCAL_SCHEMES):
+        return f"input path '{path}' not checked: a pattern, matched by Spark"
     if parts.scheme.lower() in LOCAL_SCHEMES:
         if not on_this_host:
             return f"input path '{path}' not checked: the Spark driver runs on another host"
         local = unquote(parts.path) if parts.scheme else path
-        if not (glob.glob(local) if glob.has_magic(local) else os.path.exists(local)):
+        if not (glob.glob(local) if pattern else os.path.exists(local)):
             raise missing
         return f"input path '{path}' found"
-    if glob.has_magic(path):
-        return f"input path '{path}' not checked: a pattern, matched by Spark"
     if table is None:
         return f"input path '{path}' not checked: no table to reach its object store through"
     try:

@@ -89,6 +89,9 @@ def test_a_missing_local_input_is_named_first_before_spark_starts(tmp_path: Path
         with pytest.raises(BadInputError) as missing:
             check_input_path(path, on_this_host=True)
         assert str(missing.value) == f"input path '{path}' does not exist (checked before starting Spark)"
+    # Hadoop's {a,b} alternatives are Spark's to match
+    braces = str(tmp_path / "{b,c}2.jsonl")
+    assert check_input_path(braces, on_this_host=True).endswith("not checked: a pattern, matched by Spark")
     # a driver on another host (cluster deploy mode) reads its own file system
     said = check_input_path(str(tmp_path / "b2.jsonl"), on_this_host=False)
     assert said.endswith("not checked: the Spark driver runs on another host")
