@@ -44,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     from airflow_logstore.settings import EXAMPLE_DAGS
 
     if args.action == "path":
+        if args.dest is not None:
+            raise OptionError("DEST", f"'logstore dags path' takes no DEST (got '{args.dest}')")
         print(EXAMPLE_DAGS)
         return 0
     if args.dest is None:
