@@ -110,6 +110,12 @@ class ServiceError(LogStoreError):
     retryable = True
 
 
+class InstallationError(LogStoreError):
+    """The installed packages do not work together (pyspark and pyspark-client of two releases)."""
+
+    retryable = False
+
+
 class CommitConflictError(LogStoreError):
     """An Iceberg commit lost a race that cannot be retried safely."""
 

@@ -32,7 +32,9 @@ DEFAULT_SQLITE_BUSY_TIMEOUT_S = 30.0
 #: the folder that holds ``airflow_logstore/`` (in a checkout: the repository, with ``dags/``,
 #: ``spark_jobs/`` and ``scripts/``)
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE_DAGS = SOURCE_ROOT / "dags"
+#: the example DAGs and the demo's input files, shipped in the package (in a checkout: links to
+#: ``dags/``); ``logstore dags copy DEST`` copies them into a DAGs folder
+EXAMPLE_DAGS = Path(__file__).resolve().parent / "example_dags"
 
 
 @dataclass(frozen=True)

@@ -6,16 +6,20 @@ report "nothing to do". Compaction snapshots are marked so sensors and visibilit
 
 from __future__ import annotations
 
-import pendulum
-from airflow.sdk import DAG, Param, task
+from datetime import timedelta
+
+from airflow.sdk import DAG, CronTriggerTimetable, Param, task
 
 from airflow_logstore.operators.compaction import LogStoreCompactionOperator
 
 with DAG(
     dag_id="logstore_compaction",
     description="Policy-driven compaction of LogStore tables (small files, deletes, snapshot expiry)",
-    schedule="@hourly",
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    # Starts paused, and never runs for a time that has passed: unpaused, its first run is at the next
+    # scheduled time, never at once when Airflow starts (no start_date; run_immediately=timedelta(0),
+    # since False still runs a time up to 5 minutes past)
+    schedule=CronTriggerTimetable("0 * * * *", timezone="UTC", run_immediately=timedelta(0)),
+    is_paused_upon_creation=True,
     catchup=False,
     max_active_runs=1,
     params={

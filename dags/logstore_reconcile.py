@@ -6,16 +6,20 @@ One run at a time; no catch-up (each run scans from where the previous one stopp
 
 from __future__ import annotations
 
-import pendulum
-from airflow.sdk import DAG, Param, task
+from datetime import timedelta
+
+from airflow.sdk import DAG, CronTriggerTimetable, Param, task
 
 from airflow_logstore.operators.reconcile import LogStoreReconcileOperator
 
 with DAG(
     dag_id="logstore_reconcile",
     description="Detect redundant log records of failed writer attempts and write their reversals",
-    schedule="*/10 * * * *",
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    # Starts paused, and never runs for a time that has passed: unpaused, its first run is at the next
+    # scheduled time, never at once when Airflow starts (no start_date; run_immediately=timedelta(0),
+    # since False still runs a time up to 5 minutes past)
+    schedule=CronTriggerTimetable("*/10 * * * *", timezone="UTC", run_immediately=timedelta(0)),
+    is_paused_upon_creation=True,
     catchup=False,
     max_active_runs=1,
     params={

@@ -52,8 +52,13 @@ def _trigger(airflow: LocalAirflow, dag_id: str, conf: Mapping[str, Any], log_fi
     started = time.monotonic()
     print(f"[demo] trigger {dag_id} {json.dumps(conf)} ...", flush=True)
     airflow.wait_for_dag(dag_id)
+    paused = airflow.set_paused(dag_id, False)
     run_id = airflow.trigger(dag_id, conf)
-    state = airflow.wait_for_run(dag_id, run_id, timeout=1200)
+    try:
+        state = airflow.wait_for_run(dag_id, run_id, timeout=1200)
+    finally:
+        if paused:  # a maintenance DAG stays paused for the next ``logstore airflow up``
+            airflow.set_paused(dag_id, True)
     tasks = {task: ti["state"] for task, ti in airflow.task_instances(dag_id, run_id).items()}
     with log_file.open("a") as out:
         out.write(f"===== {dag_id} {run_id}: {state} {json.dumps(tasks)}\n")

@@ -13,7 +13,8 @@ Kafka security settings (SASL, TLS) come from the Apache Kafka provider's connec
 
 The embedded default (``LOGSTORE_*`` environment, a local SQLite catalog) is used only when no connection
 is configured: the id is empty, or it is the default id (``logstore_default``, ``kafka_default``) and
-Airflow reports it *not found*; the task log says so. Any other id that cannot be loaded, and any other
+Airflow reports it *not found*; the task log says so at INFO, once per hook (a sensor polls through one
+hook), since it is the documented local set-up. Any other id that cannot be loaded, and any other
 error while loading (a secrets backend that failed), is a :class:`ConnectionUnavailableError` naming the
 id, never a silent switch to a different catalog. Airflow's secrets chain reports a backend that failed
 and a connection found nowhere else alike (*not found*); a deployment that must never fall back gives its
@@ -58,6 +59,8 @@ class LogStoreHook(BaseHook):
 
     :param logstore_conn_id: connection of type ``logstore`` describing the Iceberg catalog.
     :param kafka_config_id: Apache Kafka provider connection with client settings (SASL, TLS).
+    :param log_defaults: log (once) which embedded default applies when no connection is configured;
+        False where the task said so already (a trigger deferred to by a sensor that polled first)
     """
 
     conn_name_attr = "logstore_conn_id"
@@ -66,11 +69,25 @@ class LogStoreHook(BaseHook):
     hook_name = "LogStore (Iceberg catalog)"
 
     def __init__(
-        self, logstore_conn_id: str = default_conn_name, kafka_config_id: str | None = "kafka_default"
+        self,
+        logstore_conn_id: str = default_conn_name,
+        kafka_config_id: str | None = "kafka_default",
+        *,
+        log_defaults: bool = True,
     ) -> None:
         super().__init__()
         self.logstore_conn_id = logstore_conn_id
         self.kafka_config_id = kafka_config_id
+        self.log_defaults = log_defaults
+        #: the notices this hook has logged: each once (a sensor's every poll goes through one hook)
+        self._said: set[str] = set()
+
+    def _say_once(self, key: str, message: str, *args: Any) -> None:
+        """Log ``message`` at INFO the first time this hook says ``key`` (not at all without
+        ``log_defaults``)."""
+        if self.log_defaults and key not in self._said:
+            self._said.add(key)
+            self.log.info(message, *args)
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
@@ -117,7 +134,8 @@ class LogStoreHook(BaseHook):
         conn = self._optional_connection(self.logstore_conn_id, self.default_conn_name)
         if conn is None:
             spec = default_catalog()
-            self.log.warning(
+            self._say_once(
+                "catalog",
                 "no LogStore connection configured ('%s' not defined): using the embedded default "
                 "%s catalog '%s', warehouse %s",
                 self.logstore_conn_id,
@@ -150,7 +168,8 @@ class LogStoreHook(BaseHook):
 
         conn = self._optional_connection(self.kafka_config_id, "kafka_default")
         if conn is None:
-            self.log.info(
+            self._say_once(
+                "kafka",
                 "no Kafka connection configured ('%s' not defined): client settings from "
                 "LOGSTORE_KAFKA_CONFIG",
                 self.kafka_config_id,

@@ -25,7 +25,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow_logstore.exceptions import JobFailedError, OptionError
 from airflow_logstore.spark.executors import package_zip
 from airflow_logstore.spark.jobconf import job_properties, split_secret_conf, submit_environment
-from airflow_logstore.spark.session import base_conf
+from airflow_logstore.spark.session import base_conf, check_pyspark_release
 from airflow_logstore.spark_apps import application_path
 from airflow_logstore.table.catalog import CatalogSpec
 from airflow_logstore.tempdirs import private_folder, process_file, remove_orphans
@@ -196,6 +196,7 @@ def spark_submit_hook(
     """A configured hook whose secrets live in a properties file for the duration of the block (the
     catalog's and Kafka's, and any secret-named Spark setting), with no secret in spark-submit's
     command line or environment."""
+    check_pyspark_release()
     _ensure_spark_submit_on_path()
     target = spark_target(conn_id)
     settings = submit_conf(target, conf, python)

@@ -111,11 +111,20 @@ class LogStoreDualWriteOperator(SparkJobOperator):
 
     def _write(self, context: Any, writer_id: str) -> dict[str, Any]:
         from airflow_logstore.core.properties import parse_emit_mode
+        from airflow_logstore.operators._spark import spark_target
         from airflow_logstore.table.snapshots import commit_xcom, find_commit
+        from airflow_logstore.write.inputs import check_input_path
 
         batch_id = self._batch()
         handle = self.logstore_table(self.table)
         parse_emit_mode(self.emit_mode, handle.config())  # a missing table or bad properties: no Spark
+        # a missing input fails here, its path first in the task's error, not after Spark's start-up
+        checked = check_input_path(
+            self.input_path,
+            on_this_host=spark_target(self.spark_conn_id).deploy_mode != "cluster",
+            table=handle.load,
+        )
+        self.log.info("%s", checked)
         result = self.run_job(
             handle,
             "dual_write.py",

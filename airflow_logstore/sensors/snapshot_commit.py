@@ -67,6 +67,8 @@ class SnapshotCommitSensor(BaseSensorOperator):
         self.deferrable = deferrable
         self.poke_before_defer = poke_before_defer
         self.write_task_id = write_task_id
+        #: the trigger whose ``poll_once`` every poke of this try runs (one hook: its notices said once)
+        self._poller: SnapshotCommitTrigger | None = None
 
     @staticmethod
     def _int(name: str, value: int | str | None) -> int | None:
@@ -107,7 +109,7 @@ class SnapshotCommitSensor(BaseSensorOperator):
             "write_map_index": map_index if isinstance(map_index, int) else -1,
         }
 
-    def _trigger(self, context: Any = None) -> SnapshotCommitTrigger:
+    def _trigger(self, context: Any = None, *, log_defaults: bool = True) -> SnapshotCommitTrigger:
         return SnapshotCommitTrigger(
             table=self.table,
             logstore_conn_id=self.logstore_conn_id,
@@ -118,6 +120,7 @@ class SnapshotCommitSensor(BaseSensorOperator):
             poll_interval=float(self.poke_interval),
             timeout=float(self.timeout) if self.timeout else None,
             not_before_ms=self._run_started_ms(context or {}),
+            log_defaults=log_defaults,
             **self._write_task(context or {}),
         )
 
@@ -129,7 +132,9 @@ class SnapshotCommitSensor(BaseSensorOperator):
         return payload["commit"] if status == "success" else None
 
     def poke(self, context: Any) -> PokeReturnValue:
-        found = self._look(self._trigger(context))
+        if self._poller is None:
+            self._poller = self._trigger(context)
+        found = self._look(self._poller)
         if found is not None:
             self.log.info(
                 "snapshot %s committed batch %s of %s (epoch %s, offsets %s)",
@@ -144,8 +149,7 @@ class SnapshotCommitSensor(BaseSensorOperator):
     def execute(self, context: Any) -> Any:
         if not self.deferrable:
             return super().execute(context)
-        trigger = self._trigger(context)
-        found = self._look(trigger) if self.poke_before_defer else None
+        found = self._look(self._trigger(context)) if self.poke_before_defer else None
         if found is not None:
             self.log.info("snapshot %s already committed batch %s", found["snapshot_id"], found["batch_id"])
             return found
@@ -156,7 +160,8 @@ class SnapshotCommitSensor(BaseSensorOperator):
             self.writer_id,
         )
         self.defer(
-            trigger=trigger,
+            # the poll above said which embedded default applies: the triggerer does not repeat it
+            trigger=self._trigger(context, log_defaults=not self.poke_before_defer),
             method_name="execute_complete",
             timeout=timedelta(seconds=float(self.timeout)) if self.timeout else None,
         )

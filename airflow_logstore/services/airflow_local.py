@@ -181,8 +181,17 @@ class LocalAirflow:
     def get(self, path: str) -> Any:
         return self.request("GET", path)
 
+    def set_paused(self, dag_id: str, paused: bool) -> bool:
+        """Pause or unpause DAG ``dag_id``; return whether it was paused before."""
+        was = bool(self.get(f"/api/v2/dags/{dag_id}")["is_paused"])
+        if was != paused:
+            self.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": paused})
+        return was
+
     def trigger(self, dag_id: str, conf: Mapping[str, Any]) -> str:
-        """Trigger a run the way the UI's trigger button does; return its run id."""
+        """Trigger a run the way the UI's trigger button does (a paused DAG, such as the maintenance
+        DAGs, is unpaused: the scheduler runs no run of a paused DAG); return its run id."""
+        self.set_paused(dag_id, False)
         run = self.request(
             "POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": dict(conf)}
         )

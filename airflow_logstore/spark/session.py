@@ -8,12 +8,14 @@ local cache, the catalog from :func:`airflow_logstore.table.catalog.default_cata
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from airflow_logstore.exceptions import InstallationError
 from airflow_logstore.settings import local_settings
 from airflow_logstore.table.catalog import SECRET_KEY_REGEX, CatalogSpec, default_catalog
 
@@ -73,6 +75,42 @@ def under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
+def check_pyspark_release(version: Callable[[str], str] | None = None) -> None:
+    """Fail, naming the versions to align, when pyspark and pyspark-client come from two releases.
+
+    The Spark provider requires pyspark-client, which installs its own copy of pyspark's Python files
+    over pyspark's: of two releases (a plain ``pip install`` resolves each to its newest, e.g. pyspark
+    4.1.4 with pyspark-client 4.1.3, and ``pip check`` is content), Spark's Python and its jars differ.
+    Checked where a Spark job or session is built, not when the provider is imported.
+
+    :param version: the installed version of a distribution (default: :func:`importlib.metadata.version`)
+    :raises InstallationError: the two are installed at different versions
+    """
+    version = version or importlib.metadata.version
+    try:
+        client = version("pyspark-client")
+    except importlib.metadata.PackageNotFoundError:
+        return  # pyspark alone: its files are its own
+    try:
+        spark = version("pyspark")
+    except importlib.metadata.PackageNotFoundError:
+        raise InstallationError(
+            f"pyspark-client {client} is installed without pyspark: LogStore's Spark jobs need pyspark "
+            f'(its jars); install it at the same version: pip install "pyspark=={client}"'
+        ) from None
+    if spark != client:
+        both = min(spark, client, key=_release)
+        raise InstallationError(
+            f"pyspark {spark} and pyspark-client {client} are installed together: pyspark-client "
+            "installs over pyspark's files, so Spark's Python and its jars come from two releases; "
+            f'install both at one version: pip install "pyspark=={both}" "pyspark-client=={both}"'
+        )
+
+
+def _release(text: str) -> tuple[int, ...]:
+    return tuple(int(part) if part.isdigit() else -1 for part in text.split("."))
+
+
 def build_spark_session(
     app_name: str = "airflow-logstore",
     *,
@@ -81,6 +119,7 @@ def build_spark_session(
     extra_conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
     """A SparkSession with the Iceberg runtime and the LogStore catalog."""
+    check_pyspark_release()
     from pyspark.sql import SparkSession
 
     if under_spark_submit():

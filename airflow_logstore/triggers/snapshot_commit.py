@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 from asgiref.sync import sync_to_async
 
 from airflow_logstore.exceptions import ServiceError, classify, first_line
+
+if TYPE_CHECKING:
+    from airflow_logstore.hooks.logstore import LogStoreHook
 
 #: Longest wait between two attempts after errors (the backoff doubles up to it).
 MAX_BACKOFF_S = 60.0
@@ -60,6 +63,8 @@ class SnapshotCommitTrigger(BaseTrigger):
         killed: the OOM killer, a lost worker; it left no report), the wait ends with a ``failed``
         event. Its state is asked of Airflow at each such poll (:func:`task_state`)
     :param write_map_index: the map index of that task (-1: not mapped)
+    :param log_defaults: log once which embedded default applies when no connection is configured
+        (False: the task that deferred said so already)
 
     The wait ends early (``failed``) when the write of the batch failed for good: its failure report
     says so, or its task (``write_task_id``) failed without leaving one. A commit always wins.
@@ -84,6 +89,7 @@ class SnapshotCommitTrigger(BaseTrigger):
         run_id: str | None = None,
         write_task_id: str | None = None,
         write_map_index: int = -1,
+        log_defaults: bool = True,
     ) -> None:
         super().__init__()
         self.table = table
@@ -100,10 +106,12 @@ class SnapshotCommitTrigger(BaseTrigger):
         self.run_id = run_id
         self.write_task_id = write_task_id
         self.write_map_index = write_map_index
+        self.log_defaults = log_defaults
         if write_task_id is not None and (dag_id is None or run_id is None):
             raise ValueError(f"write_task_id '{write_task_id}' needs the dag_id and run_id of its DAG run")
         self.clock: Callable[[], float] = time.monotonic
         self.sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep
+        self._hook: LogStoreHook | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -123,6 +131,7 @@ class SnapshotCommitTrigger(BaseTrigger):
                 "run_id": self.run_id,
                 "write_task_id": self.write_task_id,
                 "write_map_index": self.write_map_index,
+                "log_defaults": self.log_defaults,
             },
         )
 
@@ -136,11 +145,10 @@ class SnapshotCommitTrigger(BaseTrigger):
         write killed after it), the batch's failure report since ``not_before_ms`` (``failed``: a retry
         cannot fix it), the state of ``write_task_id`` (``failed``: it failed for good without a
         report); else ``waiting``."""
-        from airflow_logstore.hooks.logstore import LogStoreHook
         from airflow_logstore.table.reports import read_failure
         from airflow_logstore.table.snapshots import commit_xcom, find_commit
 
-        handle = LogStoreHook(self.logstore_conn_id, self.kafka_config_id).table(self.table)
+        handle = self.hook().table(self.table)
         table = handle.load()
         commit = find_commit(
             handle,
@@ -180,6 +188,17 @@ class SnapshotCommitTrigger(BaseTrigger):
                     f"{self.run_id}; {why}",
                 }
         return "waiting", {}
+
+    def hook(self) -> LogStoreHook:
+        """The hook every poll of this trigger goes through: it reads the connections at each poll, and
+        says once which embedded default applies."""
+        from airflow_logstore.hooks.logstore import LogStoreHook
+
+        if self._hook is None:
+            self._hook = LogStoreHook(
+                self.logstore_conn_id, self.kafka_config_id, log_defaults=self.log_defaults
+            )
+        return self._hook
 
     def _the_write(self) -> str:
         """The write waited for, in words (for messages)."""

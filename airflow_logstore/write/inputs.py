@@ -6,15 +6,19 @@ kind, a line that is not JSON) fails the batch with an error naming the row and 
 
 from __future__ import annotations
 
+import glob
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
 
 from airflow_logstore.core.batch_plan import CHANGE_ALIASES
-from airflow_logstore.exceptions import BadInputError, OptionError, SchemaMismatchError
+from airflow_logstore.exceptions import BadInputError, OptionError, SchemaMismatchError, first_line
 
 if TYPE_CHECKING:
+    from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -29,6 +33,56 @@ ERROR_AT_COLUMN = "_logstore_error_column"
 CORRUPT_COLUMN = "_logstore_corrupt"
 
 FORMATS = ("json", "csv", "parquet")
+
+
+#: Schemes of paths on this host's file system.
+LOCAL_SCHEMES = ("", "file")
+#: Hadoop's names of one object store (``s3a://b/k`` and ``s3://b/k`` are the same object).
+_SAME_STORE = {"s3a": "s3", "s3n": "s3"}
+
+
+def _store(uri: str) -> tuple[str, str]:
+    """The object store and bucket of ``uri`` (``s3a://b/k`` -> ``("s3", "b")``)."""
+    parts = urlsplit(uri)
+    scheme = parts.scheme.lower()
+    return _SAME_STORE.get(scheme, scheme), parts.netloc
+
+
+def check_input_path(path: str, *, on_this_host: bool, table: Callable[[], Table] | None = None) -> str:
+    """Fail fast, before Spark starts, on an input path that surely does not exist: a local path
+    (``/x``, ``file:///x``, a glob) checked here when the Spark driver runs on this host
+    (``on_this_host``), an object in the table's own object store (same scheme and bucket as the table's
+    location) checked through the table's FileIO (the catalog's credentials). Any other path, and any
+    error while checking, is left to Spark.
+
+    :param table: loads the table whose FileIO and location apply (called only for a remote path)
+    :returns: what was checked, or why nothing was (for the task log)
+    :raises BadInputError: the path does not exist; its message starts with the path
+    """
+    parts = urlsplit(path)
+    missing = BadInputError(f"input path '{path}' does not exist (checked before starting Spark)")
+    pattern = any(c in path for c in "*?[{")
+    if "{" in path or (pattern and parts.scheme.lower() not in LOCAL_SCHEMES):
+        return f"input path '{path}' not checked: a pattern, matched by Spark"
+    if parts.scheme.lower() in LOCAL_SCHEMES:
+        if not on_this_host:
+            return f"input path '{path}' not checked: the Spark driver runs on another host"
+        local = unquote(parts.path) if parts.scheme else path
+        if not (glob.glob(local) if pattern else os.path.exists(local)):
+            raise missing
+        return f"input path '{path}' found"
+    if table is None:
+        return f"input path '{path}' not checked: no table to reach its object store through"
+    try:
+        loaded = table()
+        if _store(path) != _store(loaded.location()):
+            return f"input path '{path}' not checked: outside the table's object store; Spark reads it"
+        found = loaded.io.new_input(path).exists()
+    except Exception as exc:  # no credentials, another endpoint: Spark's own configuration may reach it
+        return f"input path '{path}' not checked: {type(exc).__name__}: {first_line(exc)}"
+    if not found:
+        raise missing
+    return f"input path '{path}' found"
 
 
 #: Lists a folder for :func:`infer_format`: its children as (path, is a folder), None when ``path`` is a

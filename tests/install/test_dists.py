@@ -16,6 +16,7 @@ from packaging.requirements import Requirement
 import airflow_logstore
 from airflow_logstore.javac import PROGRAMS, SOURCE_DIGEST_ATTRIBUTE, source_digest
 from airflow_logstore.spark_apps import APPLICATIONS
+from airflow_logstore.testing.environment import REPO_ROOT
 
 
 def _wheel_metadata(wheel: Path) -> tuple[list[str], Message, str]:
@@ -100,3 +101,49 @@ def test_wheel_states_ranges_not_pins(dists: tuple[Path, Path]) -> None:
         operators = {spec.operator for spec in requirement.specifier}
         assert "==" not in operators and ">=" in operators, requirement
     assert metadata["Requires-Python"] == ">=3.11"
+
+
+def test_the_license_classifiers_and_urls_are_in_the_wheel(dists: tuple[Path, Path]) -> None:
+    names, metadata, _ = _wheel_metadata(dists[1])
+    info = f"airflow_logstore-{airflow_logstore.__version__}.dist-info"
+    assert f"{info}/licenses/LICENSE" in names and metadata["License-File"] == "LICENSE"
+    assert metadata["License-Expression"] == "Apache-2.0"
+    with zipfile.ZipFile(dists[1]) as archive:
+        text = archive.read(f"{info}/licenses/LICENSE").decode()
+    assert text == (REPO_ROOT / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    classifiers = metadata.get_all("Classifier") or []
+    assert {"Framework :: Apache Airflow", "Framework :: Apache Airflow :: Provider"} <= set(classifiers)
+    urls = dict(line.split(", ", 1) for line in metadata.get_all("Project-URL") or [])
+    assert {"Homepage", "Source", "Changelog", "Issues"} <= set(urls), urls
+    assert urls["Source"] == airflow_logstore.get_provider_info()["integrations"][0]["external-doc-url"]
+    # the README is PyPI's page: its links work outside the repository
+    assert "](docs/" not in metadata.get_payload() and "](http" in metadata.get_payload()
+
+
+def test_the_sdist_carries_the_license_docs_example_dags_and_tests(dists: tuple[Path, Path]) -> None:
+    root = dists[0].name.removesuffix(".tar.gz")
+    with tarfile.open(dists[0]) as archive:
+        names = set(archive.getnames())
+    for expected in (
+        "LICENSE",
+        "CHANGELOG.md",
+        "docs/PROTOCOL.md",
+        "dags/logstore_pipeline.py",
+        "dags/data/orders_batch_1.jsonl",
+        "tests/install/test_dists.py",
+        "tests/integration/conftest.py",
+    ):
+        assert f"{root}/{expected}" in names, expected
+    assert not [name for name in names if "__pycache__" in name or name.endswith(".pyc")]
+
+
+def test_the_wheel_ships_the_example_dags_and_their_data(dists: tuple[Path, Path]) -> None:
+    names, _, _ = _wheel_metadata(dists[1])
+    for dag in (REPO_ROOT / "dags").glob("*.py"):
+        assert f"airflow_logstore/example_dags/{dag.name}" in names, dag.name
+    for data in (REPO_ROOT / "dags" / "data").iterdir():
+        assert f"airflow_logstore/example_dags/data/{data.name}" in names, data.name
+    with zipfile.ZipFile(dists[1]) as archive:  # the files themselves, not links to dags/
+        shipped = archive.read("airflow_logstore/example_dags/logstore_pipeline.py")
+    assert shipped == (REPO_ROOT / "dags" / "logstore_pipeline.py").read_bytes()

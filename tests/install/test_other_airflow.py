@@ -65,3 +65,48 @@ def test_wheel_installs_into_another_airflow_without_touching_it(
     bag = json.loads(_run([str(python), "-c", _DAGBAG.format(folder=str(dags))], env).splitlines()[-1])
     assert bag["errors"] == {}
     assert set(bag["dags"]) >= EXAMPLE_DAGS
+
+
+_RELEASES = """
+import importlib.metadata as m, json
+from airflow_logstore.exceptions import InstallationError
+from airflow_logstore.spark.session import check_pyspark_release
+try:
+    check_pyspark_release()
+    error = None
+except InstallationError as exc:
+    error = str(exc)
+print(json.dumps({"pyspark": m.version("pyspark"), "client": m.version("pyspark-client"), "error": error}))
+"""
+
+
+def test_a_plain_install_has_one_spark_release_or_says_which_to_align(
+    dists: tuple[Path, Path], user_env: tuple[Path, dict[str, str]]
+) -> None:
+    """A plain ``pip install`` resolves pyspark and pyspark-client each to its newest: one release
+    works; two fail where Spark starts, naming the versions to align (never silently)."""
+    folder, env = user_env
+    python = str(folder / "bin" / "python")
+    _run([python, "-m", "pip", "install", "--quiet", str(dists[1])], env)
+    found = json.loads(_run([python, "-c", _RELEASES], env).splitlines()[-1])
+    if found["pyspark"] == found["client"]:
+        assert found["error"] is None, found
+    else:
+        assert found["error"].startswith(
+            f"pyspark {found['pyspark']} and pyspark-client {found['client']} are installed together"
+        ), found
+
+
+def test_the_installed_package_copies_its_example_dags_into_a_dags_folder(
+    dists: tuple[Path, Path], user_env: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    """No checkout needed: ``logstore dags copy`` takes the DAGs shipped in the wheel."""
+    folder, env = user_env
+    python = str(folder / "bin" / "python")
+    _run([python, "-m", "pip", "install", "--quiet", str(dists[1])], env)
+    dags = tmp_path / "user-dags"
+    _run([str(folder / "bin" / "logstore"), "dags", "copy", str(dags)], env)
+    assert (dags / "data" / "orders_batch_1.jsonl").is_file()
+    bag = json.loads(_run([python, "-c", _DAGBAG.format(folder=str(dags))], env).splitlines()[-1])
+    assert bag["errors"] == {}
+    assert set(bag["dags"]) >= EXAMPLE_DAGS

@@ -55,6 +55,10 @@ def pauses(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("pauses")
 
 
+#: when the module's Airflow was started
+STARTED: dict[str, datetime] = {}
+
+
 @pytest.fixture(scope="module")
 def stream(env, tmp_path_factory) -> StreamSetup:
     """The event-driven tests' table (created before Airflow starts, so its watchers find it at once)
@@ -85,6 +89,7 @@ def airflow(env, tmp_path_factory, pauses: Path, stream: StreamSetup):
     shutil.copytree(REPO_ROOT / "dags" / "data", dags / "data")
     service = LocalAirflow(env.settings, dags, port=free_port_pair(), home=tmp_path_factory.mktemp("airflow"))
     try:
+        STARTED["airflow"] = datetime.now(UTC)
         service.up(timeout=240)
         yield service
     finally:
@@ -176,6 +181,16 @@ def test_pipeline_triggered_through_the_rest_api(env, airflow: LocalAirflow) -> 
     # The sensor handed its wait to the triggerer: execute_complete ran after a trigger event.
     sensor_log = airflow.task_log("logstore_pipeline", run_id, "wait_for_snapshot")
     assert "polls in the triggerer" in sensor_log, sensor_log[-2000:]
+    # The documented set-up (no connection): each task names the embedded default once, at INFO,
+    # although the sensor polled in its worker and then every second in the triggerer.
+    for task in ("create_table", "dual_write", "wait_for_snapshot"):
+        said = [
+            line
+            for line in airflow.task_log("logstore_pipeline", run_id, task).splitlines()
+            if "connection configured (" in line
+        ]
+        assert len(said) == 2 and all('"level": "info"' in line for line in said), (task, said)
+        assert "'logstore_default' not defined" in said[0] and "'kafka_default' not defined" in said[1]
 
     handle = LogStoreTable.open(table)
     commits = snapshot_commits(handle.load())
@@ -289,6 +304,16 @@ def test_a_killed_write_fails_its_run_at_once_and_the_next_run_goes_ahead(
     assert started - killed_at < timedelta(minutes=1)
     commits = snapshot_commits(LogStoreTable.open(conf["table"]).load())
     assert [(c.writer_id, c.batch_id) for c in commits] == [("logstore_pipeline", 1)]
+
+
+def test_the_maintenance_dag_starts_paused_and_not_due_before_its_next_time(airflow: LocalAirflow) -> None:
+    """``logstore airflow up`` runs no maintenance on the demo's table: logstore_reconcile is paused,
+    and its first run is due at a scheduled time after Airflow started, not at one that had passed."""
+    airflow.wait_for_dag("logstore_reconcile")
+    dag = airflow.get("/api/v2/dags/logstore_reconcile")
+    assert dag["is_paused"] is True, dag
+    assert _time(dag["next_dagrun_run_after"]) > STARTED["airflow"], dag
+    assert airflow.get("/api/v2/dags/logstore_reconcile/dagRuns")["total_entries"] == 0
 
 
 # -- event-driven visibility and the supervised streaming writer (issue 38) ----------------------------

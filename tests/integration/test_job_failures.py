@@ -97,6 +97,25 @@ def test_bad_input_fails_at_once_with_its_cause_and_ends_the_wait(
     assert "BadInputError: row 1, column 'amount'" in event["message"]
 
 
+def test_a_missing_input_fails_its_task_before_spark_starts_naming_the_path(
+    env, spark_connection: None, tmp_path: Path
+) -> None:
+    handle = make_table(env, schema=SCHEMA, prefix="nopath")
+    missing = tmp_path / "orders" / "b1.jsonl"
+    write = LogStoreDualWriteOperator(
+        task_id="dual_write", table=_name(handle), input_path=missing.as_uri(), batch_id=1, writer_id=WRITER
+    )
+    started = time.monotonic()
+    with pytest.raises(AirflowFailException) as failed:
+        write.execute({})
+    assert time.monotonic() - started < 3  # no Spark: the cause is the task's first and only line
+    assert str(failed.value) == (
+        f"BadInputError: input path '{missing.as_uri()}' does not exist (checked before starting Spark)"
+    )
+    report = read_failure(handle.load(), WRITER, 1)
+    assert report is not None and not report.retryable and "does not exist" in report.message
+
+
 def test_a_compaction_job_that_fails_in_spark_fails_its_task_with_the_cause(
     env, spark_connection: None
 ) -> None:

@@ -269,6 +269,9 @@ BAD_OPTIONS = [
     (["services", "down", "--profile"], "argument --profile: expected one argument"),
     (["airflow", "up", "--port", "http"], "argument --port: invalid int value"),
     (["demo", "--dags-folder", "/no/such/dags"], "option '--dags-folder': '/no/such/dags' is not a folder"),
+    (["dags", "path", "{input}"], "option 'DEST': 'logstore dags path' takes no DEST"),
+    (["dags", "copy"], "option 'DEST': 'logstore dags copy' needs the DAGs folder to copy into"),
+    (["dags", "copy", "{input}"], "is not a folder"),
     (["frobnicate"], "argument command: invalid choice: 'frobnicate'"),
     ([], "the following arguments are required: command"),
 ]

@@ -35,7 +35,7 @@ LAYERS: list[set[str]] = [
     {"triggers"},
     {"sensors", "operators", "plugins"},
     {"task_group"},
-    {"cli", "testing"},
+    {"cli", "testing", "example_dags"},  # example_dags: the DAGs shipped in the package
 ]
 LAYER_OF = {name: level for level, names in enumerate(LAYERS) for name in names}
 

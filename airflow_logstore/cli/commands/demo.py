@@ -21,5 +21,9 @@ def run(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("demo", help="run the example DAG end to end on the embedded default")
-    parser.add_argument("--dags-folder", default=None, help="default: the dags/ folder of this checkout")
+    parser.add_argument(
+        "--dags-folder",
+        default=None,
+        help="default: the example DAGs shipped in the package (see 'logstore dags path')",
+    )
     parser.set_defaults(handler=run)

@@ -62,10 +62,13 @@ def test_pipeline_shape(dagbag) -> None:
 
 
 def test_maintenance_dags_are_scheduled_without_catchup(dagbag) -> None:
+    from airflow.serialization.serialized_objects import LazyDeserializedDAG
+
     reconcile = dagbag.dags["logstore_reconcile"]
-    assert reconcile.schedule == "*/10 * * * *"
+    assert LazyDeserializedDAG.from_dag(reconcile).timetable.summary == "*/10 * * * *"
     assert reconcile.catchup is False and reconcile.max_active_runs == 1
     compaction = dagbag.dags["logstore_compaction"]
+    assert LazyDeserializedDAG.from_dag(compaction).timetable.summary == "0 * * * *"
     assert compaction.catchup is False and compaction.max_active_runs == 1
 
 
@@ -111,3 +114,23 @@ def test_no_task_redeclares_a_watched_asset_without_its_watcher(dagbag) -> None:
             for asset in [*task.inlets, *task.outlets]:
                 if isinstance(asset, Asset) and asset.name in watched:
                     assert asset.watchers, f"{dag.dag_id}.{task.task_id} redeclares {asset.name}"
+
+
+@pytest.mark.parametrize("dag_id", ["logstore_reconcile", "logstore_compaction"])
+@pytest.mark.parametrize("now", ["2026-11-27T22:50:01Z", "2026-11-27T22:54:00Z", "2026-11-27T22:59:59Z"])
+def test_maintenance_dags_start_paused_and_never_run_for_a_time_that_has_passed(
+    dagbag, monkeypatch: pytest.MonkeyPatch, dag_id: str, now: str
+) -> None:
+    """``logstore airflow up`` must not run them on the demo's table at once: they start paused, and
+    once unpaused their first run is the scheduler's next one after now, not the last one before it."""
+    import airflow.timetables.trigger
+    import pendulum
+    from airflow.serialization.serialized_objects import LazyDeserializedDAG
+
+    dag = dagbag.dags[dag_id]
+    assert dag.is_paused_upon_creation is True
+    at = pendulum.parse(now)
+    monkeypatch.setattr(airflow.timetables.trigger, "utcnow", lambda: at)
+    # what the scheduler computes for a DAG with no run yet (its DagModel.next_dagrun)
+    first = LazyDeserializedDAG.from_dag(dag)._real_dag.next_dagrun_info(last_automated_run_info=None)
+    assert first is not None and first.run_after == pendulum.datetime(2026, 11, 27, 23, tz="UTC")

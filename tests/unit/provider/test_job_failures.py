@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -25,7 +26,11 @@ from airflow_logstore.exceptions import (
 from airflow_logstore.operators.dual_write import LogStoreDualWriteOperator
 from airflow_logstore.table.reports import failure_of, read_failure, report_failure
 from airflow_logstore.table.tables import LogStoreTable
+from airflow_logstore.testing.environment import REPO_ROOT
 from airflow_logstore.triggers.snapshot_commit import SnapshotCommitTrigger
+
+#: an input file that exists (the dual write checks its input path before spark-submit)
+AN_INPUT = str(REPO_ROOT / "dags" / "data" / "orders_batch_1.jsonl")
 
 WRITER = "logstore_pipeline"
 BAD_ROW = BadInputError("value does not fit type bigint (file a3_bad.jsonl)", row=1, column="amount")
@@ -60,7 +65,7 @@ def _operator(table: str = "db.orders") -> LogStoreDualWriteOperator:
     return LogStoreDualWriteOperator(
         task_id="dual_write",
         table=table,
-        input_path="/in/a3_bad.jsonl",
+        input_path=AN_INPUT,  # checked before spark-submit: one that exists
         batch_id=3,
         writer_id=WRITER,
         jars="",
@@ -104,6 +109,25 @@ def test_bad_input_fails_without_retry_and_names_the_row(
     assert "spark-submit" not in str(error) and error.__cause__ is None and error.__suppress_context__
     assert "batch 3 of db.orders by writer 'logstore_pipeline'" in str(error) and "epoch 12" in str(error)
     assert len(calls) == 1 and "--report-id" in calls[0]
+
+
+def test_a_missing_input_fails_before_spark_starts_with_its_path_first(
+    handle: LogStoreTable, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    calls = _fake_submit(monkeypatch, handle, BAD_ROW)
+    missing = str(tmp_path / "b9.jsonl")
+    write = _operator()
+    write.input_path = missing
+    error = _raised(lambda: write.execute(_try(1)))
+    assert type(error) is AirflowFailException and calls == []  # spark-submit never ran
+    assert str(error) == (
+        f"BadInputError: input path '{missing}' does not exist (checked before starting Spark)"
+    )
+    # a final failure report: the sensor waiting for the batch ends at once with the same cause
+    status, payload = _wait_for_batch_3(0)
+    assert (
+        status == "failed" and f"BadInputError: input path '{missing}' does not exist" in payload["message"]
+    )
 
 
 def test_a_transient_failure_keeps_airflow_retries(

@@ -55,12 +55,35 @@ def test_the_default_id_missing_uses_the_embedded_default_and_says_so(home: Path
         kafka = LogStoreHook().kafka_extra()
     assert spec.uri.startswith(f"sqlite:///{home}") and kafka == {}
     events = [(entry["log_level"], entry["event"]) for entry in logs]
+    # the documented local set-up: said at INFO, not as a warning
     assert (
-        "warning",
+        "info",
         "no LogStore connection configured ('logstore_default' not defined): using the embedded default "
         f"sql catalog '{spec.name}', warehouse {spec.warehouse}",
     ) in events
     assert any(level == "info" and "'kafka_default' not defined" in event for level, event in events)
+    assert not [entry for entry in logs if entry["log_level"] not in ("info", "debug")], logs
+
+
+def _notices(logs: list[dict]) -> list[str]:
+    return [entry["event"] for entry in logs if " connection configured (" in entry["event"]]
+
+
+def test_a_hook_says_which_default_applies_once_however_often_it_is_asked(home: Path) -> None:
+    """A sensor polls through one hook: its log says which default applies once, not at every poll."""
+    hook = LogStoreHook()
+    with capture_logs() as logs:
+        for _ in range(3):
+            hook.catalog_spec()
+            hook.kafka_extra()
+    said = _notices(logs)
+    assert len(said) == 2 and "'logstore_default' not defined" in said[0], said
+    assert "'kafka_default' not defined" in said[1], said
+    with capture_logs() as logs:
+        quiet = LogStoreHook(log_defaults=False)
+        quiet.catalog_spec()
+        quiet.kafka_extra()
+    assert _notices(logs) == []
 
 
 def test_no_connection_id_at_all_uses_the_embedded_default(home: Path) -> None:

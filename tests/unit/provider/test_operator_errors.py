@@ -36,6 +36,10 @@ from airflow_logstore.operators.read import LogStoreReadOperator
 from airflow_logstore.operators.reconcile import LogStoreReconcileOperator
 from airflow_logstore.spark.results import emit_failure
 from airflow_logstore.table.tables import LogStoreTable
+from airflow_logstore.testing.environment import REPO_ROOT
+
+#: an input file that exists (the dual write checks its input path before spark-submit)
+AN_INPUT = str(REPO_ROOT / "dags" / "data" / "orders_batch_1.jsonl")
 
 PERMANENT: dict[str, BaseException] = {
     "TablePropertyError": TablePropertyError("log-store.enabled", "expected true or false, got 'maybe'"),
@@ -115,7 +119,7 @@ OPERATORS: dict[str, Callable[..., Any]] = {
     ),
     "dual_write": _in_spark(
         lambda: LogStoreDualWriteOperator(
-            task_id="write", table="db.orders", input_path="/in/a.jsonl", batch_id=3, writer_id="w", jars=""
+            task_id="write", table="db.orders", input_path=AN_INPUT, batch_id=3, writer_id="w", jars=""
         ),
         writer_id="w",
         batch_id=3,

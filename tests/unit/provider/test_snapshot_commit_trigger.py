@@ -381,3 +381,43 @@ def test_the_sensor_watches_its_write_task_in_its_own_run(catalog: Catalog, task
         sensor.poke(context)
     with pytest.raises(AirflowFailException, match="write_task_id 'dual_wirte' of wait_2 is no task of DAG"):
         unknown.poke(context)
+
+
+def _default_notices(logs: list[dict[str, Any]]) -> list[str]:
+    return [e["event"] for e in logs if "no LogStore connection configured" in e["event"]]
+
+
+def test_the_embedded_default_is_named_once_per_task_not_at_every_poll(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every poll (in a worker or in the triggerer) goes through one hook: the task log names the
+    embedded default once, at INFO; the triggerer does not repeat what the deferring sensor said."""
+    from airflow.sdk.exceptions import TaskDeferred
+    from structlog.testing import capture_logs
+
+    monkeypatch.setenv("LOGSTORE_HOME", str(tmp_path))
+    monkeypatch.delenv("LOGSTORE_CATALOG", raising=False)
+    monkeypatch.delenv("AIRFLOW_CONN_LOGSTORE_DEFAULT", raising=False)
+    create_table(LogStoreTable.open("db.orders"), "id int, amount long", primary_key=["id"])
+    sensor = SnapshotCommitSensor(task_id="wait", table="db.orders", writer_id=WRITER, batch_id="3")
+    with capture_logs() as logs:
+        assert [sensor.poke({}).is_done for _ in range(3)] == [False] * 3
+    said = _default_notices(logs)
+    assert len(said) == 1 and [e["log_level"] for e in logs if e["event"] in said] == ["info"], logs
+    assert len([e for e in logs if "no Kafka connection configured" in e["event"]]) == 1, logs
+
+    with capture_logs() as logs:
+        event = _first_event(_trigger(Clock(), timeout=3))  # a poll a second, then its timeout
+    assert event["status"] == "timeout" and event["polls"] == 4
+    assert len(_default_notices(logs)) == 1, logs
+
+    deferring = SnapshotCommitSensor(
+        task_id="wait", table="db.orders", writer_id=WRITER, batch_id="3", deferrable=True
+    )
+    with capture_logs() as logs, pytest.raises(TaskDeferred) as deferred:
+        deferring.execute({})
+    assert len(_default_notices(logs)) == 1  # the poll before deferring said it
+    handed = SnapshotCommitTrigger(**deferred.value.trigger.serialize()[1])
+    with capture_logs() as logs:
+        event = _first_event(_trigger(Clock(), timeout=2, **{"log_defaults": handed.log_defaults}))
+    assert handed.log_defaults is False and event["polls"] == 3 and _default_notices(logs) == []

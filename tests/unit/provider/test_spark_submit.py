@@ -35,6 +35,10 @@ from airflow_logstore.settings import local_settings
 from airflow_logstore.spark.results import emit_result
 from airflow_logstore.table.reports import read_result, write_result
 from airflow_logstore.table.tables import LogStoreTable
+from airflow_logstore.testing.environment import REPO_ROOT
+
+#: an input file that exists (the dual write checks its input path before spark-submit)
+AN_INPUT = str(REPO_ROOT / "dags" / "data" / "orders_batch_1.jsonl")
 
 LOCAL = SparkTarget("local[2]")
 STANDALONE = SparkTarget("spark://master:7077", "client")
@@ -237,7 +241,7 @@ def test_operators_fail_naming_the_place_when_a_job_left_no_result(
     _fake_job(monkeypatch, None)
     location = handle.load().location()
     for operator in (
-        LogStoreDualWriteOperator(task_id="w", table="db.orders", input_path="x.jsonl", batch_id=1, jars=""),
+        LogStoreDualWriteOperator(task_id="w", table="db.orders", input_path=AN_INPUT, batch_id=1, jars=""),
         LogStoreReconcileOperator(task_id="r", table="db.orders", engine="spark", jars=""),
         LogStoreCompactionOperator(task_id="c", table="db.orders", jars=""),
     ):

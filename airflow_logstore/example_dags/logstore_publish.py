@@ -1,0 +1,1 @@
+../../dags/logstore_publish.py

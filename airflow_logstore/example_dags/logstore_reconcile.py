@@ -1,0 +1,1 @@
+../../dags/logstore_reconcile.py
