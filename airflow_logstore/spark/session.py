@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,6 +69,39 @@ def session_conf(
     return conf
 
 
+#: Where the JVM of a session this process builds writes its output (None: this process's stderr).
+_jvm_output: Path | None = None
+
+
+def send_spark_output_to(path: Path | None) -> None:
+    """The JVM of the next session this process builds writes its output (Spark's log, its start-up
+    warnings about the loopback hostname and the native Hadoop library, the JVM's own) to ``path``.
+
+    For the ``logstore`` command, whose failures and progress are its own messages on stderr
+    (``--debug`` keeps Spark's output there). None: back to this process's stderr.
+    """
+    global _jvm_output
+    _jvm_output = path
+
+
+@contextmanager
+def _jvm_stderr() -> Iterator[None]:
+    """The JVM started meanwhile inherits :data:`_jvm_output` as its stderr; ours is restored after."""
+    if _jvm_output is None:
+        yield
+        return
+    _jvm_output.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with _jvm_output.open("ab") as out:
+            os.dup2(out.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def under_spark_submit() -> bool:
     """True inside a Python application launched by spark-submit."""
     return "PYSPARK_GATEWAY_PORT" in os.environ
@@ -106,6 +140,7 @@ def build_spark_session(
     builder = SparkSession.builder.appName(app_name).master(master or settings.spark_master)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    with _jvm_stderr():
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     from airflow_logstore.table.catalog import CatalogSpec
@@ -16,8 +18,58 @@ if TYPE_CHECKING:
 QUIET_KAFKA = {"log_level": 2}
 
 
-def print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, default=str))
+def print_json(value: Any, file: TextIO | None = None) -> None:
+    print(json.dumps(value, indent=2, default=str), file=file or sys.stdout)
+
+
+def report(args: argparse.Namespace, value: Mapping[str, Any], summary: Sequence[str] | None = None) -> None:
+    """A command's outcome: with ``--json`` its report as JSON on stdout, else ``summary`` (default: the
+    report's top-level entries, one ``key: value`` line each) for a person, on stdout too."""
+    if getattr(args, "json", False):
+        print_json(value)
+        return
+    lines = summary if summary is not None else [f"{key}: {_plain(item)}" for key, item in value.items()]
+    for line in lines:
+        print(line)
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, dict | list):
+        return json.dumps(value, default=str)
+    return "-" if value is None else str(value)
+
+
+def progress(message: str) -> None:
+    """One line of progress on stderr (a long step starts or ends); stdout keeps the result."""
+    print(f"logstore: {message}", file=sys.stderr, flush=True)
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: an integer that is 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: '{text}'") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
+def start_spark(args: argparse.Namespace, what: str) -> None:
+    """Say that Spark starts; unless ``--debug`` or ``-v``, its JVM's output (its log, start-up
+    warnings) goes to ``logs/spark.log`` in the state folder instead of stderr, and the job's Kafka
+    clients log only errors (as :func:`open_table`'s)."""
+    from airflow_logstore.settings import local_settings
+    from airflow_logstore.spark.session import send_spark_output_to
+
+    loud = getattr(args, "verbose", False) or getattr(args, "debug", False)
+    if not loud:  # the job opens its own Kafka clients, with the settings of the environment
+        from airflow_logstore.settings import extra_kafka_config
+
+        os.environ["LOGSTORE_KAFKA_CONFIG"] = json.dumps({**QUIET_KAFKA, **extra_kafka_config()})
+    spark_log = local_settings().home / "logs" / "spark.log"
+    send_spark_output_to(None if loud else spark_log)
+    progress(f"starting Spark for {what}" + ("" if loud else f" (its log: {spark_log})"))
 
 
 def parse_properties(pairs: Sequence[str], option: str = "--property") -> dict[str, str]:
