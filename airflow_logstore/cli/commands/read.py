@@ -28,9 +28,11 @@ def run(args: argparse.Namespace) -> int:
     if args.mode == "file":
         ignored = [name for name, default in _LOG_ONLY.items() if getattr(args, name) != default]
         if ignored or options:
-            flags = ", ".join(_flag(name) for name in ignored) + (", --option" if options else "")
+            flags = [_flag(name) for name in ignored] + (["--option"] if options else [])
+            verb = "does" if len(flags) == 1 else "do"
             print(
-                f"logstore: note: {flags.lstrip(', ')} do not apply to a file read; ignored", file=sys.stderr
+                f"logstore: note: {', '.join(flags)} {verb} not apply to a file read; ignored",
+                file=sys.stderr,
             )
     handle = open_table(args.table, args)
     summary = run_read(
