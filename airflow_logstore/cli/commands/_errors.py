@@ -54,7 +54,17 @@ class Context:
         words = [getattr(args, "command", None), getattr(args, "table_command", None)]
         command = " ".join(["logstore", *(w for w in words if w)])
         table = getattr(args, "table", None) or getattr(args, "name", None)
-        return cls(command, str(table) if table else None)
+        return cls(command, _resolved(str(table)) if table else None)
+
+
+def _resolved(name: str) -> str:
+    """``name`` as the catalog resolves it (``orders`` is ``default.orders``); as given if it is invalid."""
+    from airflow_logstore.table.catalog import TableName
+
+    try:
+        return TableName.parse(name).identifier
+    except LogStoreError:
+        return name
 
 
 def _text(exc: BaseException) -> str:
