@@ -354,7 +354,9 @@ def drop_table(handle: LogStoreTable, *, keep_topics: bool = False) -> dict[str,
     if config.enabled and config.topic:
         topic, _, control_topic = config.require_log()
         topics = [topic, control_topic, dead_letter_topic_name(topic)]
-    deleted = [] if keep_topics else kafka_client.delete_topics(handle.kafka_config(config), topics)
+    deleted = (
+        kafka_client.delete_topics(handle.kafka_config(config), topics) if topics and not keep_topics else []
+    )
     handle.loaded_catalog.purge_table(handle.name.identifier)
     return {
         "table": str(handle.name),

@@ -12,7 +12,14 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from airflow_logstore.cli.commands import non_negative_int, open_table, parse_properties, print_json
+from airflow_logstore.cli.commands import (
+    JVM_MIN_RECORDS,
+    SCANNERS,
+    non_negative_int,
+    open_table,
+    parse_properties,
+    print_json,
+)
 
 if TYPE_CHECKING:
     from airflow_logstore.table.tables import LogStoreTable
@@ -124,7 +131,6 @@ def describe(summary: dict[str, Any]) -> list[str]:
 
 
 def register(subparsers: Any) -> None:
-    from airflow_logstore.log.jvm_scan import JVM_MIN_RECORDS, SCANNERS
 
     parser = subparsers.add_parser(
         "read",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from airflow_logstore.cli.commands import open_table, report
+from airflow_logstore.cli.commands import JVM_MIN_RECORDS, RECONCILE_STAGES, SCANNERS, open_table, report
 
 
 def run(args: argparse.Namespace) -> int:
@@ -23,8 +23,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    from airflow_logstore.core.reconcile import STAGES
-    from airflow_logstore.log.jvm_scan import JVM_MIN_RECORDS, SCANNERS
 
     parser = subparsers.add_parser(
         "reconcile", help="reverse failed writer attempts' records in the log; prints its report"
@@ -42,5 +40,7 @@ def register(subparsers: Any) -> None:
         help="read the log in a JVM (needs a JDK) or with librdkafka; auto: the JVM from "
         f"{JVM_MIN_RECORDS:,} records on when a JDK is installed",
     )
-    parser.add_argument("--crash-at", default=None, choices=STAGES, help="SIGKILL at a stage (tests)")
+    parser.add_argument(
+        "--crash-at", default=None, choices=RECONCILE_STAGES, help="SIGKILL at a stage (tests)"
+    )
     parser.set_defaults(handler=run)

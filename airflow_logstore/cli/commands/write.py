@@ -35,6 +35,11 @@ def check_before_spark(args: argparse.Namespace) -> tuple[LogStoreTable, LogStor
     from airflow_logstore.log.kafka_client import require_topic
     from airflow_logstore.write.inputs import infer_format
 
+    local = local_input_path(args.input)  # the input first: no catalog or Kafka client is needed
+    if local is not None and not local.exists():
+        raise BadInputError(f"input path '{args.input}' does not exist")
+    if local is not None and args.input_format is None:
+        infer_format(str(local), _local_folder)  # a folder with no file of a known format fails here
     if args.crash_at:
         from airflow_logstore.write.writer import CrashPoint
 
@@ -42,11 +47,6 @@ def check_before_spark(args: argparse.Namespace) -> tuple[LogStoreTable, LogStor
     handle = open_table(args.table, args)
     config = parse_table_properties(handle.load().properties)
     parse_emit_mode(args.emit_mode, config)
-    local = local_input_path(args.input)
-    if local is not None and not local.exists():
-        raise BadInputError(f"input path '{args.input}' does not exist")
-    if local is not None and args.input_format is None:
-        infer_format(str(local), _local_folder)  # a folder with no file of a known format fails here
     if config.enabled:  # the writer claims its epoch on the control topic whatever the emit mode
         topic, _, _ = config.require_log()
         require_topic(handle.kafka_config(config), topic)
