@@ -86,15 +86,18 @@ def send_spark_output_to(path: Path | None) -> None:
 
 @contextmanager
 def _jvm_stderr() -> Iterator[None]:
-    """The JVM started meanwhile inherits :data:`_jvm_output` as its stderr; ours is restored after."""
-    if _jvm_output is None:
+    """The JVM started meanwhile inherits :data:`_jvm_output` as its stderr; ours is restored after,
+    and the next session's JVM writes to stderr again unless :func:`send_spark_output_to` says otherwise."""
+    global _jvm_output
+    output, _jvm_output = _jvm_output, None
+    if output is None:
         yield
         return
-    _jvm_output.parent.mkdir(parents=True, exist_ok=True)
+    output.parent.mkdir(parents=True, exist_ok=True)
     sys.stderr.flush()
     saved = os.dup(2)
     try:
-        with _jvm_output.open("ab") as out:
+        with output.open("ab") as out:
             os.dup2(out.fileno(), 2)
         yield
     finally:

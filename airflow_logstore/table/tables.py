@@ -362,7 +362,7 @@ def drop_table(handle: LogStoreTable, *, keep_topics: bool = False) -> dict[str,
         "table": str(handle.name),
         "dropped": True,
         "topics_deleted": deleted,
-        "topics_kept": [t for t in topics if t not in deleted],
+        "topics_kept": topics if keep_topics else [],
     }
 
 

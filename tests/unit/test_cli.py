@@ -641,3 +641,22 @@ def test_the_parsers_copies_of_choices_are_the_library_s() -> None:
 
     assert commands.SCANNERS == jvm_scan.SCANNERS and commands.JVM_MIN_RECORDS == jvm_scan.JVM_MIN_RECORDS
     assert commands.RECONCILE_STAGES == STAGES
+
+
+def test_spark_output_goes_to_its_log_file(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """The JVM started while a session is built inherits the log file as its stderr (a child process
+    stands in for it here); the command's own stderr is restored, and the next JVM writes there again."""
+    from airflow_logstore.spark import session
+
+    spark_log = tmp_path / "logs" / "spark.log"
+    session.send_spark_output_to(spark_log)
+    with session._jvm_stderr():
+        subprocess.run(
+            ["sh", "-c", "echo 'WARN Utils: Your hostname resolves to a loopback address' >&2"], check=True
+        )
+    print("logstore: the command's own line", file=sys.stderr)
+    with session._jvm_stderr():  # one-shot: this one is not redirected
+        subprocess.run(["sh", "-c", "echo next-jvm >&2"], check=True)
+    _, err = capfd.readouterr()
+    assert "loopback" in spark_log.read_text() and "loopback" not in err
+    assert err.splitlines() == ["logstore: the command's own line", "next-jvm"]
