@@ -6,7 +6,8 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
@@ -61,21 +62,29 @@ def non_negative_int(text: str) -> int:
     return value
 
 
-def start_spark(args: argparse.Namespace, what: str) -> None:
-    """Say that Spark starts; unless ``--debug`` or ``-v``, its JVM's output (its log, start-up
-    warnings) goes to ``logs/spark.log`` in the state folder instead of stderr, and the job's Kafka
-    clients log only errors (as :func:`open_table`'s)."""
-    from airflow_logstore.settings import local_settings
+@contextmanager
+def spark_job(args: argparse.Namespace, what: str) -> Iterator[None]:
+    """Say that Spark starts for ``what``; meanwhile, unless ``--debug`` or ``-v``, the JVM's output (its
+    log, start-up warnings) goes to ``logs/spark.log`` in the state folder instead of stderr, and the
+    job's own Kafka clients log only errors (as :func:`open_table`'s)."""
+    from airflow_logstore.settings import extra_kafka_config, local_settings
     from airflow_logstore.spark.session import send_spark_output_to
 
     loud = getattr(args, "verbose", False) or getattr(args, "debug", False)
-    if not loud:  # the job opens its own Kafka clients, with the settings of the environment
-        from airflow_logstore.settings import extra_kafka_config
-
-        os.environ["LOGSTORE_KAFKA_CONFIG"] = json.dumps({**QUIET_KAFKA, **extra_kafka_config()})
     spark_log = local_settings().home / "logs" / "spark.log"
     send_spark_output_to(None if loud else spark_log)
-    progress(f"starting Spark for {what}" + ("" if loud else f" (its log: {spark_log})"))
+    progress(f"starting Spark for {what}" + ("" if loud else f" (its output: {spark_log})"))
+    before = os.environ.get("LOGSTORE_KAFKA_CONFIG")
+    if not loud:  # the job opens its own Kafka clients, with the settings of the environment
+        os.environ["LOGSTORE_KAFKA_CONFIG"] = json.dumps({**QUIET_KAFKA, **extra_kafka_config()})
+    try:
+        yield
+    finally:
+        send_spark_output_to(None)
+        if before is None:
+            os.environ.pop("LOGSTORE_KAFKA_CONFIG", None)
+        else:
+            os.environ["LOGSTORE_KAFKA_CONFIG"] = before
 
 
 def parse_properties(pairs: Sequence[str], option: str = "--property") -> dict[str, str]:

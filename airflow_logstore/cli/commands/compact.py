@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from airflow_logstore.cli.commands import open_table, report, start_spark
+from airflow_logstore.cli.commands import open_table, report, spark_job
 
 
 def run(args: argparse.Namespace) -> int:
@@ -16,9 +16,10 @@ def run(args: argparse.Namespace) -> int:
     options.validate()  # before a JVM starts
     handle = open_table(args.table, args)
     handle.load()  # a missing table or catalog fails here, before a JVM starts
-    start_spark(args, f"the compaction of {args.table}")
-    spark = build_spark_session(f"logstore-compact-{args.table}")
-    report(args, run_compaction(spark, handle, options).to_dict())
+    with spark_job(args, f"the compaction of {args.table}"):
+        spark = build_spark_session(f"logstore-compact-{args.table}")
+        done = run_compaction(spark, handle, options).to_dict()
+    report(args, done)
     return 0
 
 

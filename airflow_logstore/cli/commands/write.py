@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
-from airflow_logstore.cli.commands import open_table, progress, report, start_spark
+from airflow_logstore.cli.commands import open_table, progress, report, spark_job
 from airflow_logstore.exceptions import BadInputError
 
 if TYPE_CHECKING:
@@ -126,9 +126,8 @@ def run(args: argparse.Namespace) -> int:
     from airflow_logstore.write.write_job import dual_write_main
 
     handle, config = check_before_spark(args)
-    start_spark(args, f"the write to {args.table}")
     written: dict[str, Any] = {}
-    with writer_progress(args):
+    with spark_job(args, f"the write to {args.table}"), writer_progress(args):
         code = dual_write_main(job_argv(args), raise_errors=True, on_result=written.update)
     if code:
         return code
