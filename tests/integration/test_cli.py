@@ -186,6 +186,7 @@ def test_write_publishes_and_reads_say_what_they_hold_back(
     assert wrote.startswith(
         f"wrote batch 1 of writer 'logstore-cli' (epoch 2) to {name}: 1 changes, 1 log records"
     )
+    assert "data files)" in wrote, wrote
     assert published.startswith("published: visible watermark") and "consistent log reads return" in published
     assert "logstore: starting Spark for the write" in err and "1 log records flushed" in err, err
     assert "rdkafka" not in err, err  # (Spark's output: the shared session's JVM is the test's)

@@ -131,6 +131,10 @@ def run(args: argparse.Namespace) -> int:
         code = dual_write_main(job_argv(args), raise_errors=True, on_result=written.update)
     if code:
         return code
+    if written.get("snapshot_id") is not None and not written.get("skipped"):
+        snapshot = handle.load().snapshot_by_id(written["snapshot_id"])
+        props = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
+        written["data_files"] = int(props.get("added-data-files", 0))
     published = None
     publish = config.enabled and not args.no_publish and not written.get("skipped")
     if publish:
@@ -155,7 +159,11 @@ def summary(
     lines = [
         f"wrote {batch} (epoch {written['epoch']}) to {written['table']}: {written['rows_in']} changes, "
         f"{written['log_records']} log records, "
-        + (f"snapshot {snapshot}" if snapshot is not None else "no snapshot (emit mode log)")
+        + (
+            f"snapshot {snapshot} ({written.get('data_files', 0)} data files)"
+            if snapshot is not None
+            else "no snapshot (emit mode log)"
+        )
         + f", in {written['seconds']:.0f}s"
     ]
     if not logged:
