@@ -19,19 +19,50 @@ from typing import NoReturn
 from airflow_logstore.cli.commands._errors import Context, explain
 
 
-class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are two lines (the problem, where the options are listed).
+class _HelpFormatter(argparse.HelpFormatter):
+    """Help that ends each option's text with its default, when it has one worth saying."""
 
-    Every (sub)command also accepts ``--debug``, so it may follow the command as well as precede it.
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            default in (None, False, [], "", argparse.SUPPRESS)
+            or "default" in text
+            or not action.option_strings
+        ):
+            return text
+        return f"{text} (default: %(default)s)" if text else "default: %(default)s"
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are two lines (the problem, where the options are listed), whose
+    help shows each option's default.
+
+    Every (sub)command also accepts ``--debug``, ``-v`` and ``--json``, so they may follow the command as
+    well as precede it.
     """
 
     def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.add_argument(
             "--debug",
             action="store_true",
             default=argparse.SUPPRESS,
-            help="print the traceback of a failure (and log at INFO level)",
+            help="print the traceback of a failure, log at INFO level and keep Spark's output on stderr",
+        )
+        self.add_argument(
+            "-v",
+            "--verbose",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="log at INFO level (Spark's output on stderr too)",
+        )
+        self.add_argument(
+            "--json",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="print the command's report as JSON on stdout instead of a summary",
         )
 
     def error(self, message: str) -> NoReturn:
@@ -42,8 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     from airflow_logstore.cli import commands
 
     parser = _Parser(prog="logstore", description="LogStore tables: Iceberg + Kafka log")
-    parser.set_defaults(debug=False)
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.set_defaults(debug=False, verbose=False, json=False)
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         if not module.name.startswith("_"):

@@ -75,23 +75,13 @@ def start_over(table_name: str = TABLE) -> list[str]:
     """Drop an earlier demo's table (with its files) and its topics: every demo starts at batch 1."""
     from pyiceberg.exceptions import NoSuchTableError
 
-    from airflow_logstore.log import kafka_client
-    from airflow_logstore.log.deadletter import dead_letter_topic_name
-    from airflow_logstore.table.tables import LogStoreTable
+    from airflow_logstore.table.tables import LogStoreTable, drop_table
 
-    handle = LogStoreTable.open(table_name)
     try:
-        table = handle.load()
+        dropped = drop_table(LogStoreTable.open(table_name))
     except NoSuchTableError:
         return []
-    config = handle.config(table)
-    removed = []
-    if config.enabled and config.topic:
-        topic, _, control_topic = config.require_log()
-        topics = [topic, control_topic, dead_letter_topic_name(topic)]
-        removed = kafka_client.delete_topics(handle.kafka_config(config), topics)
-    handle.catalog.load().purge_table(handle.name.identifier)
-    return [table_name, *removed]
+    return [table_name, *dropped["topics_deleted"]]
 
 
 def run_demo(dags_folder: Path | None = None) -> dict[str, Any]:

@@ -73,13 +73,21 @@ class Normalizer:
     addition that differs emits ``+I`` or ``-U``/``+U`` against the state; ``-D`` of the current row
     emits ``-D``; other retractions (``-U`` halves, stale or duplicate deletes) are absorbed.
     Memory grows with the number of distinct keys: that is its cost.
+
+    Its counts add up: records out = ``fed`` - ``dropped`` - ``absorbed`` + ``added``, where ``absorbed``
+    are ``-U`` halves of the current row (the following ``+U`` emits the pair from the state) and
+    ``added`` the ``-U`` halves emitted from the state (an addition that changes a key's row).
     """
 
     def __init__(self) -> None:
         self.state: dict[Key, tuple[tuple[tuple[str, Any], ...], Row]] = {}  # key -> (identity, row)
+        self.fed = 0
         self.dropped = 0
+        self.absorbed = 0
+        self.added = 0
 
     def feed(self, key: Key, kind: RowKind, row: Row) -> list[tuple[RowKind, Row]]:
+        self.fed += 1
         frozen = freeze(row)
         held = self.state.get(key)
         current = held[0] if held is not None else None
@@ -90,11 +98,13 @@ class Normalizer:
             self.state[key] = (frozen, row)
             if held is None:
                 return [(RowKind.INSERT, row)]
+            self.added += 1
             return [(RowKind.UPDATE_BEFORE, dict(held[1])), (RowKind.UPDATE_AFTER, row)]
         if kind is RowKind.DELETE and current == frozen:
             del self.state[key]
             return [(RowKind.DELETE, row)]
         if kind is RowKind.UPDATE_BEFORE and current == frozen:
+            self.absorbed += 1
             return []  # the following +U of the pair carries the change
         self.dropped += 1
         return []

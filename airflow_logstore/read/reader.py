@@ -23,7 +23,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_logstore.core.changelog import Normalizer
-from airflow_logstore.core.codec import RecordMeta, RowKind, decode_headers, decode_value, typed_row
+from airflow_logstore.core.codec import (
+    H_WRITER,
+    RECONCILER_WRITER_ID,
+    RecordMeta,
+    RowKind,
+    decode_headers,
+    decode_value,
+    typed_row,
+)
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import ChangelogMode, Consistency, resolve_read_options
 from airflow_logstore.core.summary import S_POSITIONS, CommitInfo, positions_from_json
@@ -179,13 +187,25 @@ class ReadReport:
     not_yet_visible: int = 0
     dead_lettered: int = 0
     dead_letter_topic: str | None = None
+    #: ``--normalize``: records in, dropped, ``-U`` absorbed and added (see ``core.changelog.Normalizer``)
+    normalized_in: int = 0
     normalized_dropped: int = 0
+    normalized_absorbed: int = 0
+    normalized_added: int = 0
+    #: per partition the offset after the log's last record when the read started (``end`` is where a
+    #: consistent read stopped: the records between the two are ``not_yet_visible``)
+    log_end: dict[str, int] = field(default_factory=dict)
     snapshot_id: int | None = None
     file_rows: int | None = None
     scanner: str = "librdkafka"  # or "jvm": the records came as columns from the JVM scan
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    def counted(self, normalizer: Normalizer) -> None:
+        """The normalizer's counts (they add up to the records it returned)."""
+        self.normalized_in, self.normalized_dropped = normalizer.fed, normalizer.dropped
+        self.normalized_absorbed, self.normalized_added = normalizer.absorbed, normalizer.added
 
 
 @dataclass
@@ -486,7 +506,7 @@ class LogReader:
         finally:
             chunks.close()
             if normalizer is not None:
-                report.normalized_dropped = normalizer.dropped
+                report.counted(normalizer)
 
     def iterate_batches(
         self,
@@ -530,7 +550,7 @@ class LogReader:
         finally:
             chunks.close()
             if normalizer is not None:
-                report.normalized_dropped = normalizer.dropped
+                report.counted(normalizer)
 
     @staticmethod
     def _append_only(table: pa.Table, report: ReadReport) -> pa.Table:
@@ -576,6 +596,7 @@ class LogReader:
             consistent = self.consistency is Consistency.TRANSACTIONAL
             read_filter = self.read_filter(consistent, hybrid or self.snapshot_start(start), first)
             state = read_filter.state
+            report.log_end = {str(p): o for p, o in sorted(last.items())}
             if state is not None and consistent:
                 visible_end = {p: min(last[p], state.watermark.get(p, -1) + 1) for p in last}
                 report.not_yet_visible = sum(max(0, last[p] - max(visible_end[p], first[p])) for p in last)
@@ -746,6 +767,8 @@ def run_read(
 ) -> dict[str, Any]:
     """One read in any mode; rows go as JSON lines to ``output_path`` or the ``output`` stream.
 
+    ``limit``: at most this many rows (0: none), in every mode (a hybrid read's file rows first).
+
     Rows are written as they are read, one Arrow batch at a time (a chunk of the log, a batch of the
     snapshot's files): memory does not grow with the number of rows.
     Returns a summary (counts and the read report) — what the operator pushes to XCom.
@@ -781,14 +804,16 @@ def run_read(
                 scanner=scanner,
             )
             chosen, positions = snapshot_positions(reader.table, snapshot_id)
-            files = _file_batches(reader.table, chosen, None) if chosen is not None else iter(())
+            files = _file_batches(reader.table, chosen, limit) if chosen is not None else iter(())
             summary["file_rows"] = _write_rows(files, sink, {"_kind": "+I", "_source": "file"})
+            log_limit = None if limit is None else limit - summary["file_rows"]
             report = reader.new_report()
             report.mode, report.snapshot_id, report.file_rows = "hybrid", chosen, summary["file_rows"]
             log_part = reader.iterate_batches(
                 {p: positions.get(p, 0) for p in range(reader.config.partitions)},
                 report=report,
                 hybrid=snapshot_start(reader.table, chosen),
+                limit=log_limit,
             )
             summary["log_records"] = _write_rows(log_part, sink, {"_source": "log"})
             summary["snapshot_id"] = chosen
@@ -804,13 +829,38 @@ def run_read(
             sink.close()
 
 
+def held_back(handle: LogStoreTable, report: ReadReport) -> dict[str, int]:
+    """Who wrote the records a consistent read held back (from ``report.end`` to ``report.log_end``), by
+    their ``writer-id`` header: ``reconciliation``, the reconciler's reversals written after the last
+    publish (a publish decides them), and ``data``, writers' records whose batch is not published or
+    not committed yet. A scan of those records' headers only."""
+    counts = {"reconciliation": 0, "data": 0}
+    start = {int(p): o for p, o in report.end.items()}
+    end = {int(p): o for p, o in report.log_end.items()}
+    if not any(end[p] > start.get(p, end[p]) for p in end):
+        return counts
+    config = handle.config()
+    reconciler = RECONCILER_WRITER_ID.encode()
+    cons = kafka_client.consumer(handle.kafka_config(config))
+    try:
+        for messages in kafka_client.scan(cons, config.require_log()[0], start, end):
+            for message in messages:
+                writer = dict(message.headers() or []).get(H_WRITER)
+                counts["reconciliation" if writer == reconciler else "data"] += 1
+    finally:
+        cons.close()
+    return counts
+
+
 def _file_batches(table: Table, snapshot_id: int | None, limit: int | None) -> Iterator[pa.Table]:
     """A snapshot's rows as Arrow tables, one file batch at a time (at most ``limit`` rows)."""
     import pyarrow as pa
 
     returned = 0
+    if limit == 0:
+        return
     for batch in table.scan(snapshot_id=snapshot_id).to_arrow_batch_reader():
-        if limit and returned + batch.num_rows >= limit:
+        if limit is not None and returned + batch.num_rows >= limit:
             yield pa.Table.from_batches([batch.slice(0, limit - returned)])
             return
         returned += batch.num_rows

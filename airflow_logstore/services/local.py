@@ -199,7 +199,7 @@ class LocalBroker:
 
     def up(self, timeout: float = 90.0) -> BrokerStatus:
         """Start the broker unless it runs already; wait until it answers Kafka requests."""
-        self.process.up(self.launch, self._answers, timeout=timeout, where=self.bootstrap)
+        self.process.up(self.launch, self.answers, timeout=timeout, where=self.bootstrap)
         return self.status()
 
     def launch(self) -> subprocess.Popen[bytes] | None:
@@ -259,7 +259,8 @@ class LocalBroker:
         if result.returncode != 0:
             raise ServiceError(f"formatting the Kafka storage failed: {result.stdout}{result.stderr}")
 
-    def _answers(self) -> bool:
+    def answers(self) -> bool:
+        """Whether a Kafka broker answers on this broker's port (this one, or another on the same port)."""
         from confluent_kafka.admin import AdminClient
 
         if not port_open(self.options.port):

@@ -11,7 +11,8 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,6 +69,42 @@ def session_conf(
         conf["spark.jars"] = ",".join(str(j) for j in jars)
     conf.update(extra or {})
     return conf
+
+
+#: Where the JVM of a session this process builds writes its output (None: this process's stderr).
+_jvm_output: Path | None = None
+
+
+def send_spark_output_to(path: Path | None) -> None:
+    """The JVM of the next session this process builds writes its output (Spark's log, its start-up
+    warnings about the loopback hostname and the native Hadoop library, the JVM's own) to ``path``.
+
+    For the ``logstore`` command, whose failures and progress are its own messages on stderr
+    (``--debug`` keeps Spark's output there). None: back to this process's stderr.
+    """
+    global _jvm_output
+    _jvm_output = path
+
+
+@contextmanager
+def _jvm_stderr() -> Iterator[None]:
+    """The JVM started meanwhile inherits :data:`_jvm_output` as its stderr; ours is restored after,
+    and the next session's JVM writes to stderr again unless :func:`send_spark_output_to` says otherwise."""
+    global _jvm_output
+    output, _jvm_output = _jvm_output, None
+    if output is None:
+        yield
+        return
+    output.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with output.open("ab") as out:
+            os.dup2(out.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def under_spark_submit() -> bool:
@@ -145,6 +182,7 @@ def build_spark_session(
     builder = SparkSession.builder.appName(app_name).master(master or settings.spark_master)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    with _jvm_stderr():
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.ledger import with_commits
 from airflow_logstore.core.properties import LogStoreConfig, parse_table_properties
-from airflow_logstore.core.summary import S_EPOCH, S_OPERATION, S_WRITER, CommitInfo
+from airflow_logstore.core.summary import S_BATCH, S_EPOCH, S_OPERATION, S_WRITER, CommitInfo
 from airflow_logstore.exceptions import SchemaMismatchError, TablePropertyError
 from airflow_logstore.log import kafka_client
 from airflow_logstore.log.control_topic import ControlTopic
@@ -307,6 +307,94 @@ def _verify_existing(table: Table, schema: Schema, config: LogStoreConfig) -> No
 
 def _plain(value: Any) -> Any:
     return getattr(value, "value", value)
+
+
+#: LogStore properties that cannot change once the table's log is enabled: its records are in that topic,
+#: keyed to those partitions
+_FIXED_WITH_A_LOG = ("log-store.topic", "log-store.partitions")
+
+
+def alter_table(handle: LogStoreTable, properties: Mapping[str, str]) -> dict[str, Any]:
+    """Set table properties, validated with the table's others; a log enabled now gets its topics.
+
+    The log's topic and partitions cannot change once the log is enabled (its records are there).
+    """
+    table = handle.load()
+    properties = {str(k): str(v) for k, v in properties.items()}
+    before = handle.config(table)
+    config = parse_table_properties({**table.properties, **properties})
+    if before.enabled:
+        for key in _FIXED_WITH_A_LOG:
+            if key in properties and properties[key] != table.properties.get(key):
+                raise TablePropertyError(
+                    key, "cannot change once the table's log is enabled (its records are there)"
+                )
+    topic_created = False
+    if config.enabled:
+        topic_created, _ = _ensure_topics(handle, config)
+    with table.transaction() as transaction:
+        transaction.set_properties(properties)
+    return {
+        "table": str(handle.name),
+        "set": properties,
+        "log_enabled": config.enabled,
+        "topic": config.topic,
+        "topic_created": topic_created,
+    }
+
+
+def drop_table(handle: LogStoreTable, *, keep_topics: bool = False) -> dict[str, Any]:
+    """Drop the table with its files (a purge) and, unless ``keep_topics``, its log, control and
+    dead-letter topics. Returns what was removed and what was left."""
+    from airflow_logstore.log.deadletter import dead_letter_topic_name
+
+    table = handle.load()
+    config = handle.config(table)
+    topics: list[str] = []
+    if config.enabled and config.topic:
+        topic, _, control_topic = config.require_log()
+        topics = [topic, control_topic, dead_letter_topic_name(topic)]
+    deleted = (
+        kafka_client.delete_topics(handle.kafka_config(config), topics) if topics and not keep_topics else []
+    )
+    handle.loaded_catalog.purge_table(handle.name.identifier)
+    return {
+        "table": str(handle.name),
+        "dropped": True,
+        "topics_deleted": deleted,
+        "topics_kept": topics if keep_topics else [],
+    }
+
+
+def list_tables(catalog: CatalogSpec | None = None, namespace: str | None = None) -> list[str]:
+    """The tables of the catalog (of one namespace), as ``namespace.table``, sorted."""
+    loaded = (catalog or default_catalog()).load()
+    namespaces = [(namespace,)] if namespace else loaded.list_namespaces()
+    return sorted(".".join(ident) for ns in namespaces for ident in loaded.list_tables(ns))
+
+
+def list_snapshots(handle: LogStoreTable) -> list[dict[str, Any]]:
+    """The table's snapshots, oldest first: id, parent, time, operation and the LogStore commit (writer,
+    batch, epoch) when it is one; ``current`` marks the one ``main`` points at."""
+    table = handle.load()
+    current = table.metadata.current_snapshot_id
+    snapshots = []
+    for snapshot in sorted(table.snapshots(), key=lambda s: (s.timestamp_ms, s.sequence_number or 0)):
+        summary = snapshot.summary.additional_properties if snapshot.summary else {}
+        snapshots.append(
+            {
+                "snapshot_id": snapshot.snapshot_id,
+                "parent_id": snapshot.parent_snapshot_id,
+                "timestamp_ms": snapshot.timestamp_ms,
+                "operation": snapshot.summary.operation.value if snapshot.summary else None,
+                "logstore_operation": summary.get(S_OPERATION),
+                "writer_id": summary.get(S_WRITER),
+                "batch_id": summary.get(S_BATCH),
+                "epoch": summary.get(S_EPOCH),
+                "current": snapshot.snapshot_id == current,
+            }
+        )
+    return snapshots
 
 
 def show_table(handle: LogStoreTable) -> dict[str, Any]:

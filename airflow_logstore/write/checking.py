@@ -89,6 +89,7 @@ def validated_changes(
     *,
     cache: bool = True,
     check_keys: bool = False,
+    missing_as_null: bool = True,
 ) -> Changes:
     """Cast ``raw`` to the table schema and tag rows; raise :class:`BadInputError` on the first bad row.
 
@@ -96,9 +97,12 @@ def validated_changes(
     the batch changes each key once (:attr:`Changes.keys_once`). With ``cache`` it also caches them;
     without, every later step computes the changes from the input again, which must then be files that
     do not change while the batch runs (a Parquet input; any input must not change, since Spark
-    computes a lost cached block again from the input too).
+    computes a lost cached block again from the input too). ``missing_as_null``: see
+    :func:`~airflow_logstore.write.inputs.tagged_changes`.
     """
-    tagged = tagged_changes(raw, table_schema, list(primary_key), change_column)
+    tagged = tagged_changes(
+        raw, table_schema, list(primary_key), change_column, missing_as_null=missing_as_null
+    )
     if cache:
         tagged = tagged.persist()
     with uncompressed_cache(raw.sparkSession) if cache else nullcontext():  # the pass builds the cache

@@ -228,11 +228,20 @@ def with_row_ids(raw: DataFrame) -> DataFrame:
 
 
 def tagged_changes(
-    raw: DataFrame, table_schema: StructType, primary_key: list[str], change_column: str | None
+    raw: DataFrame,
+    table_schema: StructType,
+    primary_key: list[str],
+    change_column: str | None,
+    *,
+    missing_as_null: bool = True,
 ) -> DataFrame:
     """``raw`` cast to the table's columns, with each row's change kind, row id and, for a bad row, its
     error and the column it is about (``_logstore_error``, ``_logstore_error_column``; null when good);
-    raises :class:`SchemaMismatchError` when the columns themselves do not fit the table."""
+    raises :class:`SchemaMismatchError` when the columns themselves do not fit the table.
+
+    :param missing_as_null: a nullable column the input does not have is null in every row; when False,
+        an insert or update without it is a bad row (a delete needs only its key).
+    """
     from pyspark.sql import functions as F
 
     table_columns = {field.name: field for field in table_schema.fields}
@@ -251,6 +260,21 @@ def tagged_changes(
     checks = []
     if CORRUPT_COLUMN in raw.columns:
         checks.append((F.col(CORRUPT_COLUMN).isNotNull(), "the line is not a JSON object", "(line)"))
+    if change:
+        known = F.lower(F.trim(F.col(f"`{change}`"))).isin(list(CHANGE_ALIASES))
+        checks.append(
+            (
+                F.col(f"`{change}`").isNotNull() & ~known,
+                "unknown change kind (expected insert, update, delete, upsert or I/U/D)",
+                change,
+            )
+        )
+        mapping = F.create_map(
+            *[item for alias, code in CHANGE_ALIASES.items() for item in (F.lit(alias), F.lit(code))]
+        )
+        op = F.coalesce(mapping[F.lower(F.trim(F.col(f"`{change}`")))], F.lit("I"))
+    else:
+        op = F.lit("I")
     selected = []
     input_types = {field.name: field.dataType for field in raw.schema.fields}
     for name, field in table_columns.items():
@@ -270,25 +294,13 @@ def tagged_changes(
             selected.append(cast.alias(name))
         else:
             selected.append(F.lit(None).cast(field.dataType).alias(name))
+            if not missing_as_null and name not in primary_key:
+                missing = f"value is missing: the input has no column '{name}', and missing-as-null is off"
+                checks.append((op != F.lit("D"), missing, name))
         if name in primary_key:
             checks.append((F.col(f"`{name}`").isNull(), "primary key value is missing", name))
         elif not field.nullable and present:
             checks.append((F.col(f"`{name}`").isNull(), "value is missing (the column is not null)", name))
-    if change:
-        known = F.lower(F.trim(F.col(f"`{change}`"))).isin(list(CHANGE_ALIASES))
-        checks.append(
-            (
-                F.col(f"`{change}`").isNotNull() & ~known,
-                "unknown change kind (expected insert, update, delete, upsert or I/U/D)",
-                change,
-            )
-        )
-        mapping = F.create_map(
-            *[item for alias, code in CHANGE_ALIASES.items() for item in (F.lit(alias), F.lit(code))]
-        )
-        op = F.coalesce(mapping[F.lower(F.trim(F.col(f"`{change}`")))], F.lit("I"))
-    else:
-        op = F.lit("I")
     if not primary_key:
         checks.append((op != F.lit("I"), "tables without a primary key accept inserts only", change or "op"))
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.exceptions import LogStoreError
 from airflow_logstore.spark.results import add_report_id, emit_failure, emit_result, job_session
@@ -34,6 +35,13 @@ def dual_write_parser() -> argparse.ArgumentParser:
     parser.add_argument("--emit-mode", default=None, help="file,log (default), log or file")
     parser.add_argument("--crash-at", default=None, help="after-log:N or after-commit:N (tests)")
     parser.add_argument("--change-column", default="op")
+    parser.add_argument(
+        "--missing-columns",
+        choices=("null", "error"),
+        default="null",
+        help="a nullable column the input lacks: null in every row (default) or an error for an insert "
+        "or update",
+    )
     add_report_id(parser)
     batch = parser.add_argument_group("batch mode")
     batch.add_argument("--input", help="input file or folder (JSON lines, CSV, Parquet)")
@@ -55,13 +63,21 @@ def dual_write_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def dual_write_main(argv: Sequence[str] | None = None, *, raise_errors: bool = False) -> int:
+def dual_write_main(
+    argv: Sequence[str] | None = None,
+    *,
+    raise_errors: bool = False,
+    on_result: Callable[[dict[str, Any]], None] | None = None,
+) -> int:
     """Run the dual-write job; 0 on success. A failure leaves its report next to the table, then
 
     - as spark-submit's entry point (``raise_errors`` False): prints ``dual_write: error: ...`` and
       returns 1 for the project's own errors, and raises the others;
     - in-process for the ``logstore write`` CLI (``raise_errors`` True): raises every error, which the
       CLI explains (the problem and the next step).
+
+    :param on_result: takes the result instead of :func:`emit_result` (the CLI: its own summary, no
+        result line; the CLI passes no ``--report-id``)
     """
     from airflow_logstore.core.properties import parse_emit_mode
     from airflow_logstore.spark.jobconf import job_settings, spark_conf_dict
@@ -88,12 +104,14 @@ def dual_write_main(argv: Sequence[str] | None = None, *, raise_errors: bool = F
             writer_id=args.writer_id,
             crash_at=crash_at,
             change_column=args.change_column,
+            missing_as_null=args.missing_columns == "null",
         )
+        emit = on_result or partial(emit_result, handle=writer.handle, report_id=args.report_id)
         if args.emit_mode:
             writer.emit_mode = parse_emit_mode(args.emit_mode, writer.config)
         if args.input:
             result = writer.write_path(args.input, args.batch_id, args.input_format)
-            emit_result(result.to_dict(), writer.handle, args.report_id)
+            emit(result.to_dict())
         else:
             from airflow_logstore.write.streaming import run_stream
 
@@ -114,9 +132,9 @@ def dual_write_main(argv: Sequence[str] | None = None, *, raise_errors: bool = F
             )
             if monitor is not None:  # a long run: its count and last micro-batch, not all of them
                 summary = {"batches": len(results), "last_batch": monitor.last_batch, "epoch": writer.epoch}
-                emit_result({**summary, "stopped": monitor.stop_requested}, writer.handle, args.report_id)
+                emit({**summary, "stopped": monitor.stop_requested})
             else:
-                emit_result({"batches": [r.to_dict() for r in results]}, writer.handle, args.report_id)
+                emit({"batches": [r.to_dict() for r in results]})
     except Exception as exc:
         _report_dual_write_failure(args, catalog, writer, exc)
         if raise_errors or not isinstance(exc, LogStoreError):

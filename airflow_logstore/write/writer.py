@@ -146,8 +146,11 @@ class DualWriter:
         emit_mode: frozenset[str] | None = None,
         crash_at: CrashPoint | None = None,
         change_column: str = "op",
+        missing_as_null: bool = True,
     ) -> None:
         self.spark = spark
+        #: a nullable column an input lacks is null (False: an insert or update without it is a bad row)
+        self.missing_as_null = missing_as_null
         self.handle = handle
         self.writer_id = writer_id
         self.crash_at = crash_at
@@ -227,7 +230,13 @@ class DualWriter:
         schema = self.spark.table(self.handle.spark_name()).schema
         # the keys are checked: a batch that changes each once may skip the plan (_write_direct)
         changes = validated_changes(
-            raw, schema, self.primary_key, self.change_column, cache=not reread, check_keys=True
+            raw,
+            schema,
+            self.primary_key,
+            self.change_column,
+            cache=not reread,
+            check_keys=True,
+            missing_as_null=self.missing_as_null,
         )  # 2
         try:
             plan = self._plan(changes.frame, self._target(table), self._keys(changes, table))  # 3
@@ -417,6 +426,7 @@ def open_writer(
     emit_mode: frozenset[str] | None = None,
     crash_at: CrashPoint | None = None,
     change_column: str = "op",
+    missing_as_null: bool = True,
 ) -> DualWriter:
     handle = LogStoreTable.open(table, catalog, kafka_extra)
     return DualWriter(
@@ -426,4 +436,5 @@ def open_writer(
         emit_mode=emit_mode,
         crash_at=crash_at,
         change_column=change_column,
+        missing_as_null=missing_as_null,
     )

@@ -219,7 +219,7 @@ def test_dry_run_cli_and_the_spark_job(env, spark, capsys: pytest.CaptureFixture
     snapshots_before = {s.snapshot_id for s in handle.load().snapshots()}
     rows_before = file_rows(handle)
 
-    assert cli_main(["compact", str(handle.name), "--dry-run"]) == 0
+    assert cli_main(["compact", str(handle.name), "--dry-run", "--json"]) == 0
     dry = json.loads(capsys.readouterr().out)
     assert dry["status"] == "dry-run" and dry["decision"]["compact"]
     assert dry["rewrite"]["planned"] and dry["rewrite"]["options"]["min-input-files"] == "2"

@@ -616,7 +616,7 @@ def test_operator_and_cli_return_the_report(
 
     handle, dead = _failover_table(env, spark, tmp_path, "op")
     capsys.readouterr()
-    assert main(["reconcile", str(handle.name), "--dry-run"]) == 0
+    assert main(["reconcile", str(handle.name), "--dry-run", "--json"]) == 0
     printed = _printed_json(capsys.readouterr().out)
     assert printed["dry_run"] and printed["reversed"] == len(dead) and printed["status"] == "dry-run"
 
@@ -626,7 +626,7 @@ def test_operator_and_cli_return_the_report(
     assert json.loads(json.dumps(xcom)) == xcom  # JSON-serializable for XCom
 
     capsys.readouterr()
-    assert main(["reconcile", str(handle.name)]) == 0
+    assert main(["reconcile", str(handle.name), "--json"]) == 0
     assert _printed_json(capsys.readouterr().out)["reversed"] == 0
 
 

@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +92,9 @@ def assert_message(code: int, out: str, err: str, expected: str, exit_code: int)
 
 MISSING_TABLE = [
     ["table", "show", MISSING],
+    ["table", "snapshots", MISSING],
+    ["table", "alter", MISSING, "--property", "log-store.partitions=6"],
+    ["table", "drop", MISSING, "--yes"],
     ["read", MISSING],
     ["read", MISSING, "--mode", "file"],
     ["read", MISSING, "--mode", "hybrid"],
@@ -202,6 +206,7 @@ def test_broker_stopped_is_a_status_not_an_error(state: State, capfd: pytest.Cap
 
 
 CATALOG_COMMANDS = [
+    ["table", "list"],
     ["table", "show", "t.plain"],
     ["table", "create", "t.new", "--schema", "id int"],
     ["read", "t.plain", "--mode", "file"],
@@ -263,6 +268,17 @@ BAD_OPTIONS = [
     (["write", "t.plain", "--input", "{input}", "--emit-mode", "bogus"], "'bogus' is not one of"),
     (["write", "t.plain", "--input", "{input}", "--emit-mode", "log"], "the table has no LogStore"),
     (["compact", "t.plain", "--target-size", "0"], "option 'target-size': must be at least 1 byte"),
+    (["read", "t.plain", "--limit", "-1"], "argument --limit: must be 0 or more, not -1"),
+    (["write", "t.plain", "--input", "{input}", "--input-format", "xml"], "invalid choice: 'xml'"),
+    (["write", "t.plain", "--input", "{input}", "--crash-at", "later"], "'later' is not after-log:N"),
+    (["table", "drop", "t.plain"], "pass --yes to do it"),
+    (["table", "alter", "t.plain"], "give at least one KEY=VALUE"),
+    (["table", "alter", "t.plain", "--property", "log.sytem=kafka"], "log.sytem"),
+    (["table", "alter", "t.logged", "--property", "log-store.topic=other"], "cannot change once"),
+    (
+        ["table", "create", "t.x", "--schema", "id int", "--no-log", "--property", "log-store.enabled=true"],
+        "contradicts",
+    ),
     (["reconcile", "t.logged", "--crash-at", "bogus"], "argument --crash-at: invalid choice"),
     (["services", "restart"], "argument action: invalid choice: 'restart'"),
     (["services", "status", "--profile", "docker"], "argument --profile: invalid choice: 'docker'"),
@@ -363,7 +379,7 @@ def test_a_subcommand_without_failure_cases_is_named() -> None:
 
 
 def test_table_show_says_what_it_uses(state: State, capfd: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capfd, ["table", "show", "t.plain"])
+    code, out, _ = run(capfd, ["table", "show", "t.plain", "--json"])
     assert code == 0
     using = json.loads(out)["using"]
     assert using["state_folder"] == f"{state.home.resolve()} (from LOGSTORE_HOME)"
@@ -491,3 +507,159 @@ def test_which_input_paths_are_checked_before_spark(path: str, master: str, loca
     from airflow_logstore.cli.commands.write import local_input_path
 
     assert local_input_path(path, master) == local
+
+
+# -- options are checked before anything slow, in the real command --------------------------------------
+
+#: Option and path errors a user makes: each is the first line of stderr, within 3 s, before Spark.
+EARLY_ERRORS = [
+    (["write", "t.plain", "--input", "{input}", "--input-format", "xml"], "invalid choice: 'xml'", 2),
+    (["write", "t.plain", "--input", "{missing}"], "input path '{missing}' does not exist", 2),
+    (["write", "t.plain", "--input", "{folder}"], "no file in folder", 2),
+    (["read", "t.plain", "--limit", "-1"], "must be 0 or more", 2),
+    (["read", "t.plain", "--mode", "xml"], "invalid choice: 'xml'", 2),
+    (["table", "show", "a.b.c"], "table name 'a.b.c' must be 'namespace.table'", 2),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected", "exit_code"), EARLY_ERRORS, ids=[" ".join(a) for a, _, _ in EARLY_ERRORS]
+)
+def test_option_and_path_errors_come_first_and_fast(
+    state: State, tmp_path: Path, argv: list[str], expected: str, exit_code: int
+) -> None:
+    """Through the installed command, in its own process: the message is the first line, no traceback."""
+    (tmp_path / "no_known_files").mkdir()
+    (tmp_path / "no_known_files" / "rows.xml").write_text("<rows/>")
+    values = {
+        "input": state.input,
+        "missing": tmp_path / "missing.jsonl",
+        "folder": tmp_path / "no_known_files",
+    }
+    argv = [arg.format(**values) for arg in argv]
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "airflow_logstore.cli", *argv], capture_output=True, text=True, check=False
+    )
+    elapsed = time.monotonic() - started
+    assert done.returncode == exit_code, done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    assert expected.format(**values) in done.stderr.splitlines()[0], done.stderr
+    assert elapsed < 3, f"{elapsed:.1f}s before the error"
+
+
+# -- help, common options ----------------------------------------------------------------------------------
+
+
+def parsers(
+    parser: argparse.ArgumentParser, words: tuple[str, ...] = ()
+) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    yield " ".join(words), parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from parsers(child, (*words, name))
+
+
+def test_every_option_has_help() -> None:
+    missing = [
+        (words, action.dest)
+        for words, parser in parsers(build_parser())
+        for action in parser._actions
+        if not action.help and not isinstance(action, argparse._SubParsersAction | argparse._HelpAction)
+    ]
+    assert missing == []
+
+
+def test_help_shows_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["read", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: log)" in text and "(default: jsonl)" in text and "0: none" in text
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["write", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--missing-as-null" in text and "--no-publish" in text and "(default: logstore-cli)" in text
+
+
+@pytest.mark.parametrize("argv", [["-v", "table", "list"], ["table", "list", "-v"], ["table", "-v", "list"]])
+def test_common_options_before_or_after_the_command(argv: list[str]) -> None:
+    args = build_parser().parse_args([*argv, "--json"])
+    assert args.verbose and args.json and not args.debug
+
+
+def test_a_name_without_namespace_is_in_default(state: State, capfd: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capfd, ["table", "show", "orders"])
+    assert_message(code, out, err, "table 'default.orders' does not exist in catalog", 1)
+
+
+# -- tables: list, snapshots, create's defaults, alter, drop ----------------------------------------------
+
+
+def test_table_list_and_snapshots(state: State, capfd: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capfd, ["table", "list"])
+    assert code == 0 and out.splitlines() == ["t.logged", "t.plain"]
+    code, out, _ = run(capfd, ["table", "list", "t", "--json"])
+    assert code == 0 and json.loads(out)["tables"] == ["t.logged", "t.plain"]
+    code, out, _ = run(capfd, ["table", "snapshots", "t.plain", "--json"])
+    assert code == 0 and json.loads(out) == {"table": "t.plain", "snapshots": []}
+
+
+def test_table_create_enables_the_log_on_the_local_broker_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_logstore.cli.commands.table import with_log_defaults
+
+    monkeypatch.setenv("LOGSTORE_KAFKA_PORT", "19555")
+    assert with_log_defaults({}, "a.b", no_log=False) == {
+        "log-store.enabled": "true",
+        "log-store.topic": "a.b",
+        "log-store.address": "127.0.0.1:19555",
+    }
+    given = {"log-store.topic": "t", "log-store.address": "k:9092"}
+    assert with_log_defaults(given, "a.b", no_log=False) == {"log-store.enabled": "true", **given}
+    assert with_log_defaults({}, "a.b", no_log=True) == {"log-store.enabled": "false"}
+    off = {"log-store.enabled": "false"}
+    assert with_log_defaults(off, "a.b", no_log=False) == off
+
+
+def test_table_create_alter_and_drop_without_a_log(state: State, capfd: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capfd, ["table", "create", "t.new", "--schema", "id int", "--no-log"])
+    assert code == 0, err
+    assert out.splitlines()[0] == "table t.new created" and "no log" in out.splitlines()[1]
+    code, out, err = run(
+        capfd, ["table", "alter", "t.new", "--property", "write.target-file-size-bytes=1000"]
+    )
+    assert code == 0 and "set write.target-file-size-bytes=1000" in out, err
+    code, out, err = run(capfd, ["table", "show", "t.new", "--json"])
+    assert json.loads(out)["properties"]["write.target-file-size-bytes"] == "1000"
+    code, out, err = run(capfd, ["table", "drop", "t.new", "--yes"])
+    assert code == 0 and out.splitlines() == ["dropped table t.new and its files"], err
+    code, out, _ = run(capfd, ["table", "list"])
+    assert "t.new" not in out
+
+
+def test_the_parsers_copies_of_choices_are_the_library_s() -> None:
+    from airflow_logstore.cli import commands
+    from airflow_logstore.core.reconcile import STAGES
+    from airflow_logstore.log import jvm_scan
+
+    assert commands.SCANNERS == jvm_scan.SCANNERS and commands.JVM_MIN_RECORDS == jvm_scan.JVM_MIN_RECORDS
+    assert commands.RECONCILE_STAGES == STAGES
+
+
+def test_spark_output_goes_to_its_log_file(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """The JVM started while a session is built inherits the log file as its stderr (a child process
+    stands in for it here); the command's own stderr is restored, and the next JVM writes there again."""
+    from airflow_logstore.spark import session
+
+    spark_log = tmp_path / "logs" / "spark.log"
+    session.send_spark_output_to(spark_log)
+    with session._jvm_stderr():
+        subprocess.run(
+            ["sh", "-c", "echo 'WARN Utils: Your hostname resolves to a loopback address' >&2"], check=True
+        )
+    print("logstore: the command's own line", file=sys.stderr)
+    with session._jvm_stderr():  # one-shot: this one is not redirected
+        subprocess.run(["sh", "-c", "echo next-jvm >&2"], check=True)
+    _, err = capfd.readouterr()
+    assert "loopback" in spark_log.read_text() and "loopback" not in err
+    assert err.splitlines() == ["logstore: the command's own line", "next-jvm"]

@@ -54,7 +54,17 @@ class Context:
         words = [getattr(args, "command", None), getattr(args, "table_command", None)]
         command = " ".join(["logstore", *(w for w in words if w)])
         table = getattr(args, "table", None) or getattr(args, "name", None)
-        return cls(command, str(table) if table else None)
+        return cls(command, _resolved(str(table)) if table else None)
+
+
+def _resolved(name: str) -> str:
+    """``name`` as the catalog resolves it (``orders`` is ``default.orders``); as given if it is invalid."""
+    from airflow_logstore.table.catalog import TableName
+
+    try:
+        return TableName.parse(name).identifier
+    except LogStoreError:
+        return name
 
 
 def _text(exc: BaseException) -> str:
@@ -110,7 +120,7 @@ _NO_LOG_STEP = (
 _STEPS: dict[str, str] = {
     "KafkaUnavailableError": _BROKER_STEP,
     "BadInputError": "fix the input (the path, row or column named above) and run the command again",
-    "SchemaMismatchError": "make the input or the --schema match the table's columns ('logstore table show')",
+    "SchemaMismatchError": "make the input's columns match the table's ('logstore table show' lists them)",
     "FencedError": "a newer attempt of the same writer took over; this one must not continue",
     "CommitConflictError": "another commit won the race; run the command again",
     "RecordDecodeError": "the record is not in the LogStore format; see the topic <log topic>.logstore-dlq",
@@ -138,6 +148,8 @@ def _logstore_error(exc: LogStoreError, context: Context) -> Failure:
     if any(name in options for name in names) or (code == 2 and context.command == "logstore table create"):
         return Failure(str(exc), f"'{context.command} --help' lists the options", code)
     step = next((_STEPS[name] for name in names if name in _STEPS), "")
+    if "and missing-as-null is off" in str(exc):
+        step = "add the column to the input, or pass --missing-as-null to write null into it"
     return Failure(str(exc), step, code)
 
 

@@ -33,7 +33,7 @@ def register(subparsers: Any) -> None:
         help="run a local Airflow (api-server, scheduler, dag-processor, "
         "triggerer) on 127.0.0.1 for the example DAGs",
     )
-    parser.add_argument("action", choices=("up", "down", "status"))
+    parser.add_argument("action", choices=("up", "down", "status"), help="start, stop or show it")
     parser.add_argument(
         "--port", type=int, default=None, help="API/UI port (default 8080 or LOGSTORE_AIRFLOW_PORT)"
     )

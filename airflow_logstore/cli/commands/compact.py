@@ -1,11 +1,11 @@
-"""logstore compact TABLE [--dry-run]: policy-driven compaction, in-process; prints the JSON report."""
+"""logstore compact TABLE [--dry-run]: policy-driven compaction, in-process; prints its report."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from airflow_logstore.cli.commands import open_table, print_json
+from airflow_logstore.cli.commands import open_table, report, spark_job
 
 
 def run(args: argparse.Namespace) -> int:
@@ -16,8 +16,10 @@ def run(args: argparse.Namespace) -> int:
     options.validate()  # before a JVM starts
     handle = open_table(args.table, args)
     handle.load()  # a missing table or catalog fails here, before a JVM starts
-    spark = build_spark_session(f"logstore-compact-{args.table}")
-    print_json(run_compaction(spark, handle, options).to_dict())
+    with spark_job(args, f"the compaction of {args.table}"):
+        spark = build_spark_session(f"logstore-compact-{args.table}")
+        done = run_compaction(spark, handle, options).to_dict()
+    report(args, done)
     return 0
 
 
@@ -28,6 +30,6 @@ def register(subparsers: Any) -> None:
         "compact",
         help="compact a table when its small-file / delete thresholds say so; expire snapshots, orphans",
     )
-    parser.add_argument("table")
+    parser.add_argument("table", help="namespace.table")
     add_arguments(parser)
     parser.set_defaults(handler=run)

@@ -5,31 +5,29 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from airflow_logstore.cli.commands import open_table, print_json
+from airflow_logstore.cli.commands import JVM_MIN_RECORDS, RECONCILE_STAGES, SCANNERS, open_table, report
 
 
 def run(args: argparse.Namespace) -> int:
     from airflow_logstore.reconcile.reconciler import PythonEngine, kill_at, reconcile
 
-    report = reconcile(
+    done = reconcile(
         open_table(args.table, args),
         dry_run=args.dry_run,
         lease_ttl_s=args.lease_ttl,
         engine=PythonEngine(args.workers, scanner=args.scanner),
         stage_hook=kill_at(args.crash_at) if args.crash_at else None,
     )
-    print_json(report.to_dict())
+    report(args, done.to_dict())
     return 0
 
 
 def register(subparsers: Any) -> None:
-    from airflow_logstore.core.reconcile import STAGES
-    from airflow_logstore.log.jvm_scan import JVM_MIN_RECORDS, SCANNERS
 
     parser = subparsers.add_parser(
-        "reconcile", help="reverse failed writer attempts' records in the log; prints the JSON report"
+        "reconcile", help="reverse failed writer attempts' records in the log; prints its report"
     )
-    parser.add_argument("table")
+    parser.add_argument("table", help="namespace.table")
     parser.add_argument("--dry-run", action="store_true", help="compute the report, write nothing")
     parser.add_argument("--lease-ttl", type=float, default=120.0, help="lease time-to-live, seconds")
     parser.add_argument(
@@ -42,5 +40,7 @@ def register(subparsers: Any) -> None:
         help="read the log in a JVM (needs a JDK) or with librdkafka; auto: the JVM from "
         f"{JVM_MIN_RECORDS:,} records on when a JDK is installed",
     )
-    parser.add_argument("--crash-at", default=None, choices=STAGES, help="SIGKILL at a stage (tests)")
+    parser.add_argument(
+        "--crash-at", default=None, choices=RECONCILE_STAGES, help="SIGKILL at a stage (tests)"
+    )
     parser.set_defaults(handler=run)

@@ -32,8 +32,27 @@ def run(args: argparse.Namespace) -> int:
     else:
         status = broker.status()
         print(status.describe())
+        if not status.running:
+            print(_someone_else(broker, where["state_folder"]))
         return 0 if status.running else 3
     return 0
+
+
+def _someone_else(broker: Any, state_folder: str) -> str:
+    """What listens on the broker's port when this state folder's broker does not run."""
+    from airflow_logstore.services._process import port_open
+
+    port = broker.bootstrap.rsplit(":", 1)[1]
+    if not port_open(int(port)):
+        return (
+            f"nothing listens on {broker.bootstrap}; 'logstore services up' starts this state folder's broker"
+        )
+    if broker.answers():
+        return (
+            f"another Kafka broker answers on {broker.bootstrap}: not this state folder's ({state_folder}); "
+            "run in the folder that started it, or set LOGSTORE_HOME to its state folder"
+        )
+    return f"another process listens on {broker.bootstrap} (not a Kafka broker of this state folder)"
 
 
 def _run_cluster(action: str) -> int:
@@ -61,7 +80,7 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "services", help="the local Kafka broker (and Spark jars); also prints the state folder and catalog"
     )
-    parser.add_argument("action", choices=("up", "down", "status"))
+    parser.add_argument("action", choices=("up", "down", "status"), help="start, stop or show it")
     parser.add_argument(
         "--profile",
         choices=("local", "cluster"),

@@ -226,3 +226,19 @@ def test_normalizer_output_folds_identically_under_both_semantics() -> None:
         retract = apply_retract(out)
         assert retract.anomalies == {}
         assert retract.state == CLEAN_STATE == apply_upsert(out)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_normalizer_counts_add_up_to_what_it_returns(seed: int) -> None:
+    """Records out = fed - dropped - absorbed + added, on any changelog (duplicates, stale and repeated
+    retractions, pairs): the numbers ``logstore read --normalize`` prints add up."""
+    rng = random.Random(seed)
+    normalizer = Normalizer()
+    out = 0
+    for _ in range(300):
+        key = rng.randrange(5)
+        kind = rng.choice([INS, UB, UA, DEL])
+        out += len(normalizer.feed(key, kind, row(key, rng.choice("abc"))))
+    assert normalizer.fed == 300
+    assert out == normalizer.fed - normalizer.dropped - normalizer.absorbed + normalizer.added
+    assert normalizer.dropped and normalizer.absorbed and normalizer.added  # every term was exercised
