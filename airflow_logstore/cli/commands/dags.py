@@ -62,7 +62,9 @@ def register(subparsers: Any) -> None:
         description="'path' prints the folder of the example DAGs; 'copy DEST' copies them, with the "
         "demo's input files (data/), into DEST (e.g. $AIRFLOW_HOME/dags).",
     )
-    parser.add_argument("action", choices=("path", "copy"))
+    parser.add_argument(
+        "action", choices=("path", "copy"), help="path: print the folder; copy: copy the DAGs into DEST"
+    )
     parser.add_argument("dest", nargs="?", default=None, help="copy: the DAGs folder to copy into")
     parser.add_argument("--force", action="store_true", help="copy: replace files that exist")
     parser.set_defaults(handler=run)
