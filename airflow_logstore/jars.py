@@ -113,6 +113,12 @@ def kafka_jars(settings: LocalSettings | None = None) -> Path:
     return fetch_jars("kafka-broker", versions.KAFKA_BROKER_ARTIFACTS, transitive=True, settings=settings)
 
 
+def flink_kafka_jars(settings: LocalSettings | None = None) -> list[Path]:
+    """Flink's Kafka SQL connector (the tests' third-party consumer), downloaded once."""
+    folder = fetch_jars("flink-kafka", versions.FLINK_KAFKA_ARTIFACTS, transitive=False, settings=settings)
+    return sorted(folder.glob("*.jar"))
+
+
 def _jars_folder(name: str, coordinates: Sequence[str], transitive: bool, settings: LocalSettings) -> Path:
     fingerprint = hashlib.sha256(json.dumps([list(coordinates), transitive]).encode()).hexdigest()[:16]
     return settings.jars_dir / f"{name}-{fingerprint}"

@@ -81,6 +81,12 @@ CLUSTER_EXTRA_ARTIFACTS: tuple[str, ...] = (
     f"software.amazon.awssdk:apache-client:{AWS_SDK_VERSION}",
 )
 
+#: Apache Flink, the third-party consumer the tests read the log with (PyFlink in its own environment,
+#: ``tests/environments.py``), and its Kafka SQL connector (shaded: one jar). No connector is built for
+#: Flink 2.3 yet.
+FLINK_VERSION = "2.2.1"
+FLINK_KAFKA_ARTIFACTS: tuple[str, ...] = ("org.apache.flink:flink-sql-connector-kafka:5.0.0-2.2",)
+
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
 
 

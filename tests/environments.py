@@ -12,6 +12,10 @@
     (``EXECUTOR_REQUIREMENTS``, both in ``airflow_logstore/spark/executors.py``) pinned by constraints.txt;
     no Airflow, no LogStore (jobs bring it as ``--py-files``). The cluster tests' Spark workers run its
     Python, so the list and the zip are proven enough.
+``flink``
+    Apache Flink's Python API (``apache-flink``, at ``airflow_logstore.versions.FLINK_VERSION``) and
+    nothing else: the third-party consumer the Flink tests read the log with (``tests/integration/
+    flink_sql.py`` runs in it; Flink's Kafka SQL connector comes from Maven, ``jars.flink_kafka_jars``).
 
 Each environment lives in ``.cache/envs/<name>-<hash of its inputs>``: a warm machine reuses it, a change
 of an input (pyproject.toml, this file, the Python version) builds a new one, and a fresh clone builds it
@@ -165,10 +169,27 @@ def executor_python() -> Path:
     return executors_env() / "bin" / "python"
 
 
+def flink_env() -> Path:
+    from airflow_logstore.versions import FLINK_VERSION
+
+    requirement = f"apache-flink=={FLINK_VERSION}"
+
+    def populate(folder: Path) -> None:
+        _run(uv(), "pip", "install", "--quiet", "--python", str(folder / "bin" / "python"), requirement)
+
+    return cached_env("flink", _key(requirement.encode()), populate)
+
+
+def flink_python() -> Path:
+    """The ``flink`` environment's interpreter (built when needed)."""
+    return flink_env() / "bin" / "python"
+
+
 BUILDERS: dict[str, Callable[[], Path]] = {
     "lowest": lowest_env,
     "airflow": airflow_env,
     "executors": executors_env,
+    "flink": flink_env,
 }
 
 

@@ -4,7 +4,8 @@ A record in the log topic is::
 
     key      JSON array of the primary-key values in key order, compact ("[42,\"eu\"]");
              null (no key) for tables without a primary key
-    value    {"kind": "+I" | "-U" | "+U" | "-D", "row": {<column>: <value>, ...}}
+    value    {"kind": "+I" | "-U" | "+U" | "-D", "row": {<column>: <value>, ...}} (format ``json``; see
+             the value formats below for ``debezium-json``)
     headers  format-version  "1"
              writer-id       who wrote it (a dual-write job, or "logstore-reconciler")
              epoch           the writer's attempt number (strictly increasing per writer)
@@ -16,6 +17,21 @@ A record in the log topic is::
              reassert-half   "1" on the record that opens a reassert pair, "2" on the one that closes it
              reasserts       "<partition>:<offset>:<run>" of a reassert pair: the record whose image it
                              restores and the reconciler run that planned it (the pair's identity)
+
+**Value formats** (the table property ``log-store.data-format``, Paimon's ``log.format``; readers
+read both, record by record, whatever the table's property says):
+
+``json`` (the default)
+    ``{"kind":"+U","row":{...}}``.
+``debezium-json``
+    The Debezium envelope that Flink's ``debezium-json`` format and Kafka Connect's Debezium converters
+    read. Each record holds one change (a ``-U``/``+U`` pair is two records, as in ``json``): an
+    addition (``+I``, ``+U``) is a create, ``{"before":null,"after":{...},"op":"c","source":{...}}``; a
+    retraction (``-U``, ``-D``) a delete, ``{"before":{...},"after":null,"op":"d","source":{...}}``.
+    ``source`` is ``{"connector":"airflow-logstore","row_kind":"+U"}``: the exact row kind, which our
+    readers restore. A Debezium consumer folds the records of a key as upserts and deletes; ``u``
+    (Flink reads it as two changes, and fails when its ``before`` is null) is never written.
+    Readers accept ``r`` as a create, and a record without ``source`` as ``+I`` (``c``) or ``-D`` (``d``).
 
 Keys are partitioned with Kafka's murmur2 partitioner (librdkafka ``murmur2_random``, the same as the
 Java client's default), so every change of one key lands in one partition, in order.
@@ -40,7 +56,7 @@ date               ``"yyyy-MM-dd"``
 timestamp (tz)     ``"yyyy-MM-ddTHH:mm:ss.ffffffZ"``: UTC, six digits of microseconds
 timestamp_ntz      ``"yyyy-MM-ddTHH:mm:ss.ffffff"``: no zone, six digits of microseconds
 binary             a JSON string, standard base64 with padding
-null               JSON ``null``; every column is present in ``row``
+null               JSON ``null``; every column is present in the row
 =================  ===============================================================================
 
 Readers also accept a decimal as a JSON string and a timestamp with another offset or fewer fraction
@@ -107,6 +123,24 @@ class RecordType(StrEnum):
     DATA = "data"
     REVERSAL = "reversal"
     REASSERT = "reassert"
+
+
+class DataFormat(StrEnum):
+    """How a record value encodes its change (module docstring: value formats)."""
+
+    JSON = "json"
+    DEBEZIUM_JSON = "debezium-json"
+
+
+#: ``source.connector`` of every debezium-json record the project writes
+DEBEZIUM_CONNECTOR = "airflow-logstore"
+DEBEZIUM_CREATE = "c"
+DEBEZIUM_DELETE = "d"
+
+
+def debezium_op(kind: RowKind) -> str:
+    """The Debezium ``op`` of a change: a create for an addition, a delete for a retraction."""
+    return DEBEZIUM_CREATE if kind.is_addition else DEBEZIUM_DELETE
 
 
 @dataclass(frozen=True)
@@ -330,20 +364,41 @@ def encode_key(row: Mapping[str, Any], primary_key: Sequence[str]) -> bytes | No
     return dumps([row[column] for column in primary_key])
 
 
-def encode_value(kind: RowKind, row: Mapping[str, Any]) -> bytes:
-    return dumps({"kind": kind.value, "row": dict(row)})
+def encode_value(kind: RowKind, row: Mapping[str, Any], data_format: DataFormat = DataFormat.JSON) -> bytes:
+    """The record value of a change in ``data_format`` (the bytes Spark's writer writes for it)."""
+    if data_format is DataFormat.JSON:
+        return dumps({"kind": kind.value, "row": dict(row)})
+    addition = kind.is_addition
+    return dumps(
+        {
+            "before": None if addition else dict(row),
+            "after": dict(row) if addition else None,
+            "op": debezium_op(kind),
+            "source": {"connector": DEBEZIUM_CONNECTOR, "row_kind": kind.value},
+        }
+    )
 
 
 #: Decodes record values as ``json.loads`` does, but with exact numbers (see :func:`decode_value`).
 _DECODER = json.JSONDecoder(parse_float=Decimal)
+_NOT_A_CHANGE = (
+    'value is not a LogStore change: expected {"kind": ..., "row": {...}} or a Debezium envelope '
+    '{"before": ..., "after": ..., "op": ...}'
+)
 
 
 def decode_value(value: bytes | None) -> tuple[RowKind, dict[str, Any]]:
-    """Decode a record value into its row kind and raw JSON row.
+    """Decode a record value (either format) into its row kind and raw JSON row.
 
     JSON numbers with a fraction or an exponent become :class:`~decimal.Decimal` (exact: a decimal
     column keeps every digit, and two different numbers never compare equal), integers ``int``.
     """
+    _, kind, row = decode_change(value)
+    return kind, row
+
+
+def decode_change(value: bytes | None) -> tuple[DataFormat, RowKind, dict[str, Any]]:
+    """:func:`decode_value`, with the format the value is written in."""
     if value is None:
         raise RecordDecodeError("record has no value")
     try:
@@ -351,22 +406,104 @@ def decode_value(value: bytes | None) -> tuple[RowKind, dict[str, Any]]:
         payload = _DECODER.decode(text)
     except (ValueError, UnicodeDecodeError) as exc:
         raise RecordDecodeError(f"value is not JSON ({exc.__class__.__name__}: {str(exc)[:80]})") from None
-    if not isinstance(payload, dict) or "kind" not in payload or "row" not in payload:
-        raise RecordDecodeError('value is not a LogStore change: expected {"kind": ..., "row": {...}}')
-    try:
-        kind = RowKind(payload["kind"])
-    except ValueError:
-        raise RecordDecodeError(f"unknown row kind '{str(payload['kind'])[:10]}'") from None
-    row = payload["row"]
+    if isinstance(payload, dict) and "kind" in payload and "row" in payload:
+        try:
+            kind = RowKind(payload["kind"])
+        except ValueError:
+            raise RecordDecodeError(f"unknown row kind '{str(payload['kind'])[:10]}'") from None
+        row = payload["row"]
+        if not isinstance(row, dict):
+            raise RecordDecodeError("value 'row' is not an object")
+        return DataFormat.JSON, kind, row
+    if isinstance(payload, dict) and "kind" not in payload and "op" in payload:
+        kind, row = _debezium_change(payload)
+        return DataFormat.DEBEZIUM_JSON, kind, row
+    raise RecordDecodeError(_NOT_A_CHANGE)
+
+
+def _debezium_change(payload: Mapping[str, Any]) -> tuple[RowKind, dict[str, Any]]:
+    """The one change of a Debezium envelope: a create's ``after``, a delete's ``before``, with the row
+    kind of its ``source.row_kind`` when it has one (``+I`` / ``-D`` when not)."""
+    op = payload["op"]
+    if op in (DEBEZIUM_CREATE, "r"):
+        side, kind = "after", RowKind.INSERT
+    elif op == DEBEZIUM_DELETE:
+        side, kind = "before", RowKind.DELETE
+    elif op == "u":
+        raise RecordDecodeError(
+            "a Debezium 'u' record holds two changes; a LogStore log writes an update as a 'd' and a 'c'"
+        )
+    else:
+        raise RecordDecodeError(f"unknown Debezium op '{str(op)[:10]}' (expected c, r or d)")
+    source = payload.get("source")
+    if isinstance(source, dict) and source.get("row_kind") is not None:
+        try:
+            kind = RowKind(source["row_kind"])
+        except ValueError:
+            raise RecordDecodeError(f"unknown row kind '{str(source['row_kind'])[:10]}'") from None
+        if kind.is_addition != (side == "after"):
+            raise RecordDecodeError(f"source.row_kind '{kind.value}' contradicts op '{op}'")
+    row = payload.get(side)
     if not isinstance(row, dict):
-        raise RecordDecodeError("value 'row' is not an object")
+        raise RecordDecodeError(f"value '{side}' of a Debezium '{op}' record is not an object")
     return kind, row
 
 
+def _wrappers(data_format: DataFormat, kind: RowKind) -> tuple[bytes, bytes]:
+    """What the writers write before and after a change's row (its bytes as they are) in a format."""
+    marker = dumps(_MARKER_ROW)
+    head, _, tail = encode_value(kind, _MARKER_ROW, data_format).partition(marker)
+    return head, tail
+
+
+_MARKER_ROW = {"\x00": 0}
+_LAYOUTS = {(f, kind): _wrappers(f, kind) for f in DataFormat for kind in RowKind}
+_FORMAT_HEADS = ((b'{"kind":"', DataFormat.JSON), (b'{"before":', DataFormat.DEBEZIUM_JSON))
+
+
+def _layout(value: bytes | None) -> tuple[DataFormat, RowKind, int, int] | None:
+    """(format, kind, where the row starts, where it ends) of a value the writers wrote (the exact bytes
+    of :func:`encode_value` and Spark's ``to_json``), else None."""
+    if value is None:
+        return None
+    data_format = next((f for head, f in _FORMAT_HEADS if value.startswith(head)), None)
+    if data_format is None:
+        return None
+    for kind in RowKind:
+        head, tail = _LAYOUTS[data_format, kind]
+        if value.startswith(head) and value.endswith(tail) and len(value) > len(head) + len(tail):
+            return data_format, kind, len(head), len(value) - len(tail)
+    return None
+
+
+def with_kind(value: bytes | None, kind: RowKind) -> bytes:
+    """The same change with another row kind, in the same format, keeping the row's bytes exactly as
+    written.
+
+    In the writers' layouts (:func:`_layout`) only the wrapper around the row changes, so a reversal's
+    row is byte-identical to its original's (no float round trip of decimals). Other values are decoded
+    and encoded again.
+    """
+    layout = _layout(value)
+    if layout is not None:
+        assert value is not None
+        data_format, _, start, end = layout
+        head, tail = _LAYOUTS[data_format, kind]
+        return head + value[start:end] + tail
+    data_format, _, row = decode_change(value)
+    return encode_value(kind, row, data_format)
+
+
+def kind_of(value: bytes | None) -> RowKind:
+    """The row kind of a change that decoded before: read from its wrapper in the writers' layouts, else
+    decoded again."""
+    layout = _layout(value)
+    return layout[1] if layout is not None else decode_value(value)[0]
+
+
 def reversed_value(value: bytes | None) -> bytes:
-    """The value of the reversal of a record: same row, reversed row kind."""
-    kind, row = decode_value(value)
-    return encode_value(kind.reversed(), row)
+    """The value of the reversal of a record: same row, reversed row kind, same format."""
+    return with_kind(value, kind_of(value).reversed())
 
 
 # --- typed rows -------------------------------------------------------------------------------------
@@ -581,6 +718,7 @@ _ARROW_FROM_TEXT = ("date", "timestamp", "timestamptz", "timestamp_ns", "timesta
 #: How many pieces a chunk whose bulk parse failed is split into before values are decoded one by one.
 BULK_SPLIT = 16
 KIND_VALUES = tuple(kind.value for kind in RowKind)
+ADDITION_KINDS = tuple(kind.value for kind in RowKind if kind.is_addition)
 
 
 def arrow_column_type(type_name: str) -> Any:
@@ -680,20 +818,23 @@ def _bulk_piece(values: Sequence[bytes | None], field_types: Mapping[str, str], 
     row_type = pa.struct(
         [pa.field(f.name, _parse_type(f, text_columns)) for f in schema if f.name != "_kind"]
     )
-    options = pj.ParseOptions(
-        explicit_schema=pa.schema([("kind", pa.string()), ("row", row_type)]),
-        unexpected_field_behavior="ignore",
-    )
+    envelope = [("kind", pa.string()), ("row", row_type), ("op", pa.string())]
+    envelope += [
+        ("before", row_type),
+        ("after", row_type),
+        ("source", pa.struct([("row_kind", pa.string())])),
+    ]
+    options = pj.ParseOptions(explicit_schema=pa.schema(envelope), unexpected_field_behavior="ignore")
     try:
         parsed = pj.read_json(pa.py_buffer(text), parse_options=options)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         return None
     if parsed.num_rows != len(values):
         return None
-    kinds = parsed.column("kind")
-    rows = parsed.column("row")
-    if rows.null_count or not pc.all(pc.is_in(kinds, value_set=pa.array(KIND_VALUES))).as_py():
+    changes = _bulk_changes(parsed)
+    if changes is None:
         return None
+    kinds, rows = changes
     columns = []
     for field in schema:
         if field.name == "_kind":
@@ -714,6 +855,33 @@ def _bulk_piece(values: Sequence[bytes | None], field_types: Mapping[str, str], 
                 return None
         columns.append(column)
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _bulk_changes(parsed: Any) -> tuple[Any, Any] | None:
+    """(kinds, rows) of values parsed in bulk that are all in one format, each as ``decode_change``
+    reads it, else None. A debezium-json piece is read in bulk only when each value names its row kind
+    (``source.row_kind``, as the writers write it) and its ``op`` agrees; other values, one by one."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kinds, ops = parsed.column("kind"), parsed.column("op")
+    known = pa.array(KIND_VALUES)
+    if kinds.null_count == 0 and ops.null_count == len(ops):  # json
+        rows = parsed.column("row")
+    elif kinds.null_count == len(kinds) and ops.null_count == 0:  # debezium-json
+        kinds = pc.struct_field(parsed.column("source"), "row_kind")
+        if kinds.null_count:
+            return None
+        addition = pc.is_in(kinds, value_set=pa.array(ADDITION_KINDS))
+        expected = pc.if_else(addition, DEBEZIUM_CREATE, DEBEZIUM_DELETE)
+        if not pc.all(pc.equal(ops, expected)).as_py():
+            return None
+        rows = pc.if_else(addition, parsed.column("after"), parsed.column("before"))
+    else:
+        return None
+    if rows.null_count or not pc.all(pc.is_in(kinds, value_set=known)).as_py():
+        return None
+    return kinds, rows
 
 
 def _parse_type(field: Any, text_columns: frozenset[str]) -> Any:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from airflow_logstore.core.codec import DataFormat
 from airflow_logstore.exceptions import OptionError, TablePropertyError
 
 
@@ -42,6 +43,7 @@ class PropertySpec:
 
 
 DEFAULT_PARTITIONS = 3
+DATA_FORMATS = tuple(f.value for f in DataFormat)
 #: Buckets of a key table's partition spec (``bucket(N, <first key column>)``), 0 for none. A batch's keys
 #: are pushed into its lookup and its MERGE whatever the layout; buckets let a batch with fewer keys
 #: than buckets skip the others (a batch of thousands of keys touches every bucket). Opt-in: pyiceberg
@@ -65,7 +67,20 @@ PROPERTY_SPECS: tuple[PropertySpec, ...] = (
         "amoro",
     ),
     PropertySpec(
-        "log-store.data-format", "enum", "json", "Encoding of log record values.", "amoro", choices=("json",)
+        "log-store.data-format",
+        "enum",
+        "json",
+        "Encoding of log record values: json (ours) or debezium-json (the Debezium envelope).",
+        "amoro",
+        choices=DATA_FORMATS,
+    ),
+    PropertySpec(
+        "log.format",
+        "enum",
+        "json",
+        "Encoding of log record values: json (ours) or debezium-json (the Debezium envelope).",
+        "paimon",
+        choices=DATA_FORMATS,
     ),
     PropertySpec(
         "log.consumer.changelog.modes",
@@ -219,6 +234,7 @@ class LogStoreConfig:
     control_topic: str | None = None
     reconcile_interval_ms: int = 10 * 60 * 1000
     key_buckets: int = DEFAULT_KEY_BUCKETS
+    data_format: DataFormat = DataFormat.JSON
     compaction: CompactionPolicy = field(default_factory=CompactionPolicy)
 
     @property
@@ -347,6 +363,15 @@ def parse_table_properties(properties: Mapping[str, Any]) -> LogStoreConfig:
         typed.get("log.consistency") == "transactional",
     )
 
+    _agree(
+        typed,
+        "log-store.data-format",
+        "log.format",
+        typed.get("log-store.data-format"),
+        typed.get("log.format"),
+    )
+    data_format = DataFormat(typed.get("log-store.data-format") or typed.get("log.format") or DataFormat.JSON)
+
     topic = typed.get("log-store.topic") or typed.get("kafka.topic")
     address = typed.get("log-store.address") or typed.get("kafka.bootstrap.servers")
     uses_paimon = "log.system" in typed and "log-store.enabled" not in typed
@@ -392,6 +417,7 @@ def parse_table_properties(properties: Mapping[str, Any]) -> LogStoreConfig:
         control_topic=control_topic,
         reconcile_interval_ms=typed.get("log-store.reconcile.interval.ms", 10 * 60 * 1000),
         key_buckets=typed.get("log-store.key-buckets", DEFAULT_KEY_BUCKETS),
+        data_format=data_format,
         compaction=compaction,
     )
 

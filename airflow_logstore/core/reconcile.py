@@ -71,8 +71,9 @@ from airflow_logstore.core.codec import (
     decode_headers,
     decode_value,
     encode_headers,
-    encode_value,
+    kind_of,
     row_identity,
+    with_kind,
 )
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.lease import RECONCILER_LEASE
@@ -93,43 +94,6 @@ _COMMITTED = Decision.COMMITTED
 
 
 # --- values --------------------------------------------------------------------------------------------
-
-_PREFIX = b'{"kind":"'
-_ROW_AT = len(_PREFIX) + 2
-_ROW_TAG = b'","row":'
-_KINDS = {kind.value.encode(): kind for kind in RowKind}
-
-
-def with_kind(value: bytes | None, kind: RowKind) -> bytes:
-    """The same change with another row kind, keeping the row's bytes exactly as written.
-
-    Writers (Spark's ``to_json`` and :func:`codec.encode_value`) write ``{"kind":"+I","row":{...}}``;
-    for that layout only the two kind characters change, so a reversal's row is byte-identical to its
-    original's (no float round trip of decimals). Other layouts are decoded and encoded again.
-    """
-    if _writers_layout(value):
-        assert value is not None
-        return _PREFIX + kind.value.encode() + value[_ROW_AT:]
-    _, row = decode_value(value)
-    return encode_value(kind, row)
-
-
-def _writers_layout(value: bytes | None) -> bool:
-    return (
-        value is not None
-        and value.startswith(_PREFIX)
-        and value[len(_PREFIX) : _ROW_AT] in _KINDS
-        and value[_ROW_AT : _ROW_AT + len(_ROW_TAG)] == _ROW_TAG
-    )
-
-
-def kind_of(value: bytes | None) -> RowKind:
-    """The row kind of a change that decoded before (the planner decodes each value it plans to reverse
-    or reassert): read from its first bytes in the writers' layout, else decoded again."""
-    if _writers_layout(value):
-        assert value is not None
-        return _KINDS[value[len(_PREFIX) : _ROW_AT]]
-    return decode_value(value)[0]
 
 
 def upsert_image(kind: RowKind, row: Mapping[str, Any]) -> tuple[tuple[str, Any], ...] | None:

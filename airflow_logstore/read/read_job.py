@@ -22,7 +22,15 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_logstore.core.codec import KIND_VALUES, SPARK_JSON_OPTIONS, RecordMeta, decode_headers
+from airflow_logstore.core.codec import (
+    ADDITION_KINDS,
+    DEBEZIUM_CREATE,
+    DEBEZIUM_DELETE,
+    KIND_VALUES,
+    SPARK_JSON_OPTIONS,
+    RecordMeta,
+    decode_headers,
+)
 from airflow_logstore.core.properties import ChangelogMode, Consistency
 from airflow_logstore.core.visibility import Decision, ReadFilter, output_identity
 from airflow_logstore.exceptions import LogStoreError, RecordDecodeError
@@ -168,10 +176,14 @@ def decide_and_parse(
         & (raw["partition"] == decisions["_p"])
         & raw["offset"].between(decisions["_lo"], decisions["_hi"]),
     )
-    envelope = StructType(
+    envelope = StructType(  # both value formats (codec: value formats), told apart value by value
         [
             StructField("kind", StringType()),
             StructField("row", table_schema),
+            StructField("op", StringType()),
+            StructField("before", table_schema),
+            StructField("after", table_schema),
+            StructField("source", StructType([StructField("row_kind", StringType())])),
             StructField(_CORRUPT, StringType()),
         ]
     )
@@ -179,10 +191,21 @@ def decide_and_parse(
     parsed = joined.where(F.col("_keep") | F.col("_dead_reason").isNotNull()).withColumn(
         "_change", F.from_json(text, envelope, {"columnNameOfCorruptRecord": _CORRUPT})
     )
+    debezium = F.col("_change.kind").isNull() & F.col("_change.op").isNotNull()
+    op = F.col("_change.op")
+    created = op.isin(DEBEZIUM_CREATE, "r")
+    default_kind = F.when(created, F.lit("+I")).when(op == DEBEZIUM_DELETE, F.lit("-D"))
+    debezium_kind = F.coalesce(F.col("_change.source.row_kind"), default_kind)
+    kind = F.when(debezium, debezium_kind).otherwise(F.col("_change.kind"))
+    row = F.when(~debezium, F.col("_change.row")).when(created, F.col("_change.after"))
+    row = row.otherwise(F.col("_change.before"))
+    parsed = parsed.withColumn("_change_kind", kind).withColumn("_change_row", row)
     value_problem = (
         F.when(F.col("value").isNull(), F.lit("record has no value"))
-        .when(~F.coalesce(F.col("_change.kind").isin(*KIND_VALUES), F.lit(False)), F.lit(_NOT_A_CHANGE))
-        .when(F.col("_change.row").isNull(), F.lit("value 'row' is not an object"))
+        .when(debezium & ~op.isin(DEBEZIUM_CREATE, "r", DEBEZIUM_DELETE), F.lit(_NOT_A_DEBEZIUM_CHANGE))
+        .when(~F.coalesce(F.col("_change_kind").isin(*KIND_VALUES), F.lit(False)), F.lit(_NOT_A_CHANGE))
+        .when(debezium & (F.col("_change_kind").isin(*ADDITION_KINDS) != created), F.lit(_CONTRADICTS))
+        .when(F.col("_change_row").isNull(), F.lit("value 'row' is not an object"))
         .when(F.col(f"_change.{_CORRUPT}").isNotNull(), F.lit(_DOES_NOT_FIT))
     )
     checked = parsed.withColumn("_dead_reason", F.coalesce(F.col("_dead_reason"), value_problem))
@@ -193,10 +216,10 @@ def decide_and_parse(
         text.alias("_row"),
     )
     good = checked.where(F.col("_dead_reason").isNull())
-    columns = [F.col(f"_change.row.`{f.name}`").alias(f.name) for f in table_schema.fields]
+    columns = [F.col(f"_change_row.`{f.name}`").alias(f.name) for f in table_schema.fields]
     records = good.select(
         *columns,
-        F.col("_change.kind").alias("_kind"),
+        F.col("_change_kind").alias("_kind"),
         F.col("partition").alias("_partition"),
         F.col("offset").alias("_offset"),
         "_writer_id",
@@ -209,7 +232,12 @@ def decide_and_parse(
     return records, dead
 
 
-_NOT_A_CHANGE = 'value is not a LogStore change: expected {"kind": ..., "row": {...}} (parsed in the JVM)'
+_NOT_A_CHANGE = (
+    'value is not a LogStore change: expected {"kind": ..., "row": {...}} or a Debezium envelope '
+    '{"before": ..., "after": ..., "op": ...} (parsed in the JVM)'
+)
+_NOT_A_DEBEZIUM_CHANGE = "a Debezium record whose op is not c, r or d (parsed in the JVM)"
+_CONTRADICTS = "a Debezium record whose source.row_kind contradicts its op (parsed in the JVM)"
 #: ``from_json`` reads a value that does not fit its column (a decimal with more digits than its
 #: precision, a string in a number column) as null and names the record in this column: such a record is
 #: dead-lettered, as the Python readers do, never read with a null.

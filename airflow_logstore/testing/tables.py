@@ -95,3 +95,24 @@ def fold_log(
 
 def kinds(read: LogRead) -> list[RowKind]:
     return [r.kind for r in read.records]
+
+
+def log_values(handle: LogStoreTable) -> dict[tuple[int, int], bytes]:
+    """Every record value of the table's log as written, by (partition, offset)."""
+    from airflow_logstore.log import kafka_client
+
+    config = handle.config()
+    topic, _, _ = config.require_log()
+    consumer = kafka_client.consumer(handle.kafka_config())
+    found: dict[tuple[int, int], bytes] = {}
+    try:
+        bounds = kafka_client.partition_offsets(consumer, topic, config.partitions)
+        start = {p: low for p, (low, _) in bounds.items()}
+        for messages in kafka_client.scan(
+            consumer, topic, start, {p: high for p, (_, high) in bounds.items()}
+        ):
+            for message in messages:
+                found[(message.partition(), message.offset())] = message.value()
+    finally:
+        consumer.close()
+    return found

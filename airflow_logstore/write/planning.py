@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow_logstore.core.codec import SPARK_JSON_OPTIONS
+from airflow_logstore.core.codec import (
+    DEBEZIUM_CONNECTOR,
+    SPARK_JSON_OPTIONS,
+    DataFormat,
+    RowKind,
+    debezium_op,
+)
 from airflow_logstore.write.inputs import ADDED_COLUMNS, OP_COLUMN, ROW_COLUMN
 
 if TYPE_CHECKING:
@@ -117,6 +123,7 @@ class BatchPlan:
     :param keys: where the batch's keys can be in the table (None: anywhere).
     :param tasks: the partitions of :attr:`planned` (and of every frame computed from it without a
         shuffle).
+    :param data_format: the format of the record values (the table's ``log-store.data-format``).
     """
 
     changes: DataFrame
@@ -125,6 +132,7 @@ class BatchPlan:
     lookup: DataFrame | None = None
     keys: KeyFilter | None = None
     tasks: int = 1
+    data_format: DataFormat = DataFormat.JSON
 
     @cached_property
     def planned(self) -> DataFrame:
@@ -156,8 +164,8 @@ class BatchPlan:
         """The rows of a write-through (:func:`write_through_rows`): each change's records and, for an
         appended row, the table's columns; in ``planned``'s partitions and order."""
         if not self.primary_key:  # every row is an insert (the validation allows nothing else)
-            return appended_changes(self.planned, self.columns, ())
-        return write_through_rows(self.planned, self.columns, self.primary_key)
+            return appended_changes(self.planned, self.columns, (), self.data_format)
+        return write_through_rows(self.planned, self.columns, self.primary_key, self.data_format)
 
     def lookup_cached(self) -> BatchPlan:
         """The same plan with its lookup cached: the table is read once per batch, for
@@ -226,6 +234,7 @@ def plan_row_kinds(
     primary_key: Sequence[str],
     keys: KeyFilter | None = None,
     tasks: int = 1,
+    data_format: DataFormat = DataFormat.JSON,
 ) -> BatchPlan:
     """Plan the log records, final per-key state and no-op deletes of validated ``changes``.
 
@@ -238,9 +247,9 @@ def plan_row_kinds(
     """
     columns = tuple(f.name for f in changes.schema.fields if f.name not in ADDED_COLUMNS)
     if not primary_key:
-        return BatchPlan(changes, columns, (), tasks=tasks)
+        return BatchPlan(changes, columns, (), tasks=tasks, data_format=data_format)
     lookup = current_rows(changes, target, primary_key, keys) if target is not None else None
-    return BatchPlan(changes, columns, tuple(primary_key), lookup, keys, tasks)
+    return BatchPlan(changes, columns, tuple(primary_key), lookup, keys, tasks, data_format)
 
 
 def current_rows(
@@ -259,7 +268,12 @@ def current_rows(
     return target.where(keys.condition()).join(F.broadcast(batch_keys), list(primary_key), "left_semi")
 
 
-def appended_changes(changes: DataFrame, columns: Sequence[str], primary_key: Sequence[str]) -> DataFrame:
+def appended_changes(
+    changes: DataFrame,
+    columns: Sequence[str],
+    primary_key: Sequence[str],
+    data_format: DataFormat = DataFormat.JSON,
+) -> DataFrame:
     """The write-through rows (:func:`write_through_rows`' columns) of a batch that changes each key
     once (or has no key) and whose keys the table does not hold, straight from the changes, in their
     partitions and order: no change has a before-image, so each is an insert of its row (``+I``,
@@ -271,7 +285,9 @@ def appended_changes(changes: DataFrame, columns: Sequence[str], primary_key: Se
     return changes.select(
         key,
         F.lit(None).cast("binary").alias(BEFORE_VALUE_COLUMN),
-        F.when(inserted, value_json(F.lit("+I"), row_struct(columns))).alias(AFTER_VALUE_COLUMN),
+        F.when(inserted, value_json(RowKind.INSERT, row_struct(columns), data_format)).alias(
+            AFTER_VALUE_COLUMN
+        ),
         inserted.alias(APPENDED_COLUMN),
         *[quoted(c) for c in columns],
     )
@@ -352,26 +368,34 @@ def before_and_after(joined: DataFrame, columns: Sequence[str], primary_key: Seq
     )
 
 
-def retraction_value() -> Column:
+def retraction_value(data_format: DataFormat = DataFormat.JSON) -> Column:
     """The record value of a change's before-image: ``-D`` for a delete, else ``-U`` (null without one)."""
     from pyspark.sql import functions as F
 
     before, op = F.col(BEFORE_COLUMN), F.col(OP_COLUMN)
-    kind = F.when(op == "D", F.lit("-D")).otherwise(F.lit("-U"))
-    return F.when(before.isNotNull(), value_json(kind, before))
+    value = F.when(op == "D", value_json(RowKind.DELETE, before, data_format)).otherwise(
+        value_json(RowKind.UPDATE_BEFORE, before, data_format)
+    )
+    return F.when(before.isNotNull(), value)
 
 
-def addition_value() -> Column:
+def addition_value(data_format: DataFormat = DataFormat.JSON) -> Column:
     """The record value of a change's after-image: ``+I`` without a before-image, else ``+U`` (null for
     a delete)."""
     from pyspark.sql import functions as F
 
-    kind = F.when(F.col(BEFORE_COLUMN).isNull(), F.lit("+I")).otherwise(F.lit("+U"))
-    return F.when(F.col(OP_COLUMN) != "D", value_json(kind, F.col(AFTER_COLUMN)))
+    after = F.col(AFTER_COLUMN)
+    value = F.when(F.col(BEFORE_COLUMN).isNull(), value_json(RowKind.INSERT, after, data_format)).otherwise(
+        value_json(RowKind.UPDATE_AFTER, after, data_format)
+    )
+    return F.when(F.col(OP_COLUMN) != "D", value)
 
 
 def write_through_rows(
-    with_before: DataFrame, columns: Sequence[str], primary_key: Sequence[str]
+    with_before: DataFrame,
+    columns: Sequence[str],
+    primary_key: Sequence[str],
+    data_format: DataFormat = DataFormat.JSON,
 ) -> DataFrame:
     """Each change's key, its two record values (either may be null) and, for the last change of a key
     that is not a delete, the table's columns to append (``_appended``): what a write-through produces
@@ -382,8 +406,8 @@ def write_through_rows(
     after = F.col(AFTER_COLUMN)
     return with_before.select(
         F.col(KEY_COLUMN),
-        retraction_value().alias(BEFORE_VALUE_COLUMN),
-        addition_value().alias(AFTER_VALUE_COLUMN),
+        retraction_value(data_format).alias(BEFORE_VALUE_COLUMN),
+        addition_value(data_format).alias(AFTER_VALUE_COLUMN),
         (F.col(LAST_COLUMN) & (F.col(OP_COLUMN) != "D")).alias(APPENDED_COLUMN),
         *[quoted(c) if c in primary_key else after.getField(c).alias(c) for c in columns],
     )
@@ -425,11 +449,23 @@ def key_json(primary_key: Sequence[str]) -> Column:
     )
 
 
-def value_json(kind: Any, row: Any) -> Column:
-    """The record value ``{"kind": ..., "row": {...}}`` as bytes."""
+def value_json(kind: RowKind, row: Column, data_format: DataFormat = DataFormat.JSON) -> Column:
+    """The record value of a change of ``kind`` to ``row`` as bytes, in ``data_format``: the bytes of
+    :func:`airflow_logstore.core.codec.encode_value` (the same fields in the same order)."""
     from pyspark.sql import functions as F
 
-    return F.to_json(F.struct(kind.alias("kind"), row.alias("row")), SPARK_JSON_OPTIONS).cast("binary")
+    if data_format is DataFormat.JSON:
+        fields = [F.lit(kind.value).alias("kind"), row.alias("row")]
+    else:
+        no_row = F.when(F.lit(False), row)  # a null of the row's type
+        source = F.struct(F.lit(DEBEZIUM_CONNECTOR).alias("connector"), F.lit(kind.value).alias("row_kind"))
+        fields = [
+            (no_row if kind.is_addition else row).alias("before"),
+            (row if kind.is_addition else no_row).alias("after"),
+            F.lit(debezium_op(kind)).alias("op"),
+            source.alias("source"),
+        ]
+    return F.to_json(F.struct(*fields), SPARK_JSON_OPTIONS).cast("binary")
 
 
 def quoted(name: str) -> Column:

@@ -272,7 +272,9 @@ class DualWriter:
         """Plan the row kinds; the lookup of the batch's keys in the table is cached (read for
         :meth:`BatchPlan.holds_keys` and by the plan). The plan's frames are built when a step reads
         them."""
-        return plan_row_kinds(changes, target, self.primary_key, keys, self._tasks()).lookup_cached()
+        return plan_row_kinds(
+            changes, target, self.primary_key, keys, self._tasks(), self.config.data_format
+        ).lookup_cached()
 
     def _tasks(self) -> int:
         """The Spark tasks of the plan (and of the produce): the cluster's parallelism. Each task sends
@@ -413,7 +415,7 @@ class DualWriter:
 def straight_rows(plan: BatchPlan, changes: Changes) -> DataFrame:
     """The records' rows of a batch that changes each key once, none of its keys in the table: each
     change as an insert or a delete, from the input's partitions (no before-image: no shuffle, no window)."""
-    return appended_changes(changes.frame, plan.columns, plan.primary_key)
+    return appended_changes(changes.frame, plan.columns, plan.primary_key, plan.data_format)
 
 
 def open_writer(

@@ -29,7 +29,7 @@ from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read import read_job
 from airflow_logstore.read.reader import LogReader, read_hybrid, read_log, run_read
 from airflow_logstore.table.schema import field_types
-from airflow_logstore.testing.tables import make_table
+from airflow_logstore.testing.tables import log_values, make_table
 from airflow_logstore.testing.values import COLUMN_TYPES, edge_values, exact, exact_row, random_value
 from airflow_logstore.write.writer import open_writer
 
@@ -133,11 +133,15 @@ def _lines(path: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def written(env: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    handle = make_table(env, schema=SCHEMA, prefix="exact")
+def written(env: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return _write(env, spark, tmp_path_factory.mktemp("exact"), {})
+
+
+def _write(env: Any, spark: Any, folder: Path, properties: dict[str, str]) -> dict[str, Any]:
+    """Both batches written by the dual write to a new table with ``properties``."""
+    handle = make_table(env, schema=SCHEMA, prefix="exact", properties=properties)
     types = field_types(handle.load().schema())
     first, second, changes_1, changes_2 = _batches(types)
-    folder = tmp_path_factory.mktemp("exact")
     zone = spark.conf.get("spark.sql.session.timeZone")
     spark.conf.set("spark.sql.session.timeZone", SESSION_ZONE)
     try:
@@ -147,7 +151,7 @@ def written(env: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> I
     finally:
         spark.conf.set("spark.sql.session.timeZone", zone)
     publish_visible_offsets(handle)
-    yield {
+    return {
         "handle": handle,
         "types": types,
         "first": first,
@@ -314,24 +318,49 @@ def test_the_log_values_are_what_the_codec_writes(written: dict[str, Any]) -> No
 
 
 def _raw_values(handle: Any) -> dict[tuple[int, int], str]:
-    from airflow_logstore.log import kafka_client
-
-    config = handle.kafka_config()
-    topic = handle.config().topic
-    cons = kafka_client.consumer(config)
-    found: dict[tuple[int, int], str] = {}
-    try:
-        bounds = kafka_client.partition_offsets(cons, topic, handle.config().partitions)
-        start = {p: low for p, (low, _) in bounds.items()}
-        for messages in kafka_client.scan(cons, topic, start, {p: high for p, (_, high) in bounds.items()}):
-            for message in messages:
-                found[(message.partition(), message.offset())] = message.value().decode("utf-8")
-    finally:
-        cons.close()
-    return found
+    return {position: value.decode("utf-8") for position, value in log_values(handle).items()}
 
 
 def test_exact_tells_what_equality_does_not() -> None:
     """The comparison these tests rest on."""
     assert exact(Decimal("1.50")) != exact(Decimal("1.5")) and exact(-0.0) != exact(0.0)
     assert exact(float("nan")) == exact(float("nan"))
+
+
+def test_debezium_json_reads_back_exactly_on_every_path(
+    env: Any, spark: Any, tmp_path: Path, written: dict[str, Any]
+) -> None:
+    """The same batches in ``debezium-json``: Spark writes the envelope byte for byte as the codec does
+    (each value in the writers' layout, so a reversal keeps its row's bytes; additions are creates,
+    retractions deletes), and the per-record and bulk readers (both scanners) and the Spark read job
+    give back exactly the rows written."""
+    from airflow_logstore.core import codec
+
+    debezium = _write(env, spark, tmp_path, {"log-store.data-format": "debezium-json"})
+    handle, types, changes = debezium["handle"], debezium["types"], debezium["changes"]
+    assert debezium["changes"] == written["changes"]
+    raw = _raw_values(handle)
+    assert len(raw) == 190
+    for text in raw.values():
+        value = text.encode("utf-8")
+        layout = codec._layout(value)
+        assert layout is not None and layout[0] is codec.DataFormat.DEBEZIUM_JSON, text[:200]
+        envelope = json.loads(value)
+        assert envelope["op"] == codec.debezium_op(layout[1])
+        assert envelope["source"] == {"connector": "airflow-logstore", "row_kind": layout[1].value}
+    read = read_log(handle, consistency="transactional")
+    assert read.report.dead_lettered == 0
+    _same([(r.kind.value, r.row) for r in read.records], changes)
+    for scanner in ("librdkafka", "jvm"):
+        reader = LogReader(handle, consistency="transactional", scanner=scanner)
+        report = reader.new_report()
+        rows = [
+            row for table in reader.iterate_batches("earliest", report=report) for row in table.to_pylist()
+        ]
+        assert report.dead_lettered == 0
+        _same(_of_rows(rows, types), changes)
+    summary = _spark_read(
+        spark, str(handle.name), tmp_path / "log", "--mode", "log", "--output-format", "parquet"
+    )
+    assert (summary["log_records"], summary["dead_lettered"]) == (190, 0)
+    _same(_of_rows(pq.read_table(tmp_path / "log").to_pylist(), types), changes)

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from airflow_logstore.cli import build_parser
-from airflow_logstore.core import control
+from airflow_logstore.core import codec, control
 from airflow_logstore.core import reconcile as core
 from airflow_logstore.core.batch_plan import apply_final, plan_batch
 from airflow_logstore.core.codec import RecordType
@@ -41,7 +41,7 @@ from airflow_logstore.reconcile.reconciler import LEASE_NAME, PythonEngine, Reco
 from airflow_logstore.spark.results import parse_result
 from airflow_logstore.table.tables import LogStoreTable, create_table, merged_state, show_table
 from airflow_logstore.testing.environment import REPO_ROOT
-from airflow_logstore.testing.tables import fold_log, table_state, write_jsonl
+from airflow_logstore.testing.tables import fold_log, log_values, table_state, write_jsonl
 from airflow_logstore.write.writer import open_writer
 
 SCHEMA = "id int, name string, amount long"
@@ -170,8 +170,12 @@ def control_state(handle: LogStoreTable) -> control.ControlState:
 # --- one failover ----------------------------------------------------------------------------------
 
 
-def test_one_failover_reversed_exactly_and_eventual_reader_converges(env, spark, tmp_path: Path) -> None:
-    handle = new_table(env, "one")
+@pytest.mark.parametrize("data_format", ["json", "debezium-json"])
+def test_one_failover_reversed_exactly_and_eventual_reader_converges(
+    env, spark, tmp_path: Path, data_format: str
+) -> None:
+    """In both log formats: the reversals (and reasserts) are written in the table's format."""
+    handle = new_table(env, "one", **{"log-store.data-format": data_format})
     paths = [write_jsonl(tmp_path / f"b{n}.jsonl", rows) for n, rows in enumerate(BATCHES[:2], start=1)]
     writer_for(spark, handle, "w").write_path(str(paths[0]), 1)
     dead_epoch = crash_writer(env, handle, "w", paths[1], 2, "after-log:2")
@@ -192,6 +196,13 @@ def test_one_failover_reversed_exactly_and_eventual_reader_converges(env, spark,
     assert report.positions_after == report.safe_point
     after = assert_views_agree(handle, expected(*BATCHES[:2]))
     assert reversals(after) == Counter({record: 1 for record in dead})  # exactly the dead attempt, once
+
+    values = log_values(handle)
+    assert {codec.decode_change(value)[0].value for value in values.values()} == {data_format}
+    for position in dead:  # each reversal: its original's row bytes, the reversed kind, in the same format
+        value = values[position]
+        reversal = next(r for r in after.records if r.meta.reverses == position)
+        assert values[(reversal.partition, reversal.offset)] == codec.reversed_value(value)
 
     again = reconcile(handle)
     assert (again.scanned, again.reversed, again.reasserted) == (len(dead) + 18, 0, 0)  # only our output

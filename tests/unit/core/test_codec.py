@@ -12,6 +12,7 @@ import pytest
 
 from airflow_logstore.core import codec
 from airflow_logstore.core.codec import (
+    DataFormat,
     RecordMeta,
     RecordType,
     RowKind,
@@ -23,10 +24,12 @@ from airflow_logstore.core.codec import (
     encode_key,
     encode_value,
     key_of,
+    kind_of,
     murmur2,
     partition_for_key,
     reversed_value,
     typed_row,
+    with_kind,
 )
 from airflow_logstore.exceptions import RecordDecodeError
 
@@ -330,6 +333,105 @@ def test_reversed_kinds(kind: RowKind, reverse: RowKind, addition: bool) -> None
 def test_reversed_value_of_garbage_fails() -> None:
     with pytest.raises(RecordDecodeError):
         reversed_value(b"{}")
+
+
+# --- debezium-json ---------------------------------------------------------------------------------
+
+ROW = {"id": 7, "price": Decimal("12345678901234567890.123456789"), "at": "2024-01-01T00:00:00.000001Z"}
+ROW_TEXT = '{"id":7,"price":12345678901234567890.123456789,"at":"2024-01-01T00:00:00.000001Z"}'
+
+
+@pytest.mark.parametrize(
+    ("kind", "before", "after", "op"),
+    [
+        (RowKind.INSERT, "null", ROW_TEXT, "c"),
+        (RowKind.UPDATE_AFTER, "null", ROW_TEXT, "c"),
+        (RowKind.UPDATE_BEFORE, ROW_TEXT, "null", "d"),
+        (RowKind.DELETE, ROW_TEXT, "null", "d"),
+    ],
+)
+def test_debezium_envelope_of_each_kind(kind: RowKind, before: str, after: str, op: str) -> None:
+    """An addition is a create with its ``after``, a retraction a delete with its ``before`` (what a
+    Debezium consumer folds as an upsert and a delete, and Flink reads without a null ``before`` in a
+    ``u`` or ``d``); the exact kind rides in ``source``."""
+    value = encode_value(kind, ROW, DataFormat.DEBEZIUM_JSON)
+    source = '{"connector":"airflow-logstore","row_kind":"' + kind.value + '"}'
+    expected = f'{{"before":{before},"after":{after},"op":"{op}","source":{source}}}'
+    assert value == expected.encode()
+    assert codec.decode_change(value) == (DataFormat.DEBEZIUM_JSON, kind, ROW)
+    assert json.loads(value)["op"] == codec.debezium_op(kind) == op
+
+
+@pytest.mark.parametrize("data_format", list(DataFormat))
+@pytest.mark.parametrize("kind", list(RowKind))
+def test_with_kind_keeps_the_format_and_the_row_bytes(data_format: DataFormat, kind: RowKind) -> None:
+    for original in RowKind:
+        value = encode_value(original, ROW, data_format)
+        changed = with_kind(value, kind)
+        assert changed == encode_value(kind, ROW, data_format)
+        assert ROW_TEXT.encode() in changed  # the row's bytes as written
+        assert kind_of(changed) is kind
+        assert codec.decode_change(changed) == (data_format, kind, ROW)
+
+
+def test_other_debezium_layouts_are_decoded_and_encoded_again() -> None:
+    value = b'{"op": "c", "after": {"id": 1}, "before": null, "source": {"row_kind": "+U"}}'
+    assert kind_of(value) is RowKind.UPDATE_AFTER
+    assert with_kind(value, RowKind.UPDATE_BEFORE) == encode_value(
+        RowKind.UPDATE_BEFORE, {"id": 1}, DataFormat.DEBEZIUM_JSON
+    )
+    assert reversed_value(value) == with_kind(value, RowKind.UPDATE_BEFORE)
+
+
+@pytest.mark.parametrize(
+    ("value", "kind", "row"),
+    [
+        (b'{"before": null, "after": {"id": 1}, "op": "c"}', RowKind.INSERT, {"id": 1}),
+        (b'{"before": null, "after": {"id": 1}, "op": "r"}', RowKind.INSERT, {"id": 1}),
+        (b'{"before": {"id": 1}, "after": null, "op": "d"}', RowKind.DELETE, {"id": 1}),
+        (
+            b'{"before": {"id": 1}, "after": null, "op": "d", "source": {"db": "x"}}',
+            RowKind.DELETE,
+            {"id": 1},
+        ),
+        (
+            b'{"payload": 1, "after": {"id": 2.5}, "op": "c", "ts_ms": 1}',
+            RowKind.INSERT,
+            {"id": Decimal("2.5")},
+        ),
+    ],
+)
+def test_debezium_records_of_other_writers(value: bytes, kind: RowKind, row: dict[str, Any]) -> None:
+    """Without a ``source.row_kind``, a create is an insert and a delete a delete."""
+    assert decode_value(value) == (kind, row)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (b'{"before": {"id": 1}, "after": {"id": 2}, "op": "u"}', "a Debezium 'u' record holds two changes"),
+        (b'{"before": null, "after": {"id": 1}, "op": "x"}', "unknown Debezium op 'x' (expected c, r or d)"),
+        (b'{"before": null, "after": {"id": 1}, "op": null}', "unknown Debezium op 'None'"),
+        (
+            b'{"before": null, "after": null, "op": "c"}',
+            "value 'after' of a Debezium 'c' record is not an object",
+        ),
+        (
+            b'{"before": null, "after": {"id": 1}, "op": "d"}',
+            "value 'before' of a Debezium 'd' record is not",
+        ),
+        (
+            b'{"before": {"id": 1}, "after": null, "op": "d", "source": {"row_kind": "+I"}}',
+            "source.row_kind '+I' contradicts op 'd'",
+        ),
+        (b'{"before": null, "after": {}, "op": "c", "source": {"row_kind": "?"}}', "unknown row kind '?'"),
+        (b'{"before": null, "after": {"id": 1}}', "value is not a LogStore change"),
+    ],
+)
+def test_debezium_decode_errors(value: bytes, message: str) -> None:
+    with pytest.raises(RecordDecodeError) as info:
+        decode_value(value)
+    assert str(info.value).startswith(message)
 
 
 # --- typed rows ------------------------------------------------------------------------------------

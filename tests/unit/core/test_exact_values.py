@@ -19,7 +19,14 @@ import pyarrow as pa
 import pytest
 
 from airflow_logstore.core import codec
-from airflow_logstore.core.codec import RowKind, decode_value, decode_values_bulk, encode_value, typed_row
+from airflow_logstore.core.codec import (
+    DataFormat,
+    RowKind,
+    decode_value,
+    decode_values_bulk,
+    encode_value,
+    typed_row,
+)
 from airflow_logstore.exceptions import RecordDecodeError
 from airflow_logstore.testing.values import COLUMN_TYPES, exact, exact_row, random_row
 
@@ -31,20 +38,25 @@ def per_record(value: bytes) -> dict[str, Any]:
     return {**typed_row(raw, TYPES), "_kind": kind.value}
 
 
+@pytest.mark.parametrize("data_format", list(DataFormat))
 @pytest.mark.parametrize("seed", range(8))
-def test_every_type_round_trips_through_the_codec_exactly(seed: int) -> None:
+def test_every_type_round_trips_through_the_codec_exactly(seed: int, data_format: DataFormat) -> None:
     rng = random.Random(seed)
     for _ in range(300):
         row = random_row(rng, TYPES)
         kind = rng.choice(list(RowKind))
-        assert exact_row(per_record(encode_value(kind, row))) == exact_row({**row, "_kind": kind.value})
+        value = encode_value(kind, row, data_format)
+        assert exact_row(per_record(value)) == exact_row({**row, "_kind": kind.value})
 
 
+@pytest.mark.parametrize("data_format", list(DataFormat))
 @pytest.mark.parametrize("seed", range(8))
-def test_bulk_decoding_equals_the_per_record_path_exactly_on_every_type(seed: int) -> None:
+def test_bulk_decoding_equals_the_per_record_path_exactly_on_every_type(
+    seed: int, data_format: DataFormat
+) -> None:
     rng = random.Random(seed)
     rows = [random_row(rng, TYPES, null_share=0.2) for _ in range(500)]
-    values = [encode_value(RowKind.UPDATE_AFTER, row) for row in rows]
+    values = [encode_value(RowKind.UPDATE_AFTER, row, data_format) for row in rows]
     decoded = decode_values_bulk(values, TYPES)
     assert decoded.failed == []
     assert [exact_row(r) for r in decoded.rows.to_pylist()] == [exact_row(per_record(v)) for v in values]
@@ -176,8 +188,9 @@ def test_float_columns_round_as_a_float_cast_does() -> None:
     assert [a.hex() for a in arrow] == [w.hex() for w in want]
 
 
+@pytest.mark.parametrize("data_format", list(DataFormat))
 def test_a_chunk_of_decimals_and_timestamps_decodes_in_bulk_without_falling_back(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, data_format: DataFormat
 ) -> None:
     """Decimals are parsed by Arrow (exactly); no piece of a clean chunk is decoded one by one."""
 
@@ -188,7 +201,10 @@ def test_a_chunk_of_decimals_and_timestamps_decodes_in_bulk_without_falling_back
     rng = random.Random(1)
     finite = {name: t for name, t in TYPES.items() if t not in ("float", "double")}
     rows = [random_row(rng, finite) for _ in range(2000)]
-    decoded = decode_values_bulk([encode_value(RowKind.INSERT, row) for row in rows], finite)
+    kinds = [rng.choice(list(RowKind)) for _ in rows]
+    values = [encode_value(kind, row, data_format) for kind, row in zip(kinds, rows, strict=True)]
+    decoded = decode_values_bulk(values, finite)
+    assert decoded.rows.column("_kind").to_pylist() == [kind.value for kind in kinds]
     assert [exact_row(r) for r in decoded.rows.drop_columns(["_kind"]).to_pylist()] == [
         exact_row(r) for r in rows
     ]

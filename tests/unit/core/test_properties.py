@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from airflow_logstore.core.codec import DataFormat
 from airflow_logstore.core.properties import (
     DEFAULT_PARTITIONS,
     DEFAULT_RETENTION_MS,
@@ -324,7 +325,8 @@ def test_missing_topic_or_address_names_the_vocabulary_key(properties: dict[str,
             "append",
             "'append' is not one of all-kinds, append-only; did you mean 'append-only'?",
         ),
-        ("log-store.data-format", "avro", "'avro' is not one of json"),
+        ("log-store.data-format", "avro", "'avro' is not one of json, debezium-json"),
+        ("log.format", "avro", "'avro' is not one of json, debezium-json"),
         ("log-store.type", "kinesis", "'kinesis' is not one of kafka"),
     ],
 )
@@ -695,3 +697,22 @@ def test_bad_value_in_either_emit_mode_spelling_names_that_spelling() -> None:
     with pytest.raises(OptionError) as info:
         emit_mode_from_options({"mixed-format.emit.mode": "file", "arctic.emit.mode": "bogus"}, ENABLED)
     assert info.value.name == "arctic.emit.mode"
+
+
+@pytest.mark.parametrize(
+    ("properties", "data_format"),
+    [
+        ({}, DataFormat.JSON),
+        ({"log-store.data-format": "debezium-json"}, DataFormat.DEBEZIUM_JSON),
+        ({"log.format": "Debezium-JSON"}, DataFormat.DEBEZIUM_JSON),
+        ({"log.format": "json", "log-store.data-format": "json"}, DataFormat.JSON),
+    ],
+)
+def test_data_format_in_both_vocabularies(properties: dict[str, str], data_format: DataFormat) -> None:
+    assert parse_table_properties(properties).data_format is data_format
+
+
+def test_data_formats_that_contradict_each_other() -> None:
+    error = error_of({"log-store.data-format": "json", "log.format": "debezium-json"})
+    assert error.key == "log-store.data-format"
+    assert "contradicts 'log.format' ('json' vs 'debezium-json')" in str(error)

@@ -17,6 +17,7 @@ import pytest
 from airflow_logstore.core import visibility
 from airflow_logstore.core.checkpoint import RetiredBatches
 from airflow_logstore.core.codec import (
+    DataFormat,
     RecordMeta,
     RecordType,
     RowKind,
@@ -188,10 +189,24 @@ BROKEN_VALUES: list[bytes | None] = [
     b'{"kind":"+I","row":{"raw":"not base64"}}',  # binary
     b'{"kind":"+I","row":{"f32":1E+39}}',  # float: beyond the largest float, an infinity
     b'{"kind":"+I","row":{"price":NaN}}',  # not JSON, but Python's json reads it
+    # debezium-json envelopes the bulk path must read as decode_value does (or leave to it)
+    b'{"before":null,"after":{"id":1},"op":"u","source":{"row_kind":"+U"}}',  # 'u': two changes
+    b'{"before":null,"after":{"id":1},"op":"x"}',
+    b'{"before":null,"after":null,"op":"c","source":{"row_kind":"+I"}}',
+    b'{"before":{"id":1},"after":null,"op":"c","source":{"row_kind":"+I"}}',
+    b'{"before":{"id":1},"after":null,"op":"d","source":{"row_kind":"+U"}}',  # kind contradicts op
+    b'{"before":{"id":1},"after":null,"op":"d","source":{"row_kind":"?"}}',
+    b'{"before":{"id":1},"after":{"id":2},"op":"d","source":{"row_kind":"+U"}}',
+    b'{"before":null,"after":{"id":2},"op":"c"}',  # no source: an insert
+    b'{"before":null,"after":{"id":3},"op":"r","source":{"row_kind":"+I"}}',  # a read: an insert
+    b'{"before":{"id":4},"after":null,"op":"d","source":{}}',  # no row kind: a delete
+    b'{"kind":"+I","row":{"id":5},"op":"d"}',  # both envelopes: ours
+    b'{"before":null,"after":{"id":"x"},"op":"c","source":{"row_kind":"+I"}}',
 ]
 
 
-def random_value(rng: random.Random) -> bytes | None:
+def random_value(rng: random.Random, data_format: DataFormat = DataFormat.JSON) -> bytes | None:
+    """A value in ``data_format`` (now and then in the other one, or broken)."""
     if rng.random() < 0.03:
         return rng.choice(BROKEN_VALUES)
     row: dict[str, Any] = {
@@ -207,20 +222,23 @@ def random_value(rng: random.Random) -> bytes | None:
             del row[name]
     if rng.random() < 0.05:
         row["extra"] = {"nested": [1, 2]}
-    return encode_value(rng.choice(list(RowKind)), row)
+    if rng.random() < 0.02:
+        data_format = rng.choice(list(DataFormat))
+    return encode_value(rng.choice(list(RowKind)), row, data_format)
 
 
 def random_chunk(rng: random.Random, count: int) -> list[Message]:
     metas = [random_meta(rng) for _ in range(rng.randint(1, 12))]
     headers = [encode_headers(m) for m in metas]
     following = dict.fromkeys(range(PARTITIONS), rng.randint(0, 5))
+    data_format = rng.choice(list(DataFormat))
     messages = []
     for _ in range(count):
         partition = rng.randrange(PARTITIONS)
         offset = following[partition]
         following[partition] += 1
         record_headers = rng.choice(BROKEN_HEADERS) if rng.random() < 0.02 else rng.choice(headers)
-        messages.append(Message(partition, offset, random_value(rng), record_headers))
+        messages.append(Message(partition, offset, random_value(rng, data_format), record_headers))
     return messages
 
 
@@ -311,10 +329,11 @@ def test_planted_difference_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     assert caught is not None, "the comparison did not catch offset breaks without the settled ranges"
 
 
+@pytest.mark.parametrize("data_format", list(DataFormat))
 @pytest.mark.parametrize("seed", range(5))
-def test_bulk_values_equal_decode_value_and_typed_row(seed: int) -> None:
+def test_bulk_values_equal_decode_value_and_typed_row(seed: int, data_format: DataFormat) -> None:
     rng = random.Random(seed)
-    values = [random_value(rng) for _ in range(2000)] + list(BROKEN_VALUES)
+    values = [random_value(rng, data_format) for _ in range(2000)] + list(BROKEN_VALUES)
     rng.shuffle(values)
     decoded = decode_values_bulk(values, TYPES)
     want_rows, want_failed = [], []
@@ -418,3 +437,22 @@ def test_column_values_join_the_kept_values_as_python_would(seed: int) -> None:
     for kept in (list(range(300)), sorted(rng.sample(range(300), rng.randint(1, 299))), [rng.randrange(300)]):
         joined = ColumnValues(column, np.array(kept, dtype=np.int64)).joined()
         assert joined == b"\n".join(values[i] for i in kept)
+
+
+@pytest.mark.parametrize("value", [v for v in BROKEN_VALUES if v is not None and v.startswith(b'{"before"')])
+def test_each_debezium_value_among_clean_ones_reads_as_decode_value_reads_it(value: bytes) -> None:
+    """One odd envelope in a chunk of clean debezium-json values: the bulk path reads the chunk as the
+    per-record path does (a piece that holds it is read in bulk only when that is the same)."""
+    rng = random.Random(0)
+    values = [random_value(rng, DataFormat.DEBEZIUM_JSON) for _ in range(40)]
+    values = [v for v in values if v not in BROKEN_VALUES] + [value]
+    decoded = decode_values_bulk(values, TYPES)
+    want_rows, want_failed = [], []
+    for index, one in enumerate(values):
+        try:
+            kind, raw = decode_value(one)
+            want_rows.append({**typed_row(raw, TYPES), "_kind": kind.value})
+        except RecordDecodeError as exc:
+            want_failed.append((index, str(exc)))
+    assert decoded.failed == want_failed
+    assert [exact_row(r) for r in decoded.rows.to_pylist()] == [exact_row(r) for r in want_rows]
