@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.core.codec import KIND_VALUES, SPARK_JSON_OPTIONS, RecordMeta, decode_headers
 from airflow_logstore.core.properties import ChangelogMode, Consistency
-from airflow_logstore.core.visibility import Decision, ReadFilter, output_identity
+from airflow_logstore.core.visibility import Decision, ReadFilter, output_identity, visible_end
 from airflow_logstore.exceptions import LogStoreError, RecordDecodeError
 
 if TYPE_CHECKING:
@@ -106,11 +106,6 @@ def _first_copies(decoded: list[tuple[Any, Any, Any]], read_filter: ReadFilter) 
     return firsts
 
 
-def _bytes(value: Any) -> bytes | None:
-    """A header value as the Python reader sees it (Spark hands binary over as bytearray)."""
-    return None if value is None else bytes(value)
-
-
 def read_log_frame(
     spark: SparkSession,
     reader: LogReader,
@@ -127,7 +122,7 @@ def read_log_frame(
     read_filter = reader.read_filter(consistent, hybrid, start)
     state = read_filter.state
     if state is not None and consistent:
-        end = {p: min(end[p], state.watermark.get(p, -1) + 1) for p in end}
+        end = visible_end(end, state.watermark)
     start = {p: min(start[p], end[p]) for p in end}
     table_schema = spark.table(reader.handle.spark_name()).schema
     options = {

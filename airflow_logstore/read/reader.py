@@ -27,7 +27,7 @@ from airflow_logstore.core.codec import RecordMeta, RowKind, decode_headers, dec
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import ChangelogMode, Consistency, resolve_read_options
 from airflow_logstore.core.summary import S_POSITIONS, CommitInfo, positions_from_json
-from airflow_logstore.core.visibility import Decision, ReadFilter
+from airflow_logstore.core.visibility import Decision, ReadFilter, visible_end
 from airflow_logstore.exceptions import OptionError, RecordDecodeError
 from airflow_logstore.log import jvm_scan, kafka_client
 from airflow_logstore.log.deadletter import DeadLetterTopic
@@ -577,10 +577,10 @@ class LogReader:
             read_filter = self.read_filter(consistent, hybrid or self.snapshot_start(start), first)
             state = read_filter.state
             if state is not None and consistent:
-                visible_end = {p: min(last[p], state.watermark.get(p, -1) + 1) for p in last}
-                report.not_yet_visible = sum(max(0, last[p] - max(visible_end[p], first[p])) for p in last)
+                visible = visible_end(last, state.watermark)
+                report.not_yet_visible = sum(max(0, last[p] - max(visible[p], first[p])) for p in last)
                 report.watermark = {str(p): o for p, o in sorted(state.watermark.items())}
-                last = visible_end
+                last = visible
             report.start = {str(p): o for p, o in sorted(first.items())}
             report.end = {str(p): o for p, o in sorted(last.items())}
             size = sum(max(0, last[p] - first[p]) for p in last)
