@@ -1,4 +1,4 @@
-"""LogStore table properties in the two vocabularies of the seeds (Amoro and Paimon), validated.
+"""LogStore table properties in the two vocabularies, Amoro's and Paimon's, validated.
 
 ``parse_table_properties`` turns an Iceberg table's properties into a :class:`LogStoreConfig` or raises
 :class:`~airflow_logstore.exceptions.TablePropertyError` naming the property: unknown ``log.*`` /
@@ -403,7 +403,7 @@ class ReadOptions:
 
 
 def resolve_read_options(config: LogStoreConfig, options: Mapping[str, Any] | None = None) -> ReadOptions:
-    """Per-read hints (as in the seeds' ``OPTIONS(...)``) override the table's settings."""
+    """Per-read hints (Amoro's and Paimon's ``OPTIONS(...)`` hints) override the table's settings."""
     options = dict(options or {})
     for key in options:
         if key not in READ_OPTION_KEYS:
