@@ -17,9 +17,10 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "airflow_logstore"
 
-#: Lowest first. ``__init__`` is the package's own module (its version and provider info).
+#: Lowest first. ``__init__``, the package's own module (its version, provider info and the public API it
+#: re-exports from the layers below), is the top: nothing inside the package imports it.
 LAYERS: list[set[str]] = [
-    {"__init__", "exceptions", "versions", "pause"},
+    {"exceptions", "versions", "pause"},
     {"settings", "tempdirs"},
     {"jars", "javac"},
     {"core"},
@@ -34,6 +35,7 @@ LAYERS: list[set[str]] = [
     {"triggers"},
     {"sensors", "operators"},
     {"cli", "testing"},
+    {"__init__"},
 ]
 LAYER_OF = {name: level for level, names in enumerate(LAYERS) for name in names}
 
