@@ -187,6 +187,10 @@ class ReadReport:
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
+    def of_hybrid(self, held: SnapshotStart, file_rows: int) -> None:
+        """This report is of the log part of a hybrid read of ``held``, whose file part had ``file_rows``."""
+        self.mode, self.snapshot_id, self.file_rows = "hybrid", held.snapshot_id, file_rows
+
 
 @dataclass
 class LogRead:
@@ -253,6 +257,11 @@ class SnapshotStart:
     included: frozenset[str] | None
     snapshot_id: int | None = None
     positions: tuple[tuple[int, int], ...] = ()
+
+    def log_start(self, partitions: int) -> dict[int, int]:
+        """Where the log part of a hybrid read of this snapshot starts, per partition (its positions)."""
+        positions = dict(self.positions)
+        return {p: positions.get(p, 0) for p in range(partitions)}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -714,14 +723,12 @@ class HybridRead:
 def read_hybrid(handle: LogStoreTable, snapshot_id: int | None = None, **options: Any) -> HybridRead:
     """A snapshot's rows, then the log from that snapshot's positions (no gap, no overlap)."""
     reader = LogReader(handle, **options)
-    chosen, positions = snapshot_positions(reader.table, snapshot_id)
+    held = snapshot_start(reader.table, snapshot_id)
+    chosen = held.snapshot_id
     file_rows = reader.table.scan(snapshot_id=chosen).to_arrow() if chosen is not None else _empty(reader)
-    start = {p: positions.get(p, 0) for p in range(reader.config.partitions)}
-    log_read = reader.read(start, hybrid=snapshot_start(reader.table, chosen))
-    log_read.report.mode = "hybrid"
-    log_read.report.snapshot_id = chosen
-    log_read.report.file_rows = file_rows.num_rows
-    return HybridRead(file_rows, log_read, chosen, positions)
+    log_read = reader.read(held.log_start(reader.config.partitions), hybrid=held)
+    log_read.report.of_hybrid(held, file_rows.num_rows)
+    return HybridRead(file_rows, log_read, chosen, dict(held.positions))
 
 
 def _empty(reader: LogReader) -> pa.Table:
@@ -755,7 +762,7 @@ def run_read(
         if mode == "file":
             summary["rows"] = _write_rows(_file_batches(handle.load(), snapshot_id, limit), sink)
             summary["snapshot_id"] = snapshot_id or _current_snapshot_id(handle)
-        elif mode == "log":
+        elif mode in ("log", "hybrid"):
             reader = LogReader(
                 handle,
                 consistency=consistency,
@@ -765,30 +772,12 @@ def run_read(
                 scanner=scanner,
             )
             report = reader.new_report()
-            summary["records"] = _write_rows(reader.iterate_batches(start, report=report, limit=limit), sink)
-            summary["report"] = report.to_dict()
-        elif mode == "hybrid":
-            reader = LogReader(
-                handle,
-                consistency=consistency,
-                changelog_mode=changelog_mode,
-                options=options,
-                normalize=normalize,
-                scanner=scanner,
-            )
-            chosen, positions = snapshot_positions(reader.table, snapshot_id)
-            files = _file_batches(reader.table, chosen, None) if chosen is not None else iter(())
-            summary["file_rows"] = _write_rows(files, sink, {"_kind": "+I", "_source": "file"})
-            report = reader.new_report()
-            report.mode, report.snapshot_id, report.file_rows = "hybrid", chosen, summary["file_rows"]
-            log_part = reader.iterate_batches(
-                {p: positions.get(p, 0) for p in range(reader.config.partitions)},
-                report=report,
-                hybrid=snapshot_start(reader.table, chosen),
-            )
-            summary["log_records"] = _write_rows(log_part, sink, {"_source": "log"})
-            summary["snapshot_id"] = chosen
-            summary["positions"] = {str(p): o for p, o in sorted(positions.items())}
+            if mode == "log":
+                summary["records"] = _write_rows(
+                    reader.iterate_batches(start, report=report, limit=limit), sink
+                )
+            else:
+                summary.update(_write_hybrid(reader, snapshot_id, report, sink))
             summary["report"] = report.to_dict()
         else:
             raise OptionError("mode", f"'{mode}' is not file, log or hybrid")
@@ -798,6 +787,24 @@ def run_read(
     finally:
         if output_path and sink is not None:
             sink.close()
+
+
+def _write_hybrid(
+    reader: LogReader, snapshot_id: int | None, report: ReadReport, sink: Any
+) -> dict[str, Any]:
+    """A hybrid read as JSON lines: the snapshot's rows (``_source`` file), then its log part (log)."""
+    held = snapshot_start(reader.table, snapshot_id)
+    chosen = held.snapshot_id
+    files = _file_batches(reader.table, chosen, None) if chosen is not None else iter(())
+    file_rows = _write_rows(files, sink, {"_kind": "+I", "_source": "file"})
+    report.of_hybrid(held, file_rows)
+    log_part = reader.iterate_batches(held.log_start(reader.config.partitions), report=report, hybrid=held)
+    return {
+        "file_rows": file_rows,
+        "log_records": _write_rows(log_part, sink, {"_source": "log"}),
+        "snapshot_id": chosen,
+        "positions": {str(p): o for p, o in held.positions},
+    }
 
 
 def _file_batches(table: Table, snapshot_id: int | None, limit: int | None) -> Iterator[pa.Table]:
