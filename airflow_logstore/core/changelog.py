@@ -5,7 +5,7 @@
 - **upsert**: per key the last record wins; ``+I``/``+U`` set the row, ``-U``/``-D`` delete the key.
 
 Reconciliation writes its reversals so that the whole log, in order, gives the Iceberg table's state
-under both (see ``core.reconcile``). :class:`Normalizer` is the seeds' "normalize" operator for
+under both (see ``core.reconcile``). :class:`Normalizer` is Paimon's "normalize" operator for
 eventual reads: keyed state that drops duplicates, so a downstream sees each change once.
 """
 

@@ -116,12 +116,6 @@ class ControlState:
                 return kind
         return ""
 
-    def newest_committed_epoch(self, writer_id: str) -> int:
-        """The newest epoch of ``writer_id`` that has committed anything (0: none)."""
-        retired = self.retired.get(writer_id)
-        epochs = [c.epoch for c in self.commits.values() if c.writer_id == writer_id]
-        return max([*epochs, retired.newest_epoch() if retired is not None else 0])
-
     def live_lease(self, name: str) -> Lease | None:
         """The lease holder at the end of the folded log: its first live claim, in log order."""
         for lease in self.leases.get(name, []):

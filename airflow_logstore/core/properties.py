@@ -1,4 +1,4 @@
-"""LogStore table properties in the two vocabularies of the seeds (Amoro and Paimon), validated.
+"""LogStore table properties in the two vocabularies, Amoro's and Paimon's, validated.
 
 ``parse_table_properties`` turns an Iceberg table's properties into a :class:`LogStoreConfig` or raises
 :class:`~airflow_logstore.exceptions.TablePropertyError` naming the property: unknown ``log.*`` /
@@ -311,13 +311,26 @@ def _typed(properties: Mapping[str, Any]) -> dict[str, Any]:
     return typed
 
 
-def _agree(typed: dict[str, Any], amoro_key: str, paimon_key: str, amoro: Any, paimon: Any) -> None:
+def _agree(typed: Mapping[str, Any], amoro_key: str, paimon_key: str, amoro: Any, paimon: Any) -> None:
     if amoro_key in typed and paimon_key in typed and amoro != paimon:
         raise TablePropertyError(
             amoro_key,
             f"contradicts '{paimon_key}' ('{_text(typed[amoro_key])}' vs '{_text(typed[paimon_key])}'); "
             "set one of them",
         )
+
+
+def _consistency(typed: Mapping[str, Any], default: Consistency) -> Consistency:
+    """The consistency the two vocabularies name, Amoro's ``log-store.consistency-guarantee.enabled``
+    flag and Paimon's ``log.consistency``, for table properties and read options alike: both may be set
+    when they agree; neither set is ``default``."""
+    amoro, paimon = "log-store.consistency-guarantee.enabled", "log.consistency"
+    _agree(typed, amoro, paimon, typed.get(amoro), typed.get(paimon) == Consistency.TRANSACTIONAL.value)
+    if amoro in typed:
+        return Consistency.TRANSACTIONAL if typed[amoro] else Consistency.EVENTUAL
+    if paimon in typed:
+        return Consistency(typed[paimon])
+    return default
 
 
 def _text(value: Any) -> str:
@@ -355,13 +368,9 @@ def parse_table_properties(properties: Mapping[str, Any]) -> LogStoreConfig:
         typed.get("log-store.address"),
         typed.get("kafka.bootstrap.servers"),
     )
-    _agree(
-        typed,
-        "log-store.consistency-guarantee.enabled",
-        "log.consistency",
-        typed.get("log-store.consistency-guarantee.enabled"),
-        typed.get("log.consistency") == "transactional",
-    )
+    uses_paimon = "log.system" in typed and "log-store.enabled" not in typed
+    # each vocabulary keeps its own default
+    consistency = _consistency(typed, Consistency.TRANSACTIONAL if uses_paimon else Consistency.EVENTUAL)
 
     _agree(
         typed,
@@ -374,16 +383,8 @@ def parse_table_properties(properties: Mapping[str, Any]) -> LogStoreConfig:
 
     topic = typed.get("log-store.topic") or typed.get("kafka.topic")
     address = typed.get("log-store.address") or typed.get("kafka.bootstrap.servers")
-    uses_paimon = "log.system" in typed and "log-store.enabled" not in typed
     topic_key = "kafka.topic" if uses_paimon else "log-store.topic"
     address_key = "kafka.bootstrap.servers" if uses_paimon else "log-store.address"
-
-    if "log-store.consistency-guarantee.enabled" in typed:
-        consistent = typed["log-store.consistency-guarantee.enabled"]
-    elif "log.consistency" in typed:
-        consistent = typed["log.consistency"] == "transactional"
-    else:
-        consistent = uses_paimon  # each vocabulary keeps its own default
 
     control_topic = typed.get("log-store.control-topic")
     if enabled:
@@ -409,7 +410,7 @@ def parse_table_properties(properties: Mapping[str, Any]) -> LogStoreConfig:
         enabled=enabled,
         topic=topic,
         bootstrap_servers=address,
-        consistency=Consistency.TRANSACTIONAL if consistent else Consistency.EVENTUAL,
+        consistency=consistency,
         changelog_mode=ChangelogMode(typed.get("log.consumer.changelog.modes", "all-kinds")),
         partitions=typed.get("log-store.partitions", DEFAULT_PARTITIONS),
         replication_factor=typed.get("log-store.replication-factor"),
@@ -429,27 +430,14 @@ class ReadOptions:
 
 
 def resolve_read_options(config: LogStoreConfig, options: Mapping[str, Any] | None = None) -> ReadOptions:
-    """Per-read hints (as in the seeds' ``OPTIONS(...)``) override the table's settings."""
+    """Per-read hints (Amoro's and Paimon's ``OPTIONS(...)`` hints) override the table's settings."""
     options = dict(options or {})
     for key in options:
         if key not in READ_OPTION_KEYS:
             raise _unknown_key_error(key, list(READ_OPTION_KEYS))
     typed = {key: _convert(SPECS_BY_KEY[key], value) for key, value in options.items()}
-    _agree(
-        typed,
-        "log-store.consistency-guarantee.enabled",
-        "log.consistency",
-        typed.get("log-store.consistency-guarantee.enabled"),
-        typed.get("log.consistency") == "transactional",
-    )
-    consistency = config.consistency
-    if "log-store.consistency-guarantee.enabled" in typed:
-        consistent = typed["log-store.consistency-guarantee.enabled"]
-        consistency = Consistency.TRANSACTIONAL if consistent else Consistency.EVENTUAL
-    elif "log.consistency" in typed:
-        consistency = Consistency(typed["log.consistency"])
     mode = ChangelogMode(typed.get("log.consumer.changelog.modes", config.changelog_mode.value))
-    return ReadOptions(consistency=consistency, changelog_mode=mode)
+    return ReadOptions(consistency=_consistency(typed, config.consistency), changelog_mode=mode)
 
 
 EMIT_FILE = "file"

@@ -346,28 +346,10 @@ def newly_visible_commits(
     return sorted(found)
 
 
-def visible_to_consistent_reader(
-    meta: RecordMeta, partition: int, offset: int, state: ControlState, watermark: Mapping[int, int]
-) -> bool:
-    """True when a consistent reader may return this record now."""
-    if offset > watermark.get(partition, -1):
-        return False
-    return classify(meta, partition, offset, state) is Decision.COMMITTED
-
-
-def merge_watermarks(*watermarks: Mapping[int, int]) -> dict[int, int]:
-    merged: dict[int, int] = {}
-    for watermark in watermarks:
-        for partition, offset in watermark.items():
-            merged[partition] = max(merged.get(partition, -1), offset)
-    return merged
-
-
-def count_decisions(decisions: Iterable[Decision]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for decision in decisions:
-        counts[decision.value] = counts.get(decision.value, 0) + 1
-    return counts
+def visible_end(end: Mapping[int, int], watermark: Mapping[int, int]) -> dict[int, int]:
+    """Where a consistent read of each partition stops: at ``end`` (exclusive), or just past the
+    watermark when that is lower (a partition without a watermark shows nothing yet)."""
+    return {p: min(end[p], watermark.get(p, -1) + 1) for p in end}
 
 
 def recorded_positions(commits: Iterable[CommitInfo]) -> dict[int, int]:

@@ -11,7 +11,45 @@ from __future__ import annotations
 import base64
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
+
+
+class DeadRecord:
+    """A record known by its parts (a Spark row, a chunk of the JVM scan) with the accessors of a consumed
+    ``confluent_kafka.Message`` that :func:`dead_letter_entry` reads: one adapter for every reader."""
+
+    __slots__ = ("_headers", "_key", "_offset", "_partition", "_value")
+
+    def __init__(
+        self,
+        partition: int,
+        offset: int,
+        *,
+        key: bytes | None = None,
+        value: bytes | None = None,
+        headers: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        self._partition = partition
+        self._offset = offset
+        self._key = key
+        self._value = value
+        self._headers = list(headers)
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def headers(self) -> list[tuple[str, Any]]:
+        return self._headers
 
 
 def dead_letter_entry(topic: str, message: Any, reason: str) -> dict[str, Any]:

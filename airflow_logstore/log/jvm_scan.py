@@ -33,6 +33,7 @@ import numpy as np
 
 from airflow_logstore.exceptions import KafkaUnavailableError, OptionError, ServiceError
 from airflow_logstore.javac import LOG_SCAN
+from airflow_logstore.log.deadletter import DeadRecord
 
 SCAN_CLASS = LOG_SCAN.class_name
 #: a small heap is enough (a poll's records at a time); the parallel collector keeps up with the scan
@@ -108,32 +109,15 @@ class Chunk:
         return len(self.offsets)
 
 
-class ScannedRecord:
-    """One record of a chunk with a ``Message``'s accessors (for dead letters)."""
-
-    __slots__ = ("_headers", "_key", "_offset", "_partition", "_value")
-
-    def __init__(self, chunk: Chunk, index: int, headers: HeaderList) -> None:
-        self._partition = chunk.partition
-        self._offset = int(chunk.offsets[index])
-        self._key = chunk.keys[index]
-        self._value = chunk.values[index]
-        self._headers = headers
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def value(self) -> bytes | None:
-        return self._value
-
-    def headers(self) -> HeaderList:
-        return self._headers
+def scanned_record(chunk: Chunk, index: int, headers: HeaderList) -> DeadRecord:
+    """One record of a chunk, for its dead letter."""
+    return DeadRecord(
+        chunk.partition,
+        int(chunk.offsets[index]),
+        key=chunk.keys[index],
+        value=chunk.values[index],
+        headers=headers,
+    )
 
 
 #: ``auto`` reads in a JVM from this many records on (below, the JVM's start, about 0.7 s, costs more)

@@ -21,7 +21,7 @@ class LogStoreDualWriteOperator(SparkJobOperator):
     :param input_path: input file or folder: JSON lines, CSV or Parquet (templated)
     :param batch_id: the batch id, stable across retries of the same run (templated)
     :param writer_id: the writer (default ``<dag_id>.<task_id>``; templated)
-    :param emit_mode: ``file,log`` (default), ``log`` or ``file`` (the seeds' ``mixed-format.emit.mode``)
+    :param emit_mode: ``file,log`` (default), ``log`` or ``file`` (Amoro's ``mixed-format.emit.mode``)
     :param input_format: json, csv or parquet (default: from the file name)
     :param change_column: CDC column with insert/update/delete (optional in the input)
     """

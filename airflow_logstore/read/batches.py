@@ -134,10 +134,10 @@ def decode_columns(
     """:func:`decode_chunk` for the records of a JVM scan's chunk
     (:class:`~airflow_logstore.log.jvm_scan.Chunk`, every record sent: a read passes no dense spans), whose
     header set ids index ``header_sets``; dead letters are
-    :class:`~airflow_logstore.log.jvm_scan.ScannedRecord`."""
+    :func:`~airflow_logstore.log.jvm_scan.scanned_record`."""
     import numpy as np
 
-    from airflow_logstore.log.jvm_scan import ScannedRecord
+    from airflow_logstore.log.jvm_scan import scanned_record
 
     numbers, codes = np.unique(chunk.header_sets, return_inverse=True)
     if len(numbers) and numbers[0] < 0:
@@ -147,8 +147,8 @@ def decode_columns(
     def values(kept: np.ndarray) -> ColumnValues:
         return ColumnValues(chunk.values, kept)
 
-    def record(index: int) -> ScannedRecord:
-        return ScannedRecord(chunk, index, header_sets[chunk.header_sets[index]])
+    def record(index: int) -> Any:
+        return scanned_record(chunk, index, header_sets[chunk.header_sets[index]])
 
     return _decode(
         codes.astype(np.int64),

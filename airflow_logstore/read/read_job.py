@@ -32,7 +32,7 @@ from airflow_logstore.core.codec import (
     decode_headers,
 )
 from airflow_logstore.core.properties import ChangelogMode, Consistency
-from airflow_logstore.core.visibility import Decision, ReadFilter, output_identity
+from airflow_logstore.core.visibility import Decision, ReadFilter, output_identity, visible_end
 from airflow_logstore.exceptions import LogStoreError, RecordDecodeError
 
 if TYPE_CHECKING:
@@ -114,11 +114,6 @@ def _first_copies(decoded: list[tuple[Any, Any, Any]], read_filter: ReadFilter) 
     return firsts
 
 
-def _bytes(value: Any) -> bytes | None:
-    """A header value as the Python reader sees it (Spark hands binary over as bytearray)."""
-    return None if value is None else bytes(value)
-
-
 def read_log_frame(
     spark: SparkSession,
     reader: LogReader,
@@ -135,7 +130,7 @@ def read_log_frame(
     read_filter = reader.read_filter(consistent, hybrid, start)
     state = read_filter.state
     if state is not None and consistent:
-        end = {p: min(end[p], state.watermark.get(p, -1) + 1) for p in end}
+        end = visible_end(end, state.watermark)
     start = {p: min(start[p], end[p]) for p in end}
     table_schema = spark.table(reader.handle.spark_name()).schema
     options = {
@@ -245,35 +240,15 @@ _CORRUPT = "_logstore_corrupt"
 _DOES_NOT_FIT = "row does not fit the table schema (parsed in the JVM)"
 
 
-class _DeadRow:
-    """The message interface ``deadletter.dead_letter_entry`` reads, from a dead row of the read."""
-
-    def __init__(self, row: Any) -> None:
-        self.row = row
-
-    def partition(self) -> int:
-        return int(self.row["_partition"])
-
-    def offset(self) -> int:
-        return int(self.row["_offset"])
-
-    def key(self) -> bytes | None:
-        return None
-
-    def value(self) -> bytes | None:
-        return None if self.row["_row"] is None else str(self.row["_row"]).encode()
-
-    def headers(self) -> list[tuple[str, Any]]:
-        return []
-
-
 def send_dead_letters(reader: LogReader, dead: DataFrame) -> tuple[int, str]:
     """Produce the read's dead letters to the table's dead-letter topic; (count, topic)."""
-    from airflow_logstore.log.deadletter import DeadLetterTopic
+    from airflow_logstore.log.deadletter import DeadLetterTopic, DeadRecord
 
     topic = DeadLetterTopic.for_log(reader.kafka_config, reader.topic, reader.config.replication_factor)
     for row in dead.toLocalIterator():
-        topic.add(reader.topic, _DeadRow(row), row["_dead_reason"])
+        value = None if row["_row"] is None else str(row["_row"]).encode()
+        record = DeadRecord(int(row["_partition"]), int(row["_offset"]), value=value)
+        topic.add(reader.topic, record, row["_dead_reason"])
     topic.flush()
     return topic.count, topic.topic
 
@@ -298,18 +273,19 @@ def run(
     spark: SparkSession, args: argparse.Namespace, catalog: Any, kafka_extra: dict[str, Any]
 ) -> dict[str, Any]:
     from airflow_logstore.log import kafka_client
-    from airflow_logstore.read.reader import LogReader, StartPosition, snapshot_positions, snapshot_start
+    from airflow_logstore.read.reader import LogReader, StartPosition, snapshot_start
     from airflow_logstore.table.tables import LogStoreTable
 
     handle = LogStoreTable.open(args.table, catalog, kafka_extra)
     result: dict[str, Any] = {"table": args.table, "mode": args.mode}
     frames = []
+    reader = None
+    if args.mode in ("log", "hybrid"):
+        reader = LogReader(handle, consistency=args.consistency, changelog_mode=args.changelog_mode)
+    # a hybrid read: the snapshot's rows, then the log from its positions (as read_hybrid)
+    held = snapshot_start(reader.table, args.snapshot_id) if reader and args.mode == "hybrid" else None
     if args.mode in ("file", "hybrid"):
-        table = handle.load()
-        snapshot_id = args.snapshot_id
-        positions: dict[int, int] = {}
-        if args.mode == "hybrid":
-            snapshot_id, positions = snapshot_positions(table, args.snapshot_id)
+        snapshot_id = held.snapshot_id if held else args.snapshot_id
         reader_df = spark.read
         if snapshot_id is not None:
             reader_df = reader_df.option("versionAsOf", str(snapshot_id))
@@ -317,21 +293,16 @@ def run(
         result["snapshot_id"] = snapshot_id
         result["file_rows"] = file_df.count()
         frames.append(("file", file_df))
-    if args.mode in ("log", "hybrid"):
-        reader = LogReader(handle, consistency=args.consistency, changelog_mode=args.changelog_mode)
+    if reader is not None:
+        start_at = held.log_start(reader.config.partitions) if held else StartPosition.parse(args.start)
         cons = kafka_client.consumer(reader.kafka_config)
         try:
             bounds = kafka_client.partition_offsets(cons, reader.topic, reader.config.partitions)
-            if args.mode == "hybrid":
-                start = {p: max(positions.get(p, 0), bounds[p][0]) for p in bounds}
-            else:
-                start_at = StartPosition.parse(args.start)
-                start = reader.start_offsets(start_at, cons, bounds)
+            start = reader.start_offsets(start_at, cons, bounds)
         finally:
             cons.close()
         end = {p: high for p, (_, high) in bounds.items()}
-        hybrid = snapshot_start(reader.table, snapshot_id) if args.mode == "hybrid" else None
-        records, dead = read_log_frame(spark, reader, start, end, hybrid or reader.snapshot_start(start_at))
+        records, dead = read_log_frame(spark, reader, start, end, held or reader.snapshot_start(start_at))
         result["log_records"] = records.count()
         result["dead_lettered"], result["dead_letter_topic"] = send_dead_letters(reader, dead)
         result["consistency"] = reader.consistency.value

@@ -35,7 +35,7 @@ from airflow_logstore.core.codec import (
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import ChangelogMode, Consistency, resolve_read_options
 from airflow_logstore.core.summary import S_POSITIONS, CommitInfo, positions_from_json
-from airflow_logstore.core.visibility import Decision, ReadFilter
+from airflow_logstore.core.visibility import Decision, ReadFilter, visible_end
 from airflow_logstore.exceptions import OptionError, RecordDecodeError
 from airflow_logstore.log import jvm_scan, kafka_client
 from airflow_logstore.log.deadletter import DeadLetterTopic
@@ -207,6 +207,10 @@ class ReadReport:
         self.normalized_in, self.normalized_dropped = normalizer.fed, normalizer.dropped
         self.normalized_absorbed, self.normalized_added = normalizer.absorbed, normalizer.added
 
+    def of_hybrid(self, held: SnapshotStart, file_rows: int) -> None:
+        """This report is of the log part of a hybrid read of ``held``, whose file part had ``file_rows``."""
+        self.mode, self.snapshot_id, self.file_rows = "hybrid", held.snapshot_id, file_rows
+
 
 @dataclass
 class LogRead:
@@ -273,6 +277,11 @@ class SnapshotStart:
     included: frozenset[str] | None
     snapshot_id: int | None = None
     positions: tuple[tuple[int, int], ...] = ()
+
+    def log_start(self, partitions: int) -> dict[int, int]:
+        """Where the log part of a hybrid read of this snapshot starts, per partition (its positions)."""
+        positions = dict(self.positions)
+        return {p: positions.get(p, 0) for p in range(partitions)}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -598,10 +607,10 @@ class LogReader:
             state = read_filter.state
             report.log_end = {str(p): o for p, o in sorted(last.items())}
             if state is not None and consistent:
-                visible_end = {p: min(last[p], state.watermark.get(p, -1) + 1) for p in last}
-                report.not_yet_visible = sum(max(0, last[p] - max(visible_end[p], first[p])) for p in last)
+                visible = visible_end(last, state.watermark)
+                report.not_yet_visible = sum(max(0, last[p] - max(visible[p], first[p])) for p in last)
                 report.watermark = {str(p): o for p, o in sorted(state.watermark.items())}
-                last = visible_end
+                last = visible
             report.start = {str(p): o for p, o in sorted(first.items())}
             report.end = {str(p): o for p, o in sorted(last.items())}
             size = sum(max(0, last[p] - first[p]) for p in last)
@@ -735,14 +744,12 @@ class HybridRead:
 def read_hybrid(handle: LogStoreTable, snapshot_id: int | None = None, **options: Any) -> HybridRead:
     """A snapshot's rows, then the log from that snapshot's positions (no gap, no overlap)."""
     reader = LogReader(handle, **options)
-    chosen, positions = snapshot_positions(reader.table, snapshot_id)
+    held = snapshot_start(reader.table, snapshot_id)
+    chosen = held.snapshot_id
     file_rows = reader.table.scan(snapshot_id=chosen).to_arrow() if chosen is not None else _empty(reader)
-    start = {p: positions.get(p, 0) for p in range(reader.config.partitions)}
-    log_read = reader.read(start, hybrid=snapshot_start(reader.table, chosen))
-    log_read.report.mode = "hybrid"
-    log_read.report.snapshot_id = chosen
-    log_read.report.file_rows = file_rows.num_rows
-    return HybridRead(file_rows, log_read, chosen, positions)
+    log_read = reader.read(held.log_start(reader.config.partitions), hybrid=held)
+    log_read.report.of_hybrid(held, file_rows.num_rows)
+    return HybridRead(file_rows, log_read, chosen, dict(held.positions))
 
 
 def _empty(reader: LogReader) -> pa.Table:
@@ -781,7 +788,7 @@ def run_read(
         if mode == "file":
             summary["rows"] = _write_rows(_file_batches(handle.load(), snapshot_id, limit), sink)
             summary["snapshot_id"] = snapshot_id or _current_snapshot_id(handle)
-        elif mode == "log":
+        elif mode in ("log", "hybrid"):
             reader = LogReader(
                 handle,
                 consistency=consistency,
@@ -791,33 +798,12 @@ def run_read(
                 scanner=scanner,
             )
             report = reader.new_report()
-            batches = reader.iterate_batches(start, end, report=report, limit=limit)
-            summary["records"] = _write_rows(batches, sink)
-            summary["report"] = report.to_dict()
-        elif mode == "hybrid":
-            reader = LogReader(
-                handle,
-                consistency=consistency,
-                changelog_mode=changelog_mode,
-                options=options,
-                normalize=normalize,
-                scanner=scanner,
-            )
-            chosen, positions = snapshot_positions(reader.table, snapshot_id)
-            files = _file_batches(reader.table, chosen, limit) if chosen is not None else iter(())
-            summary["file_rows"] = _write_rows(files, sink, {"_kind": "+I", "_source": "file"})
-            log_limit = None if limit is None else limit - summary["file_rows"]
-            report = reader.new_report()
-            report.mode, report.snapshot_id, report.file_rows = "hybrid", chosen, summary["file_rows"]
-            log_part = reader.iterate_batches(
-                {p: positions.get(p, 0) for p in range(reader.config.partitions)},
-                report=report,
-                hybrid=snapshot_start(reader.table, chosen),
-                limit=log_limit,
-            )
-            summary["log_records"] = _write_rows(log_part, sink, {"_source": "log"})
-            summary["snapshot_id"] = chosen
-            summary["positions"] = {str(p): o for p, o in sorted(positions.items())}
+            if mode == "log":
+                summary["records"] = _write_rows(
+                    reader.iterate_batches(start, end, report=report, limit=limit), sink
+                )
+            else:
+                summary.update(_write_hybrid(reader, snapshot_id, report, sink, limit))
             summary["report"] = report.to_dict()
         else:
             raise OptionError("mode", f"'{mode}' is not file, log or hybrid")
@@ -850,6 +836,28 @@ def held_back(handle: LogStoreTable, report: ReadReport) -> dict[str, int]:
     finally:
         cons.close()
     return counts
+
+
+def _write_hybrid(
+    reader: LogReader, snapshot_id: int | None, report: ReadReport, sink: Any, limit: int | None = None
+) -> dict[str, Any]:
+    """A hybrid read as JSON lines: the snapshot's rows (``_source`` file), then its log part (log); at
+    most ``limit`` rows in all, the file rows first."""
+    held = snapshot_start(reader.table, snapshot_id)
+    chosen = held.snapshot_id
+    files = _file_batches(reader.table, chosen, limit) if chosen is not None else iter(())
+    file_rows = _write_rows(files, sink, {"_kind": "+I", "_source": "file"})
+    report.of_hybrid(held, file_rows)
+    log_limit = None if limit is None else limit - file_rows
+    log_part = reader.iterate_batches(
+        held.log_start(reader.config.partitions), report=report, hybrid=held, limit=log_limit
+    )
+    return {
+        "file_rows": file_rows,
+        "log_records": _write_rows(log_part, sink, {"_source": "log"}),
+        "snapshot_id": chosen,
+        "positions": {str(p): o for p, o in held.positions},
+    }
 
 
 def _file_batches(table: Table, snapshot_id: int | None, limit: int | None) -> Iterator[pa.Table]:

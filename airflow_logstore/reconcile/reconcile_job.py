@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
+    from airflow_logstore.log.deadletter import DeadRecord
     from airflow_logstore.reconcile.reconciler import Offsets, PlanResult, ScanJob
     from airflow_logstore.table.tables import LogStoreTable
 
@@ -314,29 +315,19 @@ def produce_batches(
 # --- the driver ------------------------------------------------------------------------------------------
 
 
-class _DeadMessage:
-    """The message interface ``deadletter.dead_letter_entry`` reads, from a planned dead-letter row."""
+def _dead_record(row: Any) -> DeadRecord:
+    """A planned dead-letter row as the record it was."""
+    from airflow_logstore.log.deadletter import DeadRecord
 
-    def __init__(self, row: Any) -> None:
-        self.row = row
-
-    def partition(self) -> int:
-        return int(self.row["partition"])
-
-    def offset(self) -> int:
-        return int(self.row["dead_offset"])
-
-    def key(self) -> bytes | None:
-        return None if self.row["key"] is None else bytes(self.row["key"])
-
-    def value(self) -> bytes | None:
-        return None if self.row["value"] is None else bytes(self.row["value"])
-
-    def headers(self) -> list[tuple[str, Any]]:
-        return [
-            (name, None if v is None else base64.b64decode(v))
-            for name, v in json.loads(self.row["dead_headers"])
-        ]
+    return DeadRecord(
+        int(row["partition"]),
+        int(row["dead_offset"]),
+        key=None if row["key"] is None else bytes(row["key"]),
+        value=None if row["value"] is None else bytes(row["value"]),
+        headers=[
+            (name, None if v is None else base64.b64decode(v)) for name, v in json.loads(row["dead_headers"])
+        ],
+    )
 
 
 class SparkEngine:
@@ -392,7 +383,7 @@ class SparkEngine:
                         )
                     stats[partition_stats.partition] = partition_stats
                 elif dead is not None:
-                    dead.add(job.topic, _DeadMessage(row), row["dead_reason"])
+                    dead.add(job.topic, _dead_record(row), row["dead_reason"])
             if dead is not None:
                 dead.flush()
         for p in job.ends:  # partitions without records (or whose records are all gone)

@@ -157,7 +157,7 @@ def feed_chunk(
         headers = header_sets[number]
         reason = planner.observe(offset, key, headers, value)
         if reason is not None and dead is not None:
-            dead.add(topic, jvm_scan.ScannedRecord(chunk, index, headers), reason)
+            dead.add(topic, jvm_scan.scanned_record(chunk, index, headers), reason)
             if dead.count % DEAD_LETTER_FLUSH_EVERY == 0:
                 dead.flush()
 

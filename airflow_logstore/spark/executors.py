@@ -20,9 +20,9 @@ import os
 import sys
 import tempfile
 import zipfile
+from importlib.metadata import version
 from pathlib import Path
 
-import airflow_logstore
 from airflow_logstore.tempdirs import private_folder
 
 #: What Spark itself gives its executors (the Spark image's, or the worker's, pyspark), not in the list below.
@@ -59,13 +59,13 @@ def package_zip(folder: Path | None = None) -> Path:
     :param folder: where to keep it (default: ``logstore-py-files-<uid>`` in the temporary directory, a
         folder of this user only: see :func:`~airflow_logstore.tempdirs.private_folder`)
     """
-    root = Path(airflow_logstore.__file__).resolve().parent
+    root = Path(__file__).resolve().parents[1]  # the package (not imported: it is the layer above all)
     files = _package_files(root)
     digest = hashlib.sha256()
     for path in files:
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     folder = folder or private_folder("logstore-py-files")
-    target = folder / f"airflow_logstore-{airflow_logstore.__version__}-{digest.hexdigest()[:16]}.zip"
+    target = folder / f"airflow_logstore-{version('airflow-logstore')}-{digest.hexdigest()[:16]}.zip"
     if target.exists():
         return target
     folder.mkdir(parents=True, exist_ok=True)

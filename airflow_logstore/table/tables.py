@@ -25,7 +25,6 @@ from airflow_logstore.table.layout import (
 )
 from airflow_logstore.table.schema import (
     describe_schema,
-    field_types,
     parse_schema,
     primary_key_of,
     same_columns,
@@ -471,7 +470,3 @@ def _show_control(state: ControlState) -> dict[str, Any]:
         shown["retention_gaps"] = {str(p): gap for p, gap in sorted(state.gaps.items())}
         shown["needs_hybrid_reread"] = True
     return shown
-
-
-def table_field_types(table: Table) -> dict[str, str]:
-    return field_types(table.schema())

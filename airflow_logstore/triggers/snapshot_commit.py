@@ -135,11 +135,6 @@ class SnapshotCommitTrigger(BaseTrigger):
             },
         )
 
-    def _check(self) -> dict[str, Any] | None:
-        """The matching commit (as pushed to XCom), or None."""
-        status, payload = self.poll_once()
-        return payload["commit"] if status == "success" else None
-
     def poll_once(self) -> tuple[str, dict[str, Any]]:
         """One look, in this order: the table's commit (``success``: a commit always wins, even of a
         write killed after it), the batch's failure report since ``not_before_ms`` (``failed``: a retry

@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 
 def stream_writer_id(checkpoint: str) -> str:
+    """The writer id of a streaming dual write that names none: one per checkpoint folder."""
     return "stream-" + hashlib.sha256(checkpoint.encode()).hexdigest()[:12]
 
 

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+DEFAULT_WRITER_ID = "logstore-cli"
+"""The writer id of a batch dual write that names none (``--writer-id`` left out)."""
+
 
 def dual_write_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -30,7 +33,9 @@ def dual_write_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--table", required=True)
     parser.add_argument(
-        "--writer-id", default=None, help="default: logstore-cli (batch), derived from --checkpoint (stream)"
+        "--writer-id",
+        default=None,
+        help=f"default: {DEFAULT_WRITER_ID} (batch), derived from --checkpoint (stream)",
     )
     parser.add_argument("--emit-mode", default=None, help="file,log (default), log or file")
     parser.add_argument("--crash-at", default=None, help="after-log:N or after-commit:N (tests)")
@@ -61,6 +66,19 @@ def dual_write_parser() -> argparse.ArgumentParser:
         help="with --report-id: a heartbeat next to the table every N s, and stop requests obeyed",
     )
     return parser
+
+
+def job_writer_id(args: argparse.Namespace) -> str:
+    """The writer id the job claims its epoch for: ``--writer-id``, else one derived from the checkpoint
+    folder in streaming mode (a new checkpoint is a new writer, see :mod:`~airflow_logstore.write.streaming`),
+    else :data:`DEFAULT_WRITER_ID`."""
+    if args.writer_id:
+        return str(args.writer_id)
+    if args.source_topic and args.checkpoint:
+        from airflow_logstore.write.streaming import stream_writer_id
+
+        return stream_writer_id(args.checkpoint)
+    return DEFAULT_WRITER_ID
 
 
 def dual_write_main(
@@ -101,7 +119,7 @@ def dual_write_main(
             args.table,
             catalog=catalog,
             kafka_extra=kafka_extra,
-            writer_id=args.writer_id,
+            writer_id=job_writer_id(args),
             crash_at=crash_at,
             change_column=args.change_column,
             missing_as_null=args.missing_columns == "null",
@@ -170,7 +188,7 @@ def _report_dual_write_failure(
         catalog=catalog,
         report_id=args.report_id,
         handle=writer.handle if writer else None,
-        writer_id=writer.writer_id if writer else (args.writer_id or "logstore-cli"),
+        writer_id=writer.writer_id if writer else job_writer_id(args),
         batch_id=args.batch_id,
         epoch=writer.epoch if writer else None,
     )

@@ -25,6 +25,7 @@ from airflow_logstore.testing.tables import (
     write_jsonl,
     write_parquet,
 )
+from airflow_logstore.write.write_job import DEFAULT_WRITER_ID, dual_write_main
 from airflow_logstore.write.writer import open_writer
 
 BATCHES: list[list[dict[str, Any]]] = [
@@ -96,6 +97,16 @@ def test_three_batches_reach_both_stores(env, spark, table, tmp_path: Path) -> N
     # The log, applied in order, equals the table (both fold semantics).
     assert _plain(fold_log(log, ["id"])) == _plain(table_state(table))
     assert _plain(fold_log(log, ["id"], "upsert")) == _plain(table_state(table))
+
+
+def test_the_docstring_command_writes_as_the_default_writer(env, spark, table, tmp_path: Path) -> None:
+    """``spark_jobs/dual_write.py``'s docstring command names no ``--writer-id``: the batch is the default
+    writer's, in the table and in the ledger (the job once passed None on to the epoch claim)."""
+    orders = write_jsonl(tmp_path / "orders.jsonl", BATCHES[0])
+    assert dual_write_main(["--table", str(table.name), "--input", str(orders), "--batch-id", "7"]) == 0
+    assert [c.writer_id for c in snapshot_commits(table.load()) if c.batch_id == 7] == [DEFAULT_WRITER_ID]
+    assert table.control().read().committed(DEFAULT_WRITER_ID, 7) is not None
+    assert _plain(table_state(table)) == _plain(_expected(BATCHES[:1]))
 
 
 def test_retried_committed_batch_writes_nothing(env, spark, table, tmp_path: Path) -> None:

@@ -52,3 +52,15 @@ def test_dead_letters_are_buffered_counted_and_produced_to_the_tables_dead_lette
 
 def test_no_dead_letter_file_under_a_local_folder() -> None:
     assert not hasattr(deadletter, "DeadLetterFile")
+
+
+def test_a_record_known_by_its_parts_makes_the_entry_a_consumed_message_makes() -> None:
+    """The one adapter the Spark read job, the reconcile job and the JVM scan hand over."""
+    parts = deadletter.DeadRecord(2, 7, key=b"k", value=b"not ours")
+    by_parts = deadletter.dead_letter_entry("db.orders", parts, "why")
+    by_message = deadletter.dead_letter_entry("db.orders", _Message(), "why")
+    assert {**by_parts, "dead_lettered_at_ms": 0} == {**by_message, "dead_lettered_at_ms": 0}
+    with_headers = deadletter.DeadRecord(0, 1, headers=[("logstore.v", b"\x01"), ("empty", None)])
+    entry = deadletter.dead_letter_entry("t", with_headers, "why")
+    assert entry["key"] is None and entry["value"] is None
+    assert entry["headers"] == [["logstore.v", "AQ=="], ["empty", None]]

@@ -24,7 +24,25 @@ from airflow_logstore.write.producing import (
     merge_task_reports,
     pause_settings,
 )
+from airflow_logstore.write.streaming import stream_writer_id
+from airflow_logstore.write.write_job import DEFAULT_WRITER_ID, dual_write_parser, job_writer_id
 from airflow_logstore.write.writer import BatchResult, CrashPoint, task_identity
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        # spark_jobs/dual_write.py's docstring command: no --writer-id
+        (["--table", "db.orders", "--input", "orders.jsonl", "--batch-id", "7"], DEFAULT_WRITER_ID),
+        (["--table", "db.orders", "--input", "orders.jsonl", "--writer-id", "nightly"], "nightly"),
+        (["--table", "t", "--source-topic", "src", "--checkpoint", "/ck/a"], stream_writer_id("/ck/a")),
+        (["--table", "t", "--source-topic", "src", "--checkpoint", "/ck/a", "--writer-id", "s"], "s"),
+    ],
+)
+def test_the_job_claims_its_epoch_for_a_named_writer(argv: list[str], expected: str) -> None:
+    """A left-out ``--writer-id`` is the default writer (batch) or the checkpoint's (stream), never None."""
+    assert job_writer_id(dual_write_parser().parse_args(argv)) == expected
+    assert stream_writer_id("/ck/a") != stream_writer_id("/ck/b")
 
 
 def test_task_tags_differ_between_a_stage_retry_and_the_first_run() -> None:

@@ -204,7 +204,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--emit-mode",
         default=None,
-        help="file,log (default), log or file (the seeds' mixed-format.emit.mode)",
+        help="file,log (default), log or file (Amoro's mixed-format.emit.mode)",
     )
     parser.add_argument("--change-column", default="op", help="CDC column: insert/update/delete")
     parser.add_argument(

@@ -9,12 +9,11 @@ from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.core.visibility import (
     Decision,
+    ReadFilter,
     WatermarkScan,
     classify,
-    count_decisions,
-    merge_watermarks,
     newly_visible_commits,
-    visible_to_consistent_reader,
+    visible_end,
 )
 
 W = "job-a"
@@ -244,25 +243,27 @@ def test_commit_spanning_partitions_is_visible_only_when_every_partition_is() ->
 
 
 def test_visible_to_consistent_reader() -> None:
+    """A consistent read stops just past the watermark (:func:`visible_end`) and keeps committed records
+    only (:class:`ReadFilter`), as the Python reader and the Spark read job both do."""
     watermark = {0: 15}
-    assert visible_to_consistent_reader(meta(5, 1), 0, 15, STATE, watermark) is True
-    assert visible_to_consistent_reader(meta(5, 1), 0, 16, STATE, watermark) is False  # past the watermark
-    assert visible_to_consistent_reader(meta(5, 1), 0, 10, STATE, {}) is False  # no watermark yet
-    assert visible_to_consistent_reader(meta(4, 1), 0, 12, STATE, watermark) is False  # redundant
-    assert visible_to_consistent_reader(meta(9, 2), 0, 12, STATE, watermark) is False  # in flight
-    assert visible_to_consistent_reader(meta(5, 1, log_only=True), 0, 12, STATE, watermark) is False
-    assert visible_to_consistent_reader(meta(5, 1), 1, 12, STATE, {0: 100, 1: 100}) is False
+    consistent = ReadFilter(STATE, consistent=True)
+
+    def visible(record: RecordMeta, partition: int, offset: int, marks: dict[int, int]) -> bool:
+        end = visible_end({0: 100, 1: 100}, marks)
+        return offset < end[partition] and consistent.rule(record, partition, offset)[0]
+
+    assert visible(meta(5, 1), 0, 15, watermark) is True
+    assert visible(meta(5, 1), 0, 16, watermark) is False  # past the watermark
+    assert visible(meta(5, 1), 0, 10, {}) is False  # no watermark yet
+    assert visible(meta(4, 1), 0, 12, watermark) is False  # redundant
+    assert visible(meta(9, 2), 0, 12, watermark) is False  # in flight
+    assert visible(meta(5, 1, log_only=True), 0, 12, watermark) is False
+    assert visible(meta(5, 1), 1, 12, {0: 100, 1: 100}) is False
 
 
-def test_merge_watermarks() -> None:
-    assert merge_watermarks() == {}
-    assert merge_watermarks({0: 5, 1: 2}, {0: 3, 2: 7}, {1: 9}) == {0: 5, 1: 9, 2: 7}
-
-
-def test_count_decisions() -> None:
-    decisions = [Decision.COMMITTED, Decision.REDUNDANT, Decision.COMMITTED, Decision.IN_FLIGHT]
-    assert count_decisions(decisions) == {"committed": 2, "redundant": 1, "in-flight": 1}
-    assert count_decisions([]) == {}
+def test_visible_end_stops_past_the_watermark_or_at_the_end() -> None:
+    assert visible_end({0: 20, 1: 20, 2: 20}, {0: 15, 1: 30}) == {0: 16, 1: 20, 2: 0}
+    assert visible_end({}, {0: 5}) == {}
 
 
 def test_watermark_stops_before_an_unclosed_reassert_pair() -> None:
