@@ -71,14 +71,16 @@ class CopyRange:
 def copy_range(
     progress: Mapping[int, int], watermark: Mapping[int, int], log_start: Mapping[int, int]
 ) -> CopyRange:
-    """From the feed's progress (a partition without one: the log start) up to and including the
-    watermark; never backwards (a publish whose watermark is behind the progress copies nothing).
+    """From the feed's progress (a partition without one: offset 0) up to and including the watermark;
+    never backwards (a publish whose watermark is behind the progress copies nothing). Below the log
+    start a copy cannot go: what retention deleted there is a gap (for a feed enabled on a table whose
+    log retention already trimmed, its first copy names the history it never had).
 
     :param log_start: per log partition its first offset (retention deleted the ones below).
     """
     start, end, gaps = {}, {}, {}
     for partition, low in log_start.items():
-        done = progress.get(partition, low)
+        done = progress.get(partition, 0)
         if done < low:
             gaps[partition] = (done, low)
         start[partition] = max(done, low)

@@ -9,7 +9,7 @@ After a publish moved the watermark, :func:`copy_to_feed`
 3. scans the log from the progress to the watermark and, in chunks of :data:`CHUNK_RECORDS`, copies the
    records a consistent reader returns (:class:`~airflow_logstore.core.feed.FeedCopy`) to the same
    partition of the committed topic, key, value and headers as they are, with the new progress record,
-   in one transaction.
+   in one transaction. A copy keeps its original's timestamp.
 
 So the committed transactions of the feed cover contiguous, disjoint log ranges: each starts where the
 previous committed one ended (it read that progress after taking the token, and a transaction of an
@@ -21,7 +21,7 @@ the next copy starts from the last committed progress, so it copies those record
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from airflow_logstore.core.control import ControlState
@@ -81,7 +81,7 @@ def copy_to_feed(
                 {str(p): list(gap) for p, gap in span.gaps.items()},
             )
         report: dict[str, Any] = {"transactions": 0, "gaps": {str(p): list(g) for p, g in span.gaps.items()}}
-        if span.empty:
+        if span.empty and not span.gaps:  # a gap is passed once: its progress is committed
             report["progress"] = {str(p): o for p, o in sorted(span.start.items())}
             return report
         copy = FeedCopy(state, watermark, span.start)
@@ -120,8 +120,8 @@ def _copy(
         pending = 0
         prod.begin_transaction()
         for batch in kafka_client.scan(cons, side.topic, start, end, poll_timeout=0.01):
-            taken = (
-                (message.key(), message.value(), message.partition(), message.headers())
+            taken: Iterator[kafka_client.Outgoing] = (
+                (message.key(), message.value(), message.partition(), message.headers(), _stamp(message))
                 for message in batch
                 if copy.take(message.partition(), message.offset(), message.headers())
             )
@@ -136,6 +136,11 @@ def _copy(
         report["transactions"] += 1
     finally:
         cons.close()
+
+
+def _stamp(message: Any) -> int:
+    """The original's timestamp for its copy (0: none, the producer stamps the copy)."""
+    return kafka_client.message_timestamp_ms(message) or 0
 
 
 def _abort(prod: Any) -> None:
