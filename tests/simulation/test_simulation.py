@@ -21,6 +21,7 @@ from .oracle import (
     CONSISTENT_LOST,
     CONSISTENT_UNCOMMITTED,
     EVENTUAL_FOLD,
+    FEED_DUPLICATE,
     FENCED_COMMIT,
     HYBRID,
     HYBRID_SPLIT_PAIR,
@@ -123,6 +124,9 @@ COVERED = (
     "checkpoint fenced",
     "checkpoint skipped",
     "commit state unknown",
+    # issue 37: the committed feed
+    "feed copy committed",
+    "feed copy fenced",
 )
 
 
@@ -172,6 +176,8 @@ PLANTED: list[tuple[str, set[str], int] | tuple[str, set[str], int, Hazards]] = 
     ("follower_ignores_compaction", {CONSISTENT_LOST}, 300),
     # issue 33, hole 4: a commit whose state is unknown taken as committed (seed 1)
     ("unknown_as_success", {BATCH_MISSING}, 300),
+    # issue 37: the feed's copy reads its progress before taking the feed's transactional id
+    ("feed_progress_before_token", {FEED_DUPLICATE}, 1000),
 ]
 
 
