@@ -170,6 +170,7 @@ class World:
     control: ControlTopic
     catalog: Catalog
     feed: CommittedFeed = field(default_factory=CommittedFeed)
+    committed_feed: bool = False  # publishers copy to the committed feed (Hazards.committed_feed)
     landed: list[Landed] = field(default_factory=list)
     observed: list[Observed] = field(default_factory=list)
     trace: list[str] = field(default_factory=list)
@@ -545,8 +546,9 @@ def publisher(world: World) -> Steps:
             world.events["watermark settled a hole"] += 1
     if move.blocked_by:
         world.events["watermark blocked by an undecided record"] += 1
-    yield "publish:watermark-moved"
-    yield from feed_copy(world, state, move.watermark, {p: low for p, (low, _) in bounds.items()})
+    if world.committed_feed:
+        yield "publish:watermark-moved"
+        yield from feed_copy(world, state, move.watermark, {p: low for p, (low, _) in bounds.items()})
     yield from maybe_checkpoint(world, state, {p: low for p, (low, _) in bounds.items()})
 
 
