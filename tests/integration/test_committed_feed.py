@@ -1,8 +1,7 @@
 """The committed feed on the real broker (issue 37, item 2): a plain ``read_committed`` consumer of
 ``<topic>.committed`` (confluent-kafka only, no project code) sees each committed change exactly once,
-through a publisher SIGKILLed inside its copy and two publishers racing. Failed attempts, reconciliation
-and the Iceberg table: ``test_visibility_and_reads::test_the_committed_feed_enabled_on_a_table_...``
-(on that file's shared table, which already has a crashed attempt and its retry).
+through a failed attempt with reconciliation (it folds to the Iceberg table), a publisher SIGKILLed
+inside its copy and two publishers racing.
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -118,6 +118,60 @@ def write_batches(handle: LogStoreTable, first: int, count: int, size: int = 3, 
 @pytest.fixture
 def table(env) -> LogStoreTable:
     return make_table(env, properties={**FEED, "log-store.partitions": "1"}, prefix="feed")
+
+
+ROWS = [
+    [{"id": i, "name": f"v{i}", "amount": i} for i in range(1, 7)],
+    [
+        {"id": 1, "name": "v1-b", "amount": 100, "op": "update"},
+        {"id": 2, "op": "delete"},
+        {"id": 7, "name": "v7", "amount": 7},
+    ],
+]
+
+
+def test_the_feed_is_what_a_consistent_reader_returns_and_folds_to_the_table(
+    env, spark, tmp_path: Path
+) -> None:
+    """A failed attempt of batch 2 (its records in the log, fenced before committing), the retry that
+    commits, reconciliation (reversals and reassert pairs in the log), then a publish: the feed is
+    exactly the consistent reader's output, record for record with its headers, and folds to the
+    Iceberg table; another publish adds nothing."""
+    from airflow_logstore.core.codec import RecordType, decode_headers
+    from airflow_logstore.reconcile.reconciler import reconcile
+    from airflow_logstore.testing.tables import table_state, write_jsonl
+    from airflow_logstore.write.writer import open_writer
+
+    handle = make_table(env, properties=FEED, prefix="feed")
+    paths = [write_jsonl(tmp_path / f"b{n}.jsonl", rows) for n, rows in enumerate(ROWS, start=1)]
+    open_writer(spark, str(handle.name), writer_id="w").write_path(str(paths[0]), 1)
+    spark.catalog.refreshTable(handle.spark_name())
+    dead, live = (open_writer(spark, str(handle.name), writer_id="w") for _ in range(2))
+    with pytest.raises(FencedError):
+        dead.write_path(str(paths[1]), 2)  # its records are in the log; the newer claim fenced it
+    assert not live.write_path(str(paths[1]), 2).skipped
+    assert reconcile(handle).reversed > 0
+    eventual = read_log(handle, consistency="eventual").records
+    assert any(r.meta.record_type is RecordType.REVERSAL for r in eventual)
+
+    report = publish_visible_offsets(handle)
+    assert report.feed is not None and report.feed["transactions"] == 1
+    feed = read_feed(handle)
+    assert changes(feed) == consistent_changes(handle)
+    assert report.feed["copied"] == len(feed) == len(ROWS[0]) + 4  # batch 2: -U/+U, -D, +I
+    assert report.feed["redundant"] > 0 and report.feed["reversal"] > 0
+    consistent = sorted(
+        read_log(handle, consistency="transactional").records, key=lambda r: (r.partition, r.offset)
+    )
+    assert [decode_headers(headers) for *_, headers in sorted(feed, key=lambda r: r[0])] == [
+        r.meta for r in consistent
+    ]  # the headers as they are: who wrote each change
+    plain = {row["id"]: (row["name"], row["amount"]) for row in table_state(handle).values()}
+    assert fold(feed) == plain
+
+    again = publish_visible_offsets(handle)
+    assert again.feed is not None and again.feed.get("copied", 0) == 0 and again.feed["transactions"] == 0
+    assert read_feed(handle) == feed
 
 
 def test_a_publisher_killed_inside_its_copy_leaves_nothing_and_the_next_copies_once(env, table) -> None:

@@ -107,11 +107,11 @@ def test_the_feed_property_needs_the_log_and_names_its_topics_in_both_vocabulari
         assert config.committed_feed
         assert config.feed_topics() == ("orders.committed", "orders.committed-progress")
         assert not parse_table_properties(properties).committed_feed  # opt-in
-    with pytest.raises(TablePropertyError, match="committed-feed.enabled.*needs the log"):
+    with pytest.raises(TablePropertyError, match=r"committed-feed\.enabled.*needs the log"):
         parse_table_properties({"log-store.committed-feed.enabled": "true"})
     with pytest.raises(TablePropertyError, match="expected true or false"):
         parse_table_properties({**amoro, "log-store.committed-feed.enabled": "yes"})
-    with pytest.raises(TablePropertyError, match="did you mean 'log-store.committed-feed.enabled'"):
+    with pytest.raises(TablePropertyError, match=r"did you mean 'log-store\.committed-feed\.enabled'"):
         parse_table_properties({**amoro, "log-store.committed-feed.enable": "true"})
     with pytest.raises(TablePropertyError, match="no committed feed"):
         parse_table_properties(amoro).feed_topics()
