@@ -3,7 +3,9 @@
 1. produce → visible to an eventual reader (a follower tailing the log);
 2. Iceberg commit → visible to a consistent reader through the library path (a publisher that calls
    ``publish_visible_offsets`` when a new snapshot appears, and a consistent follower);
-3. the baseline the seeds argue against: a Kafka *transactional* producer committing at the same batch
+3. produce → visible on the table's committed feed (``log-store.committed-feed.enabled``) to a plain
+   ``read_committed`` consumer of ``<topic>.committed`` (confluent-kafka only), copied by the same publishes;
+4. the baseline the seeds argue against: a Kafka *transactional* producer committing at the same batch
    interval (measured over dual-write batches after a warm-up), read with ``isolation.level=read_committed``,
    running beside the dual writes in the same process and time window.
 
@@ -35,6 +37,8 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def summarize(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"n": 0}
     return {
         "n": len(values),
         "p50_ms": round(percentile(values, 0.5) * 1000, 1),
@@ -44,12 +48,17 @@ def summarize(values: list[float]) -> dict[str, float]:
 
 
 class Publisher(threading.Thread):
-    """Publishes the watermark whenever a new snapshot appears (what the sensor + publish task do)."""
+    """Publishes the watermark whenever a new snapshot appears (what the sensor + publish task do).
+
+    Keeps each publish's time, and the part of it spent on the control checkpoint and the feed's copy,
+    to show where the consistent path's tail comes from."""
 
     def __init__(self, handle: Any) -> None:
         super().__init__(daemon=True)
         self.handle = handle
         self.stop = threading.Event()
+        self.seconds: list[float] = []
+        self.checkpoint_seconds: list[float] = []
 
     def run(self) -> None:
         from airflow_logstore.publish.publisher import publish_visible_offsets
@@ -59,7 +68,10 @@ class Publisher(threading.Thread):
             snapshot = self.handle.load().current_snapshot()
             current = snapshot.snapshot_id if snapshot else None
             if current != seen:
-                publish_visible_offsets(self.handle)
+                report = publish_visible_offsets(self.handle)
+                self.seconds.append(report.seconds)
+                if report.checkpoint is not None:
+                    self.checkpoint_seconds.append(report.seconds)
                 seen = current
             self.stop.wait(0.05)
 
@@ -76,6 +88,41 @@ def follow_into(
             now = time.time()
             sink[record.meta.batch_id] = now
             per_record.append(now - record.timestamp_ms / 1000)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def feed_into(
+    handle: Any, sink: dict[int, float], stop: threading.Event, per_record: list[float]
+) -> threading.Thread:
+    """A plain read_committed consumer of the committed feed: per batch when its last record arrived,
+    per record its age since it was produced (a copy keeps its original's timestamp)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    config = handle.config()
+    topic, _ = config.feed_topics()
+    consumer = Consumer(
+        {
+            "bootstrap.servers": config.bootstrap_servers,
+            "group.id": f"{topic}-bench",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 10,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(config.partitions)])
+
+    def run() -> None:
+        while not stop.is_set():
+            for message in consumer.consume(1000, 0.05):
+                if message.error() is None:
+                    now = time.time()
+                    batch = int(dict(message.headers() or [])["batch-id"])
+                    sink[batch] = now
+                    per_record.append(now - message.timestamp()[1] / 1000)
+        consumer.close()
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
@@ -148,7 +195,12 @@ def main() -> None:
     with logstore_environment() as env:
         spark = build_spark_session("bench-latency")
         # append-only by default: the batch interval stays constant over hundreds of batches
-        handle = make_table(env, prefix="latency", primary_key=("id",) if args.primary_key else ())
+        handle = make_table(
+            env,
+            prefix="latency",
+            primary_key=("id",) if args.primary_key else (),
+            properties={"log-store.committed-feed.enabled": "true"},
+        )
         writer = open_writer(spark, str(handle.name), writer_id="latency")
         work = env.scratch("bench-latency")
         stop = threading.Event()
@@ -156,9 +208,12 @@ def main() -> None:
         consistent_seen: dict[int, float] = {}
         eventual_records: list[float] = []
         consistent_records: list[float] = []
+        feed_seen: dict[int, float] = {}
+        feed_records: list[float] = []
         threads = [
             follow_into(handle, "eventual", eventual_seen, stop, eventual_records),
             follow_into(handle, "transactional", consistent_seen, stop, consistent_records),
+            feed_into(handle, feed_seen, stop, feed_records),
         ]
         publisher = Publisher(handle)
         publisher.start()
@@ -193,7 +248,7 @@ def main() -> None:
             if batch % 20 == 0:
                 print(f"batch {batch}/{args.batches}", flush=True)
         deadline = time.time() + 60
-        while len(consistent_seen) < args.batches and time.time() < deadline:
+        while min(len(consistent_seen), len(feed_seen)) < args.batches and time.time() < deadline:
             time.sleep(0.1)
         stop.set()
         publisher.stop.set()
@@ -206,6 +261,7 @@ def main() -> None:
     commit_to_consistent = [
         consistent_seen[b] - committed_at[b] for b in committed_at if b in consistent_seen
     ]
+    commit_to_feed = [feed_seen[b] - committed_at[b] for b in committed_at if b in feed_seen]
     produce_to_eventual = eventual_records
     report = {
         "batches": args.batches,
@@ -217,8 +273,13 @@ def main() -> None:
         "produce_to_eventual_reader": summarize(produce_to_eventual),
         "commit_to_consistent_reader": summarize(commit_to_consistent),
         "consistent_records_age_since_produce": summarize(consistent_records),
+        "commit_to_committed_feed": summarize(commit_to_feed),
+        "committed_feed_records_age_since_produce": summarize(feed_records),
         "kafka_transactions_read_committed": summarize(baseline),
+        "publish_seconds": summarize(publisher.seconds),
+        "publish_seconds_with_a_checkpoint": summarize(publisher.checkpoint_seconds),
         "missing_consistent_batches": args.batches - len(commit_to_consistent),
+        "missing_feed_batches": args.batches - len(commit_to_feed),
     }
     for key, value in report.items():
         print(f"{key}: {value}")

@@ -51,6 +51,9 @@ DATA_FORMATS = tuple(f.value for f in DataFormat)
 DEFAULT_KEY_BUCKETS = 0
 DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
+#: The committed feed of log topic ``t``: ``t`` + FEED_SUFFIX; its publishers' progress: + PROGRESS_SUFFIX.
+FEED_SUFFIX = ".committed"
+PROGRESS_SUFFIX = ".committed-progress"
 
 PROPERTY_SPECS: tuple[PropertySpec, ...] = (
     PropertySpec("log-store.enabled", "bool", False, "Write every change to the Kafka log too.", "amoro"),
@@ -158,6 +161,14 @@ PROPERTY_SPECS: tuple[PropertySpec, ...] = (
         minimum=0,
     ),
     PropertySpec(
+        "log-store.committed-feed.enabled",
+        "bool",
+        False,
+        "Publishing also copies every newly visible committed change, once, to '<topic>.committed' in a "
+        "Kafka transaction: any read_committed consumer sees each committed change exactly once.",
+        "logstore",
+    ),
+    PropertySpec(
         "self-optimizing.enabled", "bool", True, "Let scheduled compaction rewrite this table.", "amoro"
     ),
     PropertySpec(
@@ -235,11 +246,20 @@ class LogStoreConfig:
     reconcile_interval_ms: int = 10 * 60 * 1000
     key_buckets: int = DEFAULT_KEY_BUCKETS
     data_format: DataFormat = DataFormat.JSON
+    committed_feed: bool = False  # publishing copies committed changes to '<topic>.committed'
     compaction: CompactionPolicy = field(default_factory=CompactionPolicy)
 
     @property
     def consistent(self) -> bool:
         return self.consistency is Consistency.TRANSACTIONAL
+
+    def feed_topics(self) -> tuple[str, str]:
+        """(the committed topic, its progress topic), or fail when the table has no committed feed."""
+        if not self.committed_feed or not self.topic:
+            raise TablePropertyError(
+                "log-store.committed-feed.enabled", "the table has no committed feed (it is not enabled)"
+            )
+        return f"{self.topic}{FEED_SUFFIX}", f"{self.topic}{PROGRESS_SUFFIX}"
 
     def require_log(self) -> tuple[str, str, str]:
         """Return (topic, bootstrap servers, control topic) or fail when the log is disabled."""
@@ -398,6 +418,19 @@ def parse_table_properties(properties: Mapping[str, Any]) -> LogStoreConfig:
         _check_topic("log-store.control-topic", control_topic)
         if control_topic == topic:
             raise TablePropertyError("log-store.control-topic", "must differ from the log topic")
+    committed_feed = typed.get("log-store.committed-feed.enabled", False)
+    if committed_feed:
+        if not enabled:
+            raise TablePropertyError(
+                "log-store.committed-feed.enabled",
+                "needs the log (log-store.enabled=true or log.system=kafka): the feed copies its records",
+            )
+        for suffix in (FEED_SUFFIX, PROGRESS_SUFFIX):
+            _check_topic("log-store.committed-feed.enabled", f"{topic}{suffix}")
+        if control_topic in (f"{topic}{FEED_SUFFIX}", f"{topic}{PROGRESS_SUFFIX}"):
+            raise TablePropertyError(
+                "log-store.control-topic", "must differ from the committed feed's topics"
+            )
 
     compaction = CompactionPolicy(
         enabled=typed.get("self-optimizing.enabled", True),
@@ -419,6 +452,7 @@ def parse_table_properties(properties: Mapping[str, Any]) -> LogStoreConfig:
         reconcile_interval_ms=typed.get("log-store.reconcile.interval.ms", 10 * 60 * 1000),
         key_buckets=typed.get("log-store.key-buckets", DEFAULT_KEY_BUCKETS),
         data_format=data_format,
+        committed_feed=committed_feed,
         compaction=compaction,
     )
 

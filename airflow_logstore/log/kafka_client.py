@@ -673,8 +673,9 @@ class DeliveryTracker:
             raise KafkaUnavailableError(f"{what}: delivery failed: {self.error.str()}")
 
 
-#: One record to produce: key, value, partition (``ANY_PARTITION``: by the key's hash), headers.
-Outgoing = tuple[bytes | None, bytes | None, int, Any]
+#: One record to produce: key, value, partition (``ANY_PARTITION``: by the key's hash), headers, and
+#: optionally its timestamp in ms (a copy keeps its original's; without one the producer stamps it).
+Outgoing = tuple[bytes | None, bytes | None, int, Any] | tuple[bytes | None, bytes | None, int, Any, int]
 ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the partitioner chooses
 #: How many records go to the producer between two polls for delivery reports.
 POLL_EVERY = 5000
@@ -687,11 +688,17 @@ def produce_each(prod: Producer, topic: str, records: Iterable[Outgoing], tracke
     uses it, then :func:`flush`. Returns how many records it handed over.
     """
     sent = 0
-    for key, value, partition, headers in records:
+    for key, value, partition, headers, *stamp in records:
         while True:
             try:
                 prod.produce(
-                    topic, value=value, key=key, partition=partition, headers=headers, on_delivery=tracker
+                    topic,
+                    value=value,
+                    key=key,
+                    partition=partition,
+                    headers=headers,
+                    on_delivery=tracker,
+                    timestamp=stamp[0] if stamp else 0,
                 )
                 break
             except BufferError:  # the queue is full: serve delivery reports until there is room

@@ -10,7 +10,9 @@ epoch the state does not know), *then* the table; then it
    (:func:`~airflow_logstore.core.visibility.scan_watermark`);
 3. moves the watermark per partition up to the first undecided record (a batch still in flight, or a
    dead epoch whose successor has not committed yet); never backwards;
-4. writes a control checkpoint when one is due (:mod:`airflow_logstore.log.control_topic`).
+4. when the table has a committed feed, copies what became visible to it, once, in a Kafka transaction
+   (:mod:`airflow_logstore.publish.feed`);
+5. writes a control checkpoint when one is due (:mod:`airflow_logstore.log.control_topic`).
 
 Publishing twice, or after an older snapshot, changes nothing.
 """
@@ -37,6 +39,7 @@ from airflow_logstore.core.visibility import (
 from airflow_logstore.log import control_topic, kafka_client
 from airflow_logstore.log.control_topic import maybe_checkpoint
 from airflow_logstore.pause import pause_point
+from airflow_logstore.publish.feed import copy_to_feed
 from airflow_logstore.table.tables import LogStoreTable, snapshot_commits
 
 if TYPE_CHECKING:
@@ -58,6 +61,7 @@ class PublishReport:
     undecodable: int = 0
     current_snapshot_id: int | None = None
     checkpoint: dict[str, Any] | None = None  # a control checkpoint written by this publish
+    feed: dict[str, Any] | None = None  # what this publish copied to the committed feed, if enabled
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -96,7 +100,11 @@ def publish_visible_offsets(handle: LogStoreTable) -> PublishReport:
     if report.advanced:
         value = watermark_value(move, report.newly_visible, report.current_snapshot_id)
         side.control.append(control.watermark_key(uuid.uuid4().hex), value)
-    report.checkpoint = maybe_checkpoint(side.control, state, {p: low for p, (low, _) in bounds.items()})
+    pause_point("publish:watermark-moved")
+    log_start = {p: low for p, (low, _) in bounds.items()}
+    if side.config.committed_feed:  # also when the watermark stayed: a killed copy is completed here
+        report.feed = copy_to_feed(side, state, move.watermark, log_start)
+    report.checkpoint = maybe_checkpoint(side.control, state, log_start)
     report.seconds = round(time.monotonic() - started, 3)
     _log(handle, report)
     return report

@@ -15,6 +15,7 @@ from airflow_logstore.core.summary import S_BATCH, S_EPOCH, S_OPERATION, S_WRITE
 from airflow_logstore.exceptions import SchemaMismatchError, TablePropertyError
 from airflow_logstore.log import kafka_client
 from airflow_logstore.log.control_topic import ControlTopic
+from airflow_logstore.log.feed_topic import ensure_feed_topics
 from airflow_logstore.table.catalog import CatalogSpec, TableName, default_catalog
 from airflow_logstore.table.layout import (
     CODEC_PROPERTY,
@@ -243,7 +244,8 @@ def _retention_warnings(config: LogStoreConfig) -> list[str]:
 
 
 def _ensure_topics(handle: LogStoreTable, config: LogStoreConfig) -> tuple[bool, int]:
-    """Create the log topic and the control topic when missing: (log topic created, its partitions)."""
+    """Create the log topic, the control topic and the committed feed's topics (when enabled) when
+    missing: (log topic created, its partitions)."""
     topic, bootstrap, control_topic = config.require_log()
     kafka_config = kafka_client.client_config(bootstrap, handle.kafka_extra)
     info, topic_created = kafka_client.ensure_topic(
@@ -258,6 +260,8 @@ def _ensure_topics(handle: LogStoreTable, config: LogStoreConfig) -> tuple[bool,
         },
     )
     ControlTopic(kafka_config, control_topic).ensure(config.replication_factor)
+    if config.committed_feed:
+        ensure_feed_topics(kafka_config, config)
     return topic_created, info.partitions
 
 
@@ -298,6 +302,7 @@ def _verify_existing(table: Table, schema: Schema, config: LogStoreConfig) -> No
             ("log-store.consistency-guarantee.enabled", existing.consistency, config.consistency),
             ("log.consumer.changelog.modes", existing.changelog_mode, config.changelog_mode),
             ("log-store.partitions", existing.partitions, config.partitions),
+            ("log-store.committed-feed.enabled", existing.committed_feed, config.committed_feed),
         ):
             if old != new:
                 raise TablePropertyError(key, f"the existing table has '{_plain(old)}', not '{_plain(new)}'")

@@ -38,6 +38,7 @@ from airflow_logstore.core.codec import (
 )
 from airflow_logstore.core.commit import Verdict, attempt_refs, decide_on, stale_attempt_refs
 from airflow_logstore.core.control import ControlState
+from airflow_logstore.core.feed import FeedCopy, copy_range
 from airflow_logstore.core.ledger import missing_commits, with_commits
 from airflow_logstore.core.summary import (
     OP_BASE,
@@ -62,7 +63,18 @@ from airflow_logstore.core.visibility import (
 from airflow_logstore.reconcile import reconciler as reconciler_steps
 from airflow_logstore.write.writer import task_identity
 
-from .model import Catalog, ControlTopic, KafkaLog, LogEntry, Row, Snapshot, TableView, TaskRun, row_id
+from .model import (
+    Catalog,
+    CommittedFeed,
+    ControlTopic,
+    KafkaLog,
+    LogEntry,
+    Row,
+    Snapshot,
+    TableView,
+    TaskRun,
+    row_id,
+)
 
 Steps = Generator[str, None, None]
 COMMIT_ATTEMPTS = 6  # write.writer.COMMIT_ATTEMPTS
@@ -105,6 +117,8 @@ class Bugs:
     # found by this simulation (README, Findings): every watermark record under one key; compaction keeps
     # the last, which a stalled publisher may have written with an older watermark
     one_watermark_key: bool = False
+    # issue 37: the committed feed's copy reads its progress before it takes the feed's transactional id
+    feed_progress_before_token: bool = False
 
     def any(self) -> bool:
         return any(getattr(self, f.name) for f in fields(self))
@@ -155,6 +169,8 @@ class World:
     log: KafkaLog
     control: ControlTopic
     catalog: Catalog
+    feed: CommittedFeed = field(default_factory=CommittedFeed)
+    committed_feed: bool = False  # publishers copy to the committed feed (Hazards.committed_feed)
     landed: list[Landed] = field(default_factory=list)
     observed: list[Observed] = field(default_factory=list)
     trace: list[str] = field(default_factory=list)
@@ -530,7 +546,42 @@ def publisher(world: World) -> Steps:
             world.events["watermark settled a hole"] += 1
     if move.blocked_by:
         world.events["watermark blocked by an undecided record"] += 1
+    if world.committed_feed:
+        yield "publish:watermark-moved"
+        yield from feed_copy(world, state, move.watermark, {p: low for p, (low, _) in bounds.items()})
     yield from maybe_checkpoint(world, state, {p: low for p, (low, _) in bounds.items()})
+
+
+def feed_copy(
+    world: World, state: ControlState, watermark: dict[int, int], log_start: dict[int, int]
+) -> Steps:
+    """publish/feed.copy_to_feed: take the feed's token, *then* read its progress, copy what
+    ``FeedCopy`` takes from the progress to the watermark, commit the copies with the new progress."""
+    if world.bugs.feed_progress_before_token:
+        yield "feed: read progress"
+        progress = dict(world.feed.progress)
+        yield "feed: token"
+        token = world.feed.take_token()
+    else:
+        yield "feed: token"  # init_transactions of the feed's transactional id
+        token = world.feed.take_token()
+        yield "feed:token-taken"  # pause point, then read_progress (the last committed record)
+        progress = dict(world.feed.progress)
+    span = copy_range(progress, watermark, log_start)
+    if span.empty and not span.gaps:
+        return
+    yield "feed: scan"
+    if world.log.deleted(span.start, span.end):  # its consumer resets offsets with 'error': it fails
+        world.note("feed copy: retention deleted records while it scanned", "feed copy failed")
+        return
+    copy = FeedCopy(state, watermark, span.start)
+    copies = [e for e in world.log.scan(span.start, span.end) if copy.take(e.partition, e.offset, e.headers)]
+    yield "feed:copied"  # pause point: the copies and the progress sent, then commit_transaction
+    if world.feed.commit(token, copies, copy.finish(span.end)):
+        world.feed.gaps.update((p, o) for p, (low, high) in span.gaps.items() for o in range(low, high))
+        world.note(f"feed: copied {len(copies)} of {span.start} to {span.end}", "feed copy committed")
+    else:
+        world.note("feed: copy fenced by a newer publisher", "feed copy fenced")
 
 
 def offset_id(world: World) -> int:

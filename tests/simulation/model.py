@@ -106,6 +106,32 @@ class KafkaLog:
             yield from records[first : end.get(partition, 0)]
 
 
+class CommittedFeed:
+    """The committed topic with its progress topic, as a ``read_committed`` consumer sees them: only what
+    committed transactions wrote. A transaction commits only under the newest token of the feed's one
+    transactional id (``init_transactions`` fences every earlier one; a fenced or dead publisher's open
+    transaction never becomes visible)."""
+
+    def __init__(self) -> None:
+        self.records: list[LogEntry] = []  # the copies, in commit order (the originals' entries)
+        self.progress: dict[int, int] = {}  # the last committed progress record
+        self.tokens = 0  # the transactional id's producer epoch
+        self.gaps: set[tuple[int, int]] = set()  # ground truth: (partition, offset) retention took first
+
+    def take_token(self) -> int:
+        """``init_transactions``: a new producer epoch; every earlier one is fenced."""
+        self.tokens += 1
+        return self.tokens
+
+    def commit(self, token: int, copies: list[LogEntry], progress: dict[int, int]) -> bool:
+        """The copies and the progress in one transaction: both or nothing (False: fenced)."""
+        if token != self.tokens:
+            return False
+        self.records.extend(copies)
+        self.progress = dict(progress)
+        return True
+
+
 class ControlTopic:
     """The control topic (one partition, compacted) and its checkpoint topic.
 

@@ -42,6 +42,10 @@ HYBRID_SPLIT_PAIR = "eventual hybrid read starts inside a reconciler reassert pa
 STUCK = "watermark stuck below the log end at quiescence"
 LEDGER_LOST = "control state lost a committed batch"
 WATERMARK_BACK = "watermark moved backwards"
+FEED_DUPLICATE = "committed feed copied a record twice"
+FEED_UNCOMMITTED = "committed feed holds an uncommitted record"
+FEED_LOST = "committed feed lost a committed record"
+FEED_ORDER = "committed feed out of log order"
 
 
 def retract_fold(base: Counter[str], entries: Iterable[LogEntry]) -> Counter[str]:
@@ -140,6 +144,9 @@ def check(world: World, watermark: dict[int, int], known: set[tuple[str, int]]) 
     if any(watermark.get(p, -1) < end - 1 for p, end in ends.items()):
         found.append(Violation(STUCK, f"watermark {watermark}, log ends {ends}"))
 
+    if world.committed_feed:
+        found.extend(_check_feed(world, committed))
+
     history = {snapshot_id: index for index, snapshot_id in enumerate(catalog.history)}
     # the reconciler said the log lost records it had not reconciled (log-gap/<p>): an eventual log read
     # then needs a hybrid re-read, it need not fold to the table
@@ -189,6 +196,28 @@ def check(world: World, watermark: dict[int, int], known: set[tuple[str, int]]) 
                     HYBRID_SPLIT_PAIR if split else HYBRID, f"{seen.name}: got {got}, expected {expected}"
                 )
             )
+    return found
+
+
+def _check_feed(world: World, committed: set[tuple[int, int]]) -> list[Violation]:
+    """The committed feed at quiescence (the last publish copied up to the log's end): each committed
+    record once, nothing else, in log order per partition; records retention deleted before any copy
+    took them are the feed's reported gaps, not lost."""
+    found = []
+    positions = [(e.partition, e.offset) for e in world.feed.records]
+    dupes = sorted({p for p in positions if positions.count(p) > 1})
+    if dupes:
+        found.append(Violation(FEED_DUPLICATE, f"{dupes}"))
+    foreign = sorted(set(positions) - committed)
+    if foreign:
+        found.append(Violation(FEED_UNCOMMITTED, f"{foreign}"))
+    lost = sorted(committed - set(positions) - world.feed.gaps)
+    if lost:
+        found.append(Violation(FEED_LOST, f"{lost}"))
+    for partition in {p for p, _ in positions}:
+        offsets = [o for p, o in positions if p == partition]
+        if offsets != sorted(offsets):
+            found.append(Violation(FEED_ORDER, f"partition {partition}: {offsets}"))
     return found
 
 

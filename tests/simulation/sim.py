@@ -61,6 +61,9 @@ class Hazards:
     eager_cleaner: bool = False
     #: two reconcilers in every run (else in 30 % of the runs that allow them)
     always_two_reconcilers: bool = False
+    #: the table has a committed feed: every publish also copies (issue 37). Off in the main sweep, so
+    #: its 10,000 interleavings stay those of the protocol without the feed's extra steps
+    committed_feed: bool = False
 
 
 @dataclass
@@ -137,6 +140,7 @@ def run(seed: int, bugs: Bugs | None = None, hazards: Hazards | None = None) -> 
             delete_retention=rng.randint(0, 30),
         ),
         catalog=Catalog(),
+        committed_feed=hazards.committed_feed,
         checkpoint_every=rng.randint(1, 10) if hazards.eager_cleaner else rng.randint(3, 10),
         reconcilers=2
         if hazards.always_two_reconcilers or (hazards.two_reconcilers and rng.random() < 0.3)

@@ -21,6 +21,7 @@ from .oracle import (
     CONSISTENT_LOST,
     CONSISTENT_UNCOMMITTED,
     EVENTUAL_FOLD,
+    FEED_DUPLICATE,
     FENCED_COMMIT,
     HYBRID,
     HYBRID_SPLIT_PAIR,
@@ -41,6 +42,26 @@ def test_seeds(first: int) -> None:
     assert not failures, f"{len(failures)} seed(s) failed; the first:\n" + "\n\n".join(
         r.explain() for r in failures[:2]
     )
+
+
+FEED_SEEDS = 300
+
+
+def test_seeds_with_the_committed_feed(record_property: Any) -> None:
+    """Issue 37: every publisher also copies to the committed feed (its token, progress, copy, commit as
+    separate steps, so publishers overlap inside them); the oracle checks the feed (each committed record
+    once, nothing else, in log order) besides everything else, and these runs must reach the races."""
+    seen: Counter[str] = Counter()
+    failures = []
+    for seed in range(FEED_SEEDS):
+        result = run(seed, hazards=Hazards(committed_feed=True))
+        seen.update(set(result.events))
+        if not result.ok:
+            failures.append(result)
+    assert not failures, f"{len(failures)} seed(s) failed; the first:\n" + failures[0].explain()
+    reached = {event: seen[event] for event in ("feed copy committed", "feed copy fenced", "crash publisher")}
+    record_property("report", f"seeds (of {FEED_SEEDS}) reaching: {reached}")
+    assert all(count >= 5 for count in reached.values()), reached
 
 
 def _bugs_from_env() -> Bugs:
@@ -172,6 +193,8 @@ PLANTED: list[tuple[str, set[str], int] | tuple[str, set[str], int, Hazards]] = 
     ("follower_ignores_compaction", {CONSISTENT_LOST}, 300),
     # issue 33, hole 4: a commit whose state is unknown taken as committed (seed 1)
     ("unknown_as_success", {BATCH_MISSING}, 300),
+    # issue 37: the feed's copy reads its progress before taking the feed's transactional id (seed 12)
+    ("feed_progress_before_token", {FEED_DUPLICATE}, 1000, Hazards(committed_feed=True)),
 ]
 
 

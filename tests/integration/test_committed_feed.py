@@ -1,0 +1,249 @@
+"""The committed feed on the real broker (issue 37, item 2): a plain ``read_committed`` consumer of
+``<topic>.committed`` (confluent-kafka only, no project code) sees each committed change exactly once,
+through a failed attempt with reconciliation (it folds to the Iceberg table), a publisher SIGKILLed
+inside its copy and two publishers racing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_logstore.core.changelog import apply_retract
+from airflow_logstore.core.codec import RecordMeta, RowKind, encode_headers
+from airflow_logstore.core.summary import CommitInfo
+from airflow_logstore.exceptions import FencedError
+from airflow_logstore.log import kafka_client
+from airflow_logstore.pause import on_pause
+from airflow_logstore.publish.publisher import publish_visible_offsets
+from airflow_logstore.read.reader import read_log
+from airflow_logstore.table.tables import LogStoreTable
+from airflow_logstore.testing.tables import make_table
+
+FEED = {"log-store.committed-feed.enabled": "true"}
+Feed = list[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]]]]
+
+
+def read_feed(handle: LogStoreTable, timeout: float = 60.0) -> Feed:
+    """Everything a plain read_committed consumer gets from the committed topic, up to its last stable
+    offset: (partition, key, value, headers), in log order per partition. Only confluent-kafka here."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    config = handle.config()
+    topic = f"{config.topic}.committed"
+    consumer = Consumer(
+        {
+            "bootstrap.servers": config.bootstrap_servers,
+            "group.id": f"feed-test-{uuid.uuid4().hex[:8]}",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        partitions = len(consumer.list_topics(topic, timeout=timeout).topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        pending, found = set(range(partitions)), []
+        deadline = time.monotonic() + timeout
+        while pending:
+            assert time.monotonic() < deadline, f"no end of {topic} partitions {pending}"
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            if message.error() is not None:
+                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
+                pending.discard(message.partition())
+                continue
+            found.append((message.partition(), message.key(), message.value(), message.headers() or []))
+        return found
+    finally:
+        consumer.close()
+
+
+def changes(feed: Feed) -> list[tuple[int, bytes | None, str, dict[str, Any]]]:
+    """The feed's records as (partition, key, row kind, row), in log order per partition."""
+    result = []
+    for partition, key, value, _ in sorted(feed, key=lambda r: r[0]):  # stable: log order kept
+        decoded = json.loads(value or b"{}")
+        result.append((partition, key, decoded["kind"], decoded["row"]))
+    return result
+
+
+def consistent_changes(handle: LogStoreTable) -> list[tuple[int, bytes | None, str, dict[str, Any]]]:
+    read = read_log(handle, consistency="transactional")
+    ordered = sorted(read.records, key=lambda r: (r.partition, r.offset))
+    return [(r.partition, r.key, r.kind.value, r.row) for r in ordered]
+
+
+def fold(feed: Feed) -> dict[int, tuple[Any, Any]]:
+    folded = apply_retract((row["id"], RowKind(kind), row) for _, _, kind, row in changes(feed))
+    assert not folded.anomalies, folded.anomalies
+    return {row["id"]: (row["name"], row["amount"]) for row in folded.state.values()}
+
+
+def write_batches(handle: LogStoreTable, first: int, count: int, size: int = 3, dead: bool = False) -> None:
+    """``count`` batches of one attempt each, written the way the writer writes (a claim, records in
+    partition 0, a ledger entry); ``dead``: each batch first gets an attempt that dies before committing."""
+    config = handle.config()
+    ctl = handle.control(config)
+    prod = kafka_client.producer(handle.kafka_config(config))
+    for batch in range(first, first + count):
+        for attempt in ("dead", "live") if dead else ("live",):
+            epoch = ctl.claim_epoch("w")
+            headers = encode_headers(RecordMeta("w", epoch, batch, "0.1"))
+            tracker = kafka_client.DeliveryTracker()
+            for n in range(size):
+                row = {"id": batch * 100 + n, "name": attempt, "amount": epoch}
+                value = json.dumps({"kind": "+I", "row": row}).encode()
+                key = json.dumps([row["id"]]).encode()
+                prod.produce(
+                    config.topic, key=key, value=value, headers=headers, partition=0, on_delivery=tracker
+                )
+            kafka_client.flush(prod, tracker, size, "test batch")
+        commit = CommitInfo("w", batch, epoch, offsets={0: tracker.offsets[0]}, tasks=frozenset({"0.1"}))
+        ctl.record_commit(commit.to_json(), "w", batch)
+
+
+@pytest.fixture
+def table(env) -> LogStoreTable:
+    return make_table(env, properties={**FEED, "log-store.partitions": "1"}, prefix="feed")
+
+
+ROWS = [
+    [{"id": i, "name": f"v{i}", "amount": i} for i in range(1, 7)],
+    [
+        {"id": 1, "name": "v1-b", "amount": 100, "op": "update"},
+        {"id": 2, "op": "delete"},
+        {"id": 7, "name": "v7", "amount": 7},
+    ],
+]
+
+
+def test_the_feed_is_what_a_consistent_reader_returns_and_folds_to_the_table(
+    env, spark, tmp_path: Path
+) -> None:
+    """A failed attempt of batch 2 (its records in the log, fenced before committing), the retry that
+    commits, reconciliation (reversals and reassert pairs in the log), then a publish: the feed is
+    exactly the consistent reader's output, record for record with its headers, and folds to the
+    Iceberg table; another publish adds nothing."""
+    from airflow_logstore.core.codec import RecordType, decode_headers
+    from airflow_logstore.reconcile.reconciler import reconcile
+    from airflow_logstore.testing.tables import table_state, write_jsonl
+    from airflow_logstore.write.writer import open_writer
+
+    handle = make_table(env, properties=FEED, prefix="feed")
+    paths = [write_jsonl(tmp_path / f"b{n}.jsonl", rows) for n, rows in enumerate(ROWS, start=1)]
+    open_writer(spark, str(handle.name), writer_id="w").write_path(str(paths[0]), 1)
+    spark.catalog.refreshTable(handle.spark_name())
+    dead, live = (open_writer(spark, str(handle.name), writer_id="w") for _ in range(2))
+    with pytest.raises(FencedError):
+        dead.write_path(str(paths[1]), 2)  # its records are in the log; the newer claim fenced it
+    assert not live.write_path(str(paths[1]), 2).skipped
+    assert reconcile(handle).reversed > 0
+    eventual = read_log(handle, consistency="eventual").records
+    assert any(r.meta.record_type is RecordType.REVERSAL for r in eventual)
+
+    report = publish_visible_offsets(handle)
+    assert report.feed is not None and report.feed["transactions"] == 1
+    feed = read_feed(handle)
+    assert changes(feed) == consistent_changes(handle)
+    assert report.feed["copied"] == len(feed) == len(ROWS[0]) + 4  # batch 2: -U/+U, -D, +I
+    assert report.feed["redundant"] > 0 and report.feed["reversal"] > 0
+    consistent = sorted(
+        read_log(handle, consistency="transactional").records, key=lambda r: (r.partition, r.offset)
+    )
+    assert [decode_headers(headers) for *_, headers in sorted(feed, key=lambda r: r[0])] == [
+        r.meta for r in consistent
+    ]  # the headers as they are: who wrote each change
+    plain = {row["id"]: (row["name"], row["amount"]) for row in table_state(handle).values()}
+    assert fold(feed) == plain
+
+    again = publish_visible_offsets(handle)
+    assert again.feed is not None and again.feed.get("copied", 0) == 0 and again.feed["transactions"] == 0
+    assert read_feed(handle) == feed
+
+
+def test_a_publisher_killed_inside_its_copy_leaves_nothing_and_the_next_copies_once(env, table) -> None:
+    """A real ``logstore publish`` process SIGKILLed at ``feed:copied`` (its copies and progress sent,
+    the transaction not committed): a read_committed consumer sees nothing of it; the next publish
+    aborts the dead transaction (it takes the feed's transactional id) and copies every record once."""
+    write_batches(table, 1, 2, dead=True)
+    folder = env.scratch(env.unique("pause"))
+    extra = {"LOGSTORE_PAUSE_AT": "feed:copied", "LOGSTORE_PAUSE_DIR": str(folder)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "airflow_logstore.cli", "publish", str(table.name)],
+        env={**os.environ, **extra},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        reached = folder / "feed_copied.reached"
+        deadline = time.monotonic() + 120
+        while not reached.exists():
+            assert process.poll() is None, process.communicate()[0][-3000:]
+            assert time.monotonic() < deadline, "the publisher never reached feed:copied"
+            time.sleep(0.05)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert read_feed(table) == []  # the copy was sent in a transaction that never committed
+
+    report = publish_visible_offsets(table)  # the watermark already moved: this publish only copies
+    assert not report.advanced and report.feed is not None and report.feed["copied"] == 6
+    feed = read_feed(table)
+    assert changes(feed) == consistent_changes(table)
+    assert sorted(row["id"] for *_, row in changes(feed)) == [100, 101, 102, 200, 201, 202]
+    assert {row["name"] for *_, row in changes(feed)} == {"live"}
+
+
+def test_two_publishers_racing_the_fenced_one_fails_and_no_record_is_copied_twice(table) -> None:
+    """Publisher A is held after sending its copy, before its commit; publisher B takes the feed's
+    transactional id (A's open transaction is aborted) and copies everything; A's commit then fails
+    with FencedError, and the feed has each record once. Batches written while A was held are copied
+    by B, and by a third publish only what is new."""
+    write_batches(table, 1, 2)
+    reached, release = threading.Event(), threading.Event()
+
+    def hold_the_first() -> None:
+        if not reached.is_set():
+            reached.set()
+            assert release.wait(120)
+
+    errors: list[BaseException] = []
+
+    def first() -> None:
+        try:
+            publish_visible_offsets(table)
+        except BaseException as exc:  # what A ends with is the test's subject
+            errors.append(exc)
+
+    with on_pause("feed:copied", hold_the_first):
+        publisher_a = threading.Thread(target=first)
+        publisher_a.start()
+        assert reached.wait(120)
+        write_batches(table, 3, 1)
+        second = publish_visible_offsets(table)
+        release.set()
+        publisher_a.join(120)
+    assert len(errors) == 1 and isinstance(errors[0], FencedError), errors
+    assert "newer publisher" in str(errors[0])
+    assert second.feed is not None and second.feed["copied"] == 9
+    write_batches(table, 4, 1)
+    assert publish_visible_offsets(table).feed["copied"] == 3  # type: ignore[index]
+    feed = read_feed(table)
+    assert changes(feed) == consistent_changes(table)
+    ids = [row["id"] for *_, row in changes(feed)]
+    assert ids == sorted(set(ids)) and len(ids) == 12
