@@ -119,6 +119,13 @@ def test_the_installed_wheel_dual_writes_with_a_jre_only(
         command = [python, "-m", "pip", *step, "--quiet"]
         done = subprocess.run(command, env=base, capture_output=True, text=True, check=False)
         assert done.returncode == 0, done.stdout + done.stderr
+    # as the README says: pyspark and pyspark-client at one release (a plain install may mix two, and then
+    # the write stops with InstallationError, which test_other_airflow checks)
+    version = "import importlib.metadata as m; print(m.version('pyspark'))"
+    pyspark = subprocess.run([python, "-c", version], env=base, capture_output=True, text=True, check=True)
+    align = [python, "-m", "pip", "install", "--quiet", f"pyspark-client=={pyspark.stdout.strip()}"]
+    done = subprocess.run(align, env=base, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
     run_env = _jre_env(base, jre, f"{folder / 'bin'}{os.pathsep}{jre_path}", env)
     assert not (jre / "bin" / "javac").exists() and shutil.which("javac", path=run_env["PATH"]) is None
     assert shutil.which("java", path=run_env["PATH"]) == str(jre / "bin" / "java")
