@@ -34,16 +34,32 @@ FEED = {"log-store.committed-feed.enabled": "true"}
 Feed = list[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]]]]
 
 
-def read_feed(handle: LogStoreTable, timeout: float = 60.0) -> Feed:
+def read_feed(handle: LogStoreTable, timeout: float = 60.0, settled: bool = True) -> Feed:
     """Everything a plain read_committed consumer gets from the committed topic, up to its last stable
-    offset: (partition, key, value, headers), in log order per partition. Only confluent-kafka here."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    offset: (partition, key, value, headers), in log order per partition. Only confluent-kafka here.
 
+    A transaction's commit returns once the coordinator has decided it; the broker writes its commit
+    markers to the partitions a moment later, and only then do read_committed consumers see its records.
+    ``settled`` reads again until every partition's end for read_committed is its end for anyone (all
+    markers written, no transaction open); ``False`` where the test leaves a transaction open."""
     config = handle.config()
     topic = f"{config.topic}.committed"
+    deadline = time.monotonic() + timeout
+    while True:
+        found, ends = _read_committed(config.bootstrap_servers, topic, deadline)
+        if not settled or ends == _ends(config.bootstrap_servers, topic, list(ends)):
+            return found
+        assert time.monotonic() < deadline, f"{topic}: transactions not settled: {ends}"
+        time.sleep(0.1)
+
+
+def _read_committed(servers: str, topic: str, deadline: float) -> tuple[Feed, dict[int, int]]:
+    """One read of ``topic`` to its end as read_committed sees it: the records and that end per partition."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
     consumer = Consumer(
         {
-            "bootstrap.servers": config.bootstrap_servers,
+            "bootstrap.servers": servers,
             "group.id": f"feed-test-{uuid.uuid4().hex[:8]}",
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
@@ -52,21 +68,37 @@ def read_feed(handle: LogStoreTable, timeout: float = 60.0) -> Feed:
         }
     )
     try:
+        timeout = max(deadline - time.monotonic(), 1.0)
         partitions = len(consumer.list_topics(topic, timeout=timeout).topics[topic].partitions)
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        pending, found = set(range(partitions)), []
-        deadline = time.monotonic() + timeout
-        while pending:
-            assert time.monotonic() < deadline, f"no end of {topic} partitions {pending}"
+        ends: dict[int, int] = {}
+        found: Feed = []
+        while len(ends) < partitions:
+            assert time.monotonic() < deadline, (
+                f"no end of {topic} partitions {set(range(partitions)) - set(ends)}"
+            )
             message = consumer.poll(0.2)
             if message is None:
                 continue
             if message.error() is not None:
                 assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
-                pending.discard(message.partition())
+                ends[message.partition()] = message.offset()
                 continue
             found.append((message.partition(), message.key(), message.value(), message.headers() or []))
-        return found
+        return found, ends
+    finally:
+        consumer.close()
+
+
+def _ends(servers: str, topic: str, partitions: list[int]) -> dict[int, int]:
+    """Each partition's high watermark as a read_uncommitted client sees it (markers included)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": f"feed-ends-{uuid.uuid4().hex[:8]}"})
+    try:
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions
+        }
     finally:
         consumer.close()
 
@@ -199,7 +231,7 @@ def test_a_publisher_killed_inside_its_copy_leaves_nothing_and_the_next_copies_o
     finally:
         if process.poll() is None:
             process.kill()
-    assert read_feed(table) == []  # the copy was sent in a transaction that never committed
+    assert read_feed(table, settled=False) == []  # sent in a transaction that never committed
 
     report = publish_visible_offsets(table)  # the watermark already moved: this publish only copies
     assert not report.advanced and report.feed is not None and report.feed["copied"] == 6
