@@ -16,7 +16,8 @@ Every data record is tagged (writer, batch, epoch, task attempt). Against the co
 - ``REVERSAL`` / ``REASSERT``: written by reconciliation; eventual readers only.
 - ``DUPLICATE``: a second copy of a reconciler record (the same :func:`output_identity`: a reconcile
   task retried after a partial flush, or two reconcilers that planned the same window); every reader and
-  the next reconciler count only the first copy in log order, so copies change no fold.
+  the next reconciler count only the first copy in log order, so copies change no fold. An eventual
+  hybrid read also drops a reassert pair's closing half met before the pair's opening half (H2).
 
 The watermark of a partition is the highest offset below which no record is undecided
 (``IN_FLIGHT`` or ``DEAD_PENDING``); it never moves backwards.
@@ -111,14 +112,29 @@ def output_identity(meta: RecordMeta, partition: int) -> OutputIdentity | None:
     return None
 
 
+def opening_half(identity: OutputIdentity) -> OutputIdentity | None:
+    """For a reassert pair's closing half, the identity of the pair's opening half (else None)."""
+    if identity[1] == "reassert" and identity[-1] == 2:
+        return (*identity[:-1], 1)
+    return None
+
+
 class FirstCopies:
     """Which reconciler records of one read are first copies (see :func:`output_identity`).
 
     Feed every reconciler record the read would return, in log order per partition.
+
+    :param paired: an eventual hybrid read's copies: a closing half counts only after the read counted
+        its pair's opening half; one met before it is a late copy of a closing half below the read's
+        start, and is dropped (H2: a hybrid read's start never splits a pair, but a reconciler that read
+        the log's end between another run's two halves closes that pair again, and its copy can land
+        after the watermark passed the whole pair). Counted, it would add a row the snapshot holds
+        (retract semantics: +U r twice).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, paired: bool = False) -> None:
         self._seen: set[OutputIdentity] = set()
+        self.paired = paired
 
     def first(self, meta: RecordMeta, partition: int) -> bool:
         identity = output_identity(meta, partition)
@@ -126,6 +142,9 @@ class FirstCopies:
             return True
         if identity in self._seen:
             return False
+        opening = opening_half(identity) if self.paired else None
+        if opening is not None and opening not in self._seen:
+            return False  # a copy of a pair closed before the read's start
         self._seen.add(identity)
         return True
 
@@ -478,6 +497,16 @@ class ReadFilter:
     # per partition the offset breaks of ``state`` (the state must not change while the filter is used)
     _breaks: dict[int, Any] = field(default_factory=dict, compare=False, repr=False)
     _copies: FirstCopies = field(default_factory=FirstCopies, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.start is not None and not self.consistent:  # an eventual hybrid read: pairs (H2)
+            object.__setattr__(self, "_copies", FirstCopies(paired=True))
+
+    @property
+    def pairs_halves(self) -> bool:
+        """Does this read drop the closing halves it meets before their pair's opening half (an eventual
+        hybrid read, :class:`FirstCopies`)?"""
+        return self._copies.paired
 
     def decide(self, meta: RecordMeta, partition: int, offset: int) -> tuple[bool, Decision | None]:
         """(keep the record?, its decision, or None when no state was needed); a second copy of a

@@ -19,7 +19,7 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.core.codec import (
@@ -32,7 +32,13 @@ from airflow_logstore.core.codec import (
     decode_headers,
 )
 from airflow_logstore.core.properties import ChangelogMode, Consistency
-from airflow_logstore.core.visibility import Decision, ReadFilter, output_identity, visible_end
+from airflow_logstore.core.visibility import (
+    Decision,
+    ReadFilter,
+    opening_half,
+    output_identity,
+    visible_end,
+)
 from airflow_logstore.exceptions import LogStoreError, RecordDecodeError
 
 if TYPE_CHECKING:
@@ -53,13 +59,21 @@ def header_key(headers: Column) -> Column:
     return F.coalesce(F.to_json(headers), F.lit(""))
 
 
-def decision_rows(groups: list[Any], read_filter: ReadFilter) -> Iterator[tuple[Any, ...]]:
+#: The lowest offset above ``after`` of a header set in a partition (None: there is none).
+NextOffset = Callable[[str, int, int], "int | None"]
+
+
+def decision_rows(
+    groups: list[Any], read_filter: ReadFilter, next_offset: NextOffset | None = None
+) -> Iterator[tuple[Any, ...]]:
     """Per (header set, partition, offset range) of the log, the rows of the decision table.
 
     Each header set is decoded once; its offset range is cut at the filter's breaks, and each piece is
     decided once with ``ReadFilter.rule`` (the same answer for every offset of the piece). A reconciler
     record is kept only at the lowest offset the read holds of its identity (``output_identity``): its
-    first copy, as ``ReadFilter.decide`` keeps it.
+    first copy, as ``ReadFilter.decide`` keeps it. An eventual hybrid read counts a closing half only after
+    its pair's opening half (``visibility.FirstCopies``): its lowest offset above the opening half's first
+    copy, found with ``next_offset`` when that lies inside a header set's range.
     """
     decoded: list[tuple[Any, RecordMeta | None, str | None]] = []
     for group in groups:
@@ -70,7 +84,7 @@ def decision_rows(groups: list[Any], read_filter: ReadFilter) -> Iterator[tuple[
             decoded.append((group, decode_headers(headers), None))
         except RecordDecodeError as exc:
             decoded.append((group, None, str(exc)))
-    firsts = _first_copies(decoded, read_filter)
+    firsts = _first_copies(decoded, read_filter, next_offset)
     for group, meta, reason in decoded:
         hkey, partition, low, high = group["_hkey"], int(group["partition"]), group["low"], group["high"]
         if meta is None:
@@ -101,16 +115,39 @@ def decision_rows(groups: list[Any], read_filter: ReadFilter) -> Iterator[tuple[
             )
 
 
-def _first_copies(decoded: list[tuple[Any, Any, Any]], read_filter: ReadFilter) -> dict[Any, int]:
-    """Per reconciler record identity, the lowest offset the read keeps it at (its first copy)."""
+def _first_copies(
+    decoded: list[tuple[Any, Any, Any]], read_filter: ReadFilter, next_offset: NextOffset | None = None
+) -> dict[Any, int]:
+    """Per reconciler record identity, the lowest offset the read keeps it at (its first copy); for an
+    eventual hybrid read, a closing half's lowest offset above its opening half's first copy."""
     firsts: dict[Any, int] = {}
+    closes: dict[Any, list[tuple[str, int, int, int]]] = {}  # identity -> (header set, partition, low, high)
     for group, meta, _ in decoded:
         partition, low = int(group["partition"]), int(group["low"])
         identity = output_identity(meta, partition) if meta is not None else None
-        if identity is None:
+        if identity is None or not read_filter.rule(meta, partition, low)[0]:
             continue
-        if read_filter.rule(meta, partition, low)[0] and low < firsts.get(identity, low + 1):
+        if read_filter.pairs_halves and opening_half(identity) is not None:
+            closes.setdefault(identity, []).append((group["_hkey"], partition, low, int(group["high"])))
+        elif low < firsts.get(identity, low + 1):
             firsts[identity] = low
+    for identity, ranges in closes.items():
+        opening = firsts.get(opening_half(identity))
+        if opening is None:
+            continue  # the read holds no opening half of the pair: every copy is dropped
+        candidates = [low for _, _, low, _ in ranges if low > opening]
+        for hkey, partition, low, high in ranges:
+            if low <= opening < high:  # the header set straddles the opening half: ask where it goes on
+                if next_offset is None:
+                    raise LogStoreError(
+                        f"header set {hkey!r} of partition {partition} straddles offset {opening}: "
+                        "decision_rows needs next_offset to find its next record"
+                    )
+                found = next_offset(hkey, partition, opening)
+                if found is not None:
+                    candidates.append(found)
+        if candidates:
+            firsts[identity] = min(candidates)
     return firsts
 
 
@@ -164,7 +201,14 @@ def decide_and_parse(
         .agg(F.first("headers").alias("headers"), F.min("offset").alias("low"), F.max("offset").alias("high"))
         .collect()
     )
-    decisions = spark.createDataFrame(list(decision_rows(groups, read_filter)), DECISION_SCHEMA)
+
+    def next_offset(hkey: str, partition: int, after: int) -> int | None:
+        """Rare: a closing half's copies straddle its pair's opening half in an eventual hybrid read."""
+        where = (F.col("_hkey") == hkey) & (F.col("partition") == partition) & (F.col("offset") > after)
+        found = raw.where(where).agg(F.min("offset")).first()
+        return None if found is None or found[0] is None else int(found[0])
+
+    decisions = spark.createDataFrame(list(decision_rows(groups, read_filter, next_offset)), DECISION_SCHEMA)
     joined = raw.join(
         F.broadcast(decisions),
         (raw["_hkey"] == decisions["_hkey"])

@@ -167,7 +167,9 @@ PLANTED: list[tuple[str, set[str], int] | tuple[str, set[str], int, Hazards]] = 
     ("attempt_number_tags", {CONSISTENT_UNCOMMITTED, CONSISTENT_DUPLICATE}, 300),
     ("state_before_ends", {CONSISTENT_LOST}, 1000),
     ("advance_positions", {HYBRID}, 300),
-    ("split_pairs", {HYBRID_SPLIT_PAIR}, 3000),
+    # the watermark's pair rule; an eventual hybrid read's own pairing (hybrid_counts_unpaired_closes
+    # turns it off) drops the closing half of a split pair too, so both go (seed 641)
+    ("split_pairs+hybrid_counts_unpaired_closes", {HYBRID_SPLIT_PAIR}, 3000),
     ("retire_unsettled", {CONSISTENT_LOST, CONSISTENT_UNCOMMITTED, HYBRID}, 1000),
     ("no_holes", {CONSISTENT_UNCOMMITTED}, 300),
     ("no_included", {HYBRID}, 300),
@@ -195,6 +197,9 @@ PLANTED: list[tuple[str, set[str], int] | tuple[str, set[str], int, Hazards]] = 
     ("unknown_as_success", {BATCH_MISSING}, 300),
     # issue 37: the feed's copy reads its progress before taking the feed's transactional id (seed 12)
     ("feed_progress_before_token", {FEED_DUPLICATE}, 1000, Hazards(committed_feed=True)),
+    # found by this simulation with the feed's steps (seed 359): an eventual hybrid read counted a late
+    # copy of a closing half whose pair closed below its start (about 12 s: the first seed is 359)
+    ("hybrid_counts_unpaired_closes", {HYBRID_SPLIT_PAIR, HYBRID}, 400, Hazards(committed_feed=True)),
 ]
 
 
@@ -206,7 +211,7 @@ def _planted_id(entry: tuple[Any, ...]) -> str:
 def test_planted_bug_is_found(entry: tuple[Any, ...], record_property: Any) -> None:
     bug, invariants, within = entry[:3]
     hazards = entry[3] if len(entry) > 3 else None
-    bugs = Bugs(**{bug: True})
+    bugs = Bugs(**dict.fromkeys(bug.split("+"), True))
     for seed in range(within):
         result = run(seed, bugs, hazards)
         hit = {v.invariant for v in result.violations} & invariants

@@ -113,3 +113,71 @@ def test_hybrid_uses_the_snapshots_included_list_over_sequence_numbers() -> None
     assert hybrid_keeps(meta_b, 0, 12, Decision.COMMITTED, state, 2, start, True, frozenset())
     # a retired commit (no ledger entry) is still skipped when the snapshot lists it
     assert not hybrid_keeps(meta_b, 0, 12, Decision.COMMITTED, state_with(), 9, start, True, included)
+
+
+def _half(lease: int, half: int, pair: tuple[int, int, int]) -> RecordMeta:
+    reassert = RecordType.REASSERT
+    return RecordMeta(
+        "logstore-reconciler", lease, pair[2], record_type=reassert, pair_half=half, reasserts=pair
+    )
+
+
+def test_eventual_hybrid_read_drops_a_late_copy_of_a_closing_half_whose_pair_closed_before_it() -> None:
+    """Simulation seed 359 (with the committed feed's steps), in core functions: reconciler run 1 (lease
+    9) stalls past its lease and writes a reassert pair of offset 0 at 1 and 2; the next holder (lease
+    29) read the log's end between the two halves, planned the same run (no progress of lease 9), found
+    the opening half left alone and closes it. A publish scanned 0..2 first (a closed pair: the watermark
+    passes it), so a snapshot's positions are 3, and the late closing half lands at 3, after them. A
+    hybrid read from 3 must not count it: its pair is whole below the positions (retract: +U r twice)."""
+    from collections import Counter
+
+    from airflow_logstore.core.visibility import WatermarkScan, commit_positions
+
+    state = state_with(A1, epochs={"a": 1})
+    log = [
+        (RecordMeta("a", 1, 1, "0.1"), Decision.COMMITTED, "+I"),  # the committed record r
+        (_half(9, 1, (0, 0, 1)), Decision.REASSERT, "-U"),  # lease 9's pair
+        (_half(9, 2, (0, 0, 1)), Decision.REASSERT, "+U"),
+        (_half(29, 2, (0, 0, 1)), Decision.REASSERT, "+U"),  # lease 29's close, planned before offset 2
+        (_half(29, 1, (0, 0, 2)), Decision.REASSERT, "-U"),  # a whole pair after the positions
+        (_half(29, 2, (0, 0, 2)), Decision.REASSERT, "+U"),
+    ]
+    scan = WatermarkScan({})
+    for offset, (meta, decision, _) in enumerate(log[:3]):  # the publish read the log's end before 3
+        scan.observe(0, offset, decision, meta.pair_half, meta.reasserts)
+    positions = commit_positions({}, scan.finish({0: 3}))
+    assert positions == {0: 3}
+
+    hybrid = ReadFilter(state, consistent=False, snapshot_sequence=2, start=positions)
+    answers = [hybrid.decide(meta, 0, offset) for offset, (meta, _, _) in enumerate(log)]
+    assert answers[3] == (False, Decision.DUPLICATE)
+    assert [keep for keep, _ in answers] == [False, False, False, False, True, True]
+    weights = Counter({"-U": -1, "+U": 1, "+I": 1})
+    added = sum(weights[kind] for (keep, _), (_, _, kind) in zip(answers, log, strict=True) if keep)
+    assert added == 0  # the snapshot's rows plus nothing: the table
+
+    # a read from earliest counts each pair once (the late close is a copy), as before
+    earliest = ReadFilter(None, consistent=False)
+    assert [earliest.decide(meta, 0, offset)[0] for offset, (meta, _, _) in enumerate(log)] == [
+        True,
+        True,
+        True,
+        False,
+        True,
+        True,
+    ]
+
+
+def test_eventual_hybrid_read_counts_a_closing_half_only_after_its_opening_half() -> None:
+    """A closing half met before its pair's opening half is dropped (a copy of a pair closed below the
+    start); one after the opening half counts once (a pair a retried reconcile task resent)."""
+    hybrid = ReadFilter(state_with(), consistent=False, snapshot_sequence=1, start={0: 5})
+    pair = (0, 1, 1)
+    assert hybrid.decide(_half(29, 2, pair), 0, 5) == (False, Decision.DUPLICATE)
+    assert hybrid.decide(_half(9, 1, pair), 0, 6) == (True, Decision.REASSERT)
+    assert hybrid.decide(_half(9, 2, pair), 0, 7) == (True, Decision.REASSERT)
+    assert hybrid.decide(_half(29, 2, pair), 0, 8) == (False, Decision.DUPLICATE)
+    # a consistent hybrid read returns no reasserts; a plain eventual read counts first copies (at least
+    # once from the middle of the log: a resumed follower that returned the opening half needs the close)
+    assert ReadFilter(state_with(), consistent=True, snapshot_sequence=1, start={0: 5}).pairs_halves is False
+    assert ReadFilter(None, consistent=False).decide(_half(29, 2, pair), 0, 5) == (True, None)
