@@ -1,4 +1,5 @@
-"""Apache Flink, a real third-party consumer, reads a LogStore log in ``debezium-json``.
+"""Apache Flink, a real third-party consumer, reads a LogStore log in ``debezium-json``: the raw log after
+reconciliation, and the committed feed with ``read_committed``.
 
 Flink SQL (PyFlink in its own environment, ``tests/environments.py``; Flink's Kafka SQL connector from
 Maven) reads the log as any Flink user would: the ``kafka`` connector, ``'format'='debezium-json'``, no
@@ -26,6 +27,7 @@ from airflow_logstore.table.tables import LogStoreTable
 from airflow_logstore.testing.tables import make_table, table_state
 from airflow_logstore.write.writer import open_writer
 from tests.environments import flink_python
+from tests.integration.test_committed_feed import read_feed
 
 SCRIPT = Path(__file__).with_name("flink_sql.py")
 ANSWER = "FLINK-ANSWER "
@@ -128,8 +130,8 @@ def table_rows(handle: LogStoreTable) -> list[list[Any]]:
     return sorted(rows, key=json.dumps)
 
 
-#: the table's properties (a test of another feed of the same log adds its own)
-PROPERTIES = {"log-store.data-format": "debezium-json"}
+#: the table's properties: its log in debezium-json, and the committed feed
+PROPERTIES = {"log-store.data-format": "debezium-json", "log-store.committed-feed.enabled": "true"}
 
 
 @pytest.fixture(scope="module")
@@ -168,3 +170,27 @@ def test_flink_reads_the_reconciled_debezium_log_as_the_table(
     want = table_rows(failed_over)
     assert len(want) == 10
     assert sorted(flink_rows, key=json.dumps) == want
+
+
+def test_flink_reads_the_committed_feed_with_read_committed_as_the_table(
+    failed_over: LogStoreTable, flink: FlinkSql
+) -> None:
+    """Flink's view of ``<topic>.committed`` with ``read_committed`` and no deduplication equals the
+    Iceberg table: the feed has each committed change once, and nothing of the fenced attempts or of the
+    reconciler (a duplicate would stay as a second row; a reversal would retract a row the view holds)."""
+    topic, bootstrap, _ = failed_over.config().require_log()
+    assert read_feed(failed_over)  # every commit marker is written: Flink's latest offset is the feed's end
+    flink_rows = flink.rows(
+        [
+            kafka_table(
+                "feed",
+                f"{topic}.committed",
+                bootstrap,
+                FLINK_COLUMNS,
+                **{"properties.isolation.level": "read_committed"},
+            )
+        ],
+        "SELECT id, name, amount, price FROM feed",
+        {"table.exec.source.cdc-events-duplicate": "false"},
+    )
+    assert sorted(flink_rows, key=json.dumps) == table_rows(failed_over)
