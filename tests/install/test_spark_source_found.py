@@ -1,5 +1,6 @@
-"""A plain PySpark application in an environment with the wheel installed finds ``format("logstore")``
-without any code of the user's: PySpark registers the ``DefaultSource`` of ``pyspark_logstore``.
+"""A plain PySpark application, run with ``spark-submit`` in an environment with the wheel installed, finds
+``format("logstore")`` without any code of the user's: PySpark registers the ``DefaultSource`` of
+``pyspark_logstore``.
 
 No LogStore table is needed to show it: the read of a table that does not exist fails with the source's
 own message, which names the option, where an unregistered name would fail with Spark's
@@ -14,10 +15,8 @@ from pathlib import Path
 from tests.install.test_other_airflow import _run
 
 APPLICATION = """
-import os, sys
-os.environ["PYSPARK_PYTHON"] = sys.executable
 from pyspark.sql import SparkSession
-spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+spark = SparkSession.builder.getOrCreate()
 for reader in (spark.read, spark.readStream):
     try:
         reader.format("logstore").load("ns.no_such_table")
@@ -28,7 +27,7 @@ spark.stop()
 """
 
 
-def test_a_plain_pyspark_application_finds_the_logstore_source(
+def test_a_plain_spark_submit_application_finds_the_logstore_source(
     dists: tuple[Path, Path],
     user_env: tuple[Path, dict[str, str]],
     tmp_path: Path,
@@ -38,9 +37,18 @@ def test_a_plain_pyspark_application_finds_the_logstore_source(
     pip = [str(python), "-m", "pip", "install", "--quiet"]
     _run([*pip, str(dists[1])], env)  # with its dependencies (pyspark), as a user installs it
     _run([*pip, "--force-reinstall", "--no-deps", str(dists[1])], env)  # this build, not an older 0.1.0
+    application = tmp_path / "application.py"
+    application.write_text(APPLICATION)
+    submit = [
+        str(folder / "bin" / "spark-submit"),
+        "--master",
+        "local[1]",
+        "--conf",
+        "spark.ui.enabled=false",
+    ]
     result = subprocess.run(
-        [str(python), "-c", APPLICATION],
-        env={**env, "LOGSTORE_HOME": str(tmp_path / "home")},
+        [*submit, str(application)],
+        env={**env, "LOGSTORE_HOME": str(tmp_path / "home"), "PYSPARK_PYTHON": str(python)},
         cwd=tmp_path,  # not the checkout: only the installed package can be found
         capture_output=True,
         text=True,
