@@ -3,7 +3,8 @@
 A trigger goes in serialized (its class path and its keyword arguments, encrypted as the triggerer's
 ``trigger`` rows hold them); Airflow's ``TriggerRunner`` imports the class, decrypts the arguments,
 builds the trigger and runs it in ``run_trigger``, which queues each event it yields. Stopping a trigger
-cancels its task as a triggerer's shutdown does (``cleanup`` runs, ``on_kill`` does not); starting it
+cancels its task as a triggerer's shutdown does (``cleanup`` runs, ``on_kill`` does not); killing it
+cancels it as a user's action on its task does (``on_kill`` runs, Airflow 3.3+); starting it
 again from the same serialized form is what a restarted triggerer does. Used by the unit tests (with
 Airflow 3.2 and 3.3) and the integration tests.
 """
@@ -81,6 +82,17 @@ class TriggererLoop:
         """Cancel the trigger as a triggerer shutting down does; wait until it ended."""
         task = self.runner.triggers.pop(trigger_id)["task"]
         task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        self._collect()
+
+    async def kill(self, trigger_id: int) -> None:
+        """Cancel the trigger as Airflow 3.3's triggerer does after a user's action on its task (marked
+        failed, cleared, marked success): ``run_trigger`` then awaits the trigger's ``on_kill``."""
+        from airflow.jobs.triggerer_job_runner import _USER_ACTION_CANCEL_MSG
+
+        task = self.runner.triggers.pop(trigger_id)["task"]
+        task.cancel(_USER_ACTION_CANCEL_MSG)
         with contextlib.suppress(asyncio.CancelledError):
             await task
         self._collect()

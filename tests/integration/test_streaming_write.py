@@ -3,14 +3,17 @@ the operator submits detached and its trigger watches (run by Airflow's trigger 
 
 One application runs until a stop request: the task ends with its result. A second one, the same
 writer and checkpoint (what a retry submits), claims a newer epoch and meets a source record that does
-not fit the table: the task fails with the driver's own error, not retried. (A killed application and
-its retry, with reconciliation, run in the end-to-end test against a real Airflow.)
+not fit the table: the task fails with the driver's own error, not retried. A third one is running when
+its task is marked failed: the triggerer's ``on_kill`` stops it. (A killed application and its retry,
+with reconciliation, run in the end-to-end test against a real Airflow.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -72,13 +75,13 @@ def test_the_streaming_operator_supervises_its_application_to_a_stop_and_to_the_
     source = env.unique("source")
     _produce(env, source, ROWS)
 
-    def operator() -> LogStoreStreamingDualWriteOperator:
+    def operator(source: str = source, name: str = "checkpoint") -> LogStoreStreamingDualWriteOperator:
         return LogStoreStreamingDualWriteOperator(
             task_id="stream",
             table=str(handle.name),
             source_topic=source,
-            checkpoint=str(tmp_path / "checkpoint"),
-            writer_id="it-stream",
+            checkpoint=str(tmp_path / name),
+            writer_id=f"it-stream-{name}",
             heartbeat_interval=1.0,
             poll_interval=0.5,
             startup_timeout=300,
@@ -103,4 +106,42 @@ def test_the_streaming_operator_supervises_its_application_to_a_stop_and_to_the_
         operator().execute_complete({}, second)
     assert second["failure"]["epoch"] > first_epoch  # the retry claimed a newer epoch
     commits = snapshot_commits(LogStoreTable.open(str(handle.name)).load())
-    assert {c.writer_id for c in commits} == {"it-stream"} and all(c.epoch == first_epoch for c in commits)
+    assert {c.writer_id for c in commits} == {"it-stream-checkpoint"}
+    assert all(c.epoch == first_epoch for c in commits)
+
+    # a running application whose task is marked failed while deferred: on_kill stops it
+    third = env.unique("source")
+    _produce(env, third, ROWS[:2])
+    with pytest.raises(TaskDeferred) as deferred:
+        operator(third, "checkpoint-killed").execute({})  # returns once the application's heartbeat is seen
+    trigger = deferred.value.trigger
+    try:
+        assert asyncio.run(_killed(trigger)) == []  # the task is gone: no event
+        assert streams.stop_requested(handle.load(), trigger.report_id)
+        _until(lambda: not _group_running(trigger.pid), "the killed task's application ended", 120)
+    finally:
+        if _group_running(trigger.pid):
+            os.killpg(trigger.pid, signal.SIGKILL)
+
+
+async def _killed(trigger: Any) -> list[Any]:
+    """Run ``trigger`` in Airflow's trigger runner, then cancel it as a user's action on its task does
+    (the runner awaits its ``on_kill``); the events it yielded."""
+    loop = TriggererLoop()
+    trigger_id = await loop.start(trigger)
+    await loop.settle(trigger_id)
+    await loop.kill(trigger_id)
+    return list(loop.events.get(trigger_id, []))
+
+
+def _group_running(group: int) -> bool:
+    """A process of ``group`` (spark-submit's session: its JVM, the Python driver) still runs."""
+    import psutil
+
+    for process in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(process.pid) == group and process.info["status"] != psutil.STATUS_ZOMBIE:
+                return True
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return False
