@@ -44,7 +44,12 @@ def output_file(report_id: str) -> Path:
 def launch_detached(hook: Any, application: str, log_path: Path) -> subprocess.Popen[bytes]:
     """Start spark-submit as the Spark provider's hook builds it (the same command, secrets in the
     properties file, the same scrubbed environment), in a session of its own so that it outlives the
-    task's process while the task is deferred; its output goes to ``log_path``."""
+    task's process while the task is deferred; its output goes to ``log_path``.
+
+    Its stdin is ``/dev/null``, not the task's: in Airflow 3 that is the task's socket to its supervisor,
+    which would then wait for the application's end to report the deferral (a worker slot held all
+    along, and that late report, arriving when the stream ends while the resumed task runs, makes the
+    scheduler fail the running try)."""
     from airflow_logstore.spark.jobconf import submit_environment
 
     command = hook._build_spark_submit_command(application)
@@ -53,7 +58,13 @@ def launch_detached(hook: Any, application: str, log_path: Path) -> subprocess.P
         env.update({str(k): str(v) for k, v in hook._env.items()})
     with open(log_path, "ab") as out:
         return subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=os.getcwd()
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            cwd=os.getcwd(),
         )
 
 

@@ -376,6 +376,25 @@ def test_streaming_micro_batches(env, spark, table, tmp_path: Path) -> None:
     )
     assert [r for r in again if not r.skipped] == []
 
+    # A restart that re-runs a micro-batch planned before it (its offsets in the checkpoint, its
+    # Spark commit not: the driver died after the batch began) skips it on both stores and goes on;
+    # on Spark 4.1 this first trigger fails in the Kafka source's metrics, after the batch
+    # (KAFKA_REPLAY_METRICS_BUG), and the query is started again.
+    commits_dir = tmp_path / "ckpt" / "commits"
+    last = max(int(p.name) for p in commits_dir.iterdir() if p.name.isdigit())
+    (commits_dir / str(last)).unlink()
+    (commits_dir / f".{last}.crc").unlink(missing_ok=True)
+    replayed = run_stream(
+        writer,
+        source_topic=source,
+        bootstrap=None,
+        checkpoint=str(tmp_path / "ckpt"),
+        trigger="available-now",
+    )
+    assert [(r.batch_id, r.skipped) for r in replayed] == [(last, True)]
+    assert (commits_dir / str(last)).exists()
+    assert _plain(table_state(table)) == _plain(_expected([rows]))
+
 
 def test_commit_info_is_in_ledger(env, spark, table, tmp_path: Path) -> None:
     writer = open_writer(spark, str(table.name), writer_id="ledger")

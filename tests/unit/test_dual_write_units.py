@@ -24,7 +24,7 @@ from airflow_logstore.write.producing import (
     merge_task_reports,
     pause_settings,
 )
-from airflow_logstore.write.streaming import stream_writer_id
+from airflow_logstore.write.streaming import kafka_replay_metrics_bug, stream_writer_id
 from airflow_logstore.write.write_job import DEFAULT_WRITER_ID, dual_write_parser, job_writer_id
 from airflow_logstore.write.writer import BatchResult, CrashPoint, task_identity
 
@@ -43,6 +43,34 @@ def test_the_job_claims_its_epoch_for_a_named_writer(argv: list[str], expected: 
     """A left-out ``--writer-id`` is the default writer (batch) or the checkpoint's (stream), never None."""
     assert job_writer_id(dual_write_parser().parse_args(argv)) == expected
     assert stream_writer_id("/ck/a") != stream_writer_id("/ck/b")
+
+
+class _QueryError(Exception):
+    """A PySpark StreamingQueryException's shape: its JVM stack trace (causes included) in ``_stackTrace``."""
+
+    def __init__(self, trace: str) -> None:
+        super().__init__("[STREAM_FAILED] Query terminated with exception")
+        self._stackTrace = trace
+
+
+_NPE = 'java.lang.NullPointerException: Cannot invoke "scala.collection.IterableOps.map(scala.Function1)"'
+
+
+@pytest.mark.parametrize(
+    ("trace", "restart"),
+    [
+        # Spark 4.1's Kafka source, the first trigger of a query that re-ran a planned micro-batch
+        (f"{_NPE}\n\tat org.apache.spark.sql.kafka010.KafkaMicroBatchStream.metrics(...)", True),
+        # another NullPointerException, or another error in the same frame: the run fails as before
+        (f"{_NPE}\n\tat org.apache.spark.sql.execution.streaming.runtime.ProgressContext.x(...)", False),
+        (
+            "org.apache.kafka.common.errors.TimeoutException\n\tat ...KafkaMicroBatchStream.metrics(...)",
+            False,
+        ),
+    ],
+)
+def test_only_sparks_kafka_replay_metrics_error_restarts_the_query(trace: str, restart: bool) -> None:
+    assert kafka_replay_metrics_bug(_QueryError(trace)) is restart
 
 
 def test_task_tags_differ_between_a_stage_retry_and_the_first_run() -> None:

@@ -24,7 +24,11 @@ from airflow_logstore.core.failures import JobFailure
 from airflow_logstore.exceptions import BadInputError, JobFailedError, KafkaUnavailableError
 from airflow_logstore.hooks.logstore import LogStoreHook
 from airflow_logstore.operators import streaming_write
-from airflow_logstore.operators.streaming_write import LogStoreStreamingDualWriteOperator, default_checkpoint
+from airflow_logstore.operators.streaming_write import (
+    LogStoreStreamingDualWriteOperator,
+    default_checkpoint,
+    launch_detached,
+)
 from airflow_logstore.table import streams
 from airflow_logstore.table.reports import failure_of, report_failure, write_result
 from airflow_logstore.table.tables import LogStoreTable
@@ -83,7 +87,7 @@ class Launched:
             self.process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
             return SimpleNamespace(pid=self.process.pid, poll=lambda: self.code)
 
-        fake = SimpleNamespace(Popen=popen, STDOUT=subprocess.STDOUT)
+        fake = SimpleNamespace(Popen=popen, STDOUT=subprocess.STDOUT, DEVNULL=subprocess.DEVNULL)
         monkeypatch.setattr(streaming_write, "subprocess", fake)  # this module's, not everyone's
 
     def stop(self) -> None:
@@ -125,6 +129,27 @@ def test_the_application_is_submitted_detached_as_the_spark_provider_builds_it_a
     assert trigger.report_id == command[command.index("--report-id") + 1] == task._report_id
     assert (trigger.pid, trigger.host) == (launched.process.pid, socket.gethostname())
     assert trigger.pid_started == pytest.approx(started)
+
+
+def test_the_application_does_not_hold_the_tasks_stdin(tmp_path: Path) -> None:
+    """The task's stdin (in Airflow 3 its socket to its supervisor, here a socket too) is not the
+    application's: the supervisor sees the task end when it defers, not when the stream ends."""
+    script = "import os; print(os.path.realpath('/proc/self/fd/0'))"
+    hook = SimpleNamespace(_build_spark_submit_command=lambda app: [sys.executable, "-c", script], _env=None)
+    ours, theirs = socket.socketpair()
+    saved = os.dup(0)
+    try:
+        os.dup2(ours.fileno(), 0)
+        process = launch_detached(hook, "dual_write.py", tmp_path / "out.log")
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+        ours.close()
+    try:
+        assert process.wait(60) == 0
+        assert (tmp_path / "out.log").read_text().strip() == os.devnull
+    finally:
+        theirs.close()
 
 
 def test_the_default_checkpoint_lives_next_to_the_table() -> None:
