@@ -111,6 +111,7 @@ class StreamingDualWriteTrigger(BaseTrigger):
         self._beats: Any = None
         self._beat_seen_at: float | None = None
         self._polls = 0
+        self._hook: Any = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -131,9 +132,13 @@ class StreamingDualWriteTrigger(BaseTrigger):
         )
 
     def _handle(self) -> LogStoreTable:
+        """The table, through one hook for every poll (it reads the connections at each poll and says once
+        which embedded default applies)."""
         from airflow_logstore.hooks.logstore import LogStoreHook
 
-        return LogStoreHook(self.logstore_conn_id, self.kafka_config_id).table(self.table)
+        if self._hook is None:
+            self._hook = LogStoreHook(self.logstore_conn_id, self.kafka_config_id)
+        return self._hook.table(self.table)
 
     def _local(self) -> bool:
         return self.pid is not None and self.host == socket.gethostname()

@@ -259,6 +259,28 @@ def test_the_trigger_fires_the_result_or_the_drivers_failure(table: LogStoreTabl
     assert event["message"] == "KafkaUnavailableError: broker gone" and event["failure"]["epoch"] == 4
 
 
+def test_the_trigger_names_the_embedded_default_once_not_at_every_poll(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every look of the trigger goes through one hook: the triggerer's log names the embedded default
+    once for the stream's whole life, not at every poll."""
+    from structlog.testing import capture_logs
+
+    from airflow_logstore.table.tables import create_table
+
+    monkeypatch.setenv("LOGSTORE_HOME", str(tmp_path))
+    monkeypatch.delenv("LOGSTORE_CATALOG", raising=False)
+    monkeypatch.delenv("AIRFLOW_CONN_LOGSTORE_DEFAULT", raising=False)
+    handle = LogStoreTable.open("db.orders")
+    create_table(handle, "id int, amount long", primary_key=["id"])
+    streams.write_status(handle.load(), "r1", {"beats": 1, "state": "running"})
+    trigger = watcher()
+    with capture_logs() as logs:
+        assert [trigger.look() for _ in range(3)] == [None] * 3
+    said = [e for e in logs if "no LogStore connection configured" in e["event"]]
+    assert len(said) == 1, logs
+
+
 def test_a_heartbeat_that_stops_means_lost_and_leaves_a_stop_request(table: LogStoreTable) -> None:
     trigger = watcher()
     clock = trigger.clock
