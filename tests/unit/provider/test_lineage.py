@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
@@ -249,14 +250,18 @@ def test_streaming_write(table: dict[str, Any]) -> None:
 def test_the_provider_extracts_the_facets_on_start_and_on_complete(
     table: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The provider's own extractor for operators with these methods, and the facets as they are sent."""
+    """What the provider's listener asks for (its ExtractorManager, on running and on success), and the
+    facets as OpenLineage's client sends them."""
     pytest.importorskip("airflow.providers.openlineage")
     from airflow.providers.openlineage.extractors.base import DefaultExtractor
+    from airflow.providers.openlineage.extractors.manager import ExtractorManager
+    from airflow.utils.state import TaskInstanceState
     from openlineage.client.serde import Serde
 
     op = LogStoreDualWriteOperator(task_id="w", table="db.orders", input_path="/data/b7.jsonl", batch_id=7)
-    started = DefaultExtractor(op).extract()
-    assert started is not None
+    manager, run = ExtractorManager(), SimpleNamespace(run_id="manual__1")
+    assert manager.get_extractor_class(op) is DefaultExtractor
+    started = manager.extract_metadata(run, op, TaskInstanceState.RUNNING, task_instance=None)
     assert [(d.namespace, d.name) for d in started.inputs] == [("file", "/data/b7.jsonl")]
     assert [(d.namespace, d.name) for d in started.outputs] == [
         ("file", table["path"]),
@@ -267,8 +272,7 @@ def test_the_provider_extracts_the_facets_on_start_and_on_complete(
     xcom = {"table": "db.orders", "snapshot_id": table["snapshot_id"]}
     monkeypatch.setattr(op, "_write", lambda context, writer_id: xcom)
     op.execute({})
-    completed = DefaultExtractor(op).extract_on_complete(task_instance=None)
-    assert completed is not None
+    completed = manager.extract_metadata(run, op, TaskInstanceState.SUCCESS, task_instance=None)
     sent = Serde.to_dict(completed.outputs[0])
     assert sent["namespace"] == "file" and sent["name"] == table["path"]
     assert sent["facets"]["symlinks"]["identifiers"] == [
@@ -277,6 +281,15 @@ def test_the_provider_extracts_the_facets_on_start_and_on_complete(
     assert sent["facets"]["version"]["datasetVersion"] == str(table["snapshot_id"])
     assert "SymlinksDatasetFacet" in sent["facets"]["symlinks"]["_schemaURL"]
     assert Serde.to_dict(completed.outputs[1]) == {"namespace": KAFKA, "name": "orders-log", "facets": {}}
+    # a failed try returned nothing: the datasets it meant to write, no version
+    failed_op = LogStoreDualWriteOperator(
+        task_id="f", table="db.orders", input_path="/data/b8.jsonl", batch_id=8
+    )
+    failed = manager.extract_metadata(run, failed_op, TaskInstanceState.FAILED, task_instance=None)
+    assert [(d.name, "version" in d.facets) for d in failed.outputs] == [
+        (table["path"], False),
+        ("orders-log", False),
+    ]
 
 
 def test_without_the_provider_no_lineage_and_no_error(
