@@ -85,8 +85,9 @@ def kafka_dataset(bootstrap_servers: str, topic: str) -> LineageDataset:
 
 
 def location_dataset(location: str) -> LineageDataset:
-    """A file, folder or table location: namespace ``scheme://authority``, name the path (a local path:
-    namespace ``file``, name the absolute path; an object store's key has no leading '/')."""
+    """A file, folder or table location: namespace ``scheme://authority`` (without credentials), name the
+    path (a local path: namespace ``file``, name the absolute path; an object store's key has no leading
+    '/')."""
     parts = urlsplit(location)
     scheme = parts.scheme.lower()
     if not scheme or len(scheme) == 1:  # a bare path (or a Windows drive letter)
@@ -94,11 +95,12 @@ def location_dataset(location: str) -> LineageDataset:
     if scheme in S3_ALIASES:
         scheme = "s3"
     path = _strip_slash(parts.path) or "/"
+    authority = parts.netloc.rsplit("@", 1)[-1]  # never a user or key
     if scheme == "file":
-        return LineageDataset(f"file://{parts.netloc}" if parts.netloc else "file", path)
+        return LineageDataset(f"file://{authority}" if authority else "file", path)
     if scheme in OBJECT_STORES:
         path = path.lstrip("/") or "/"
-    return LineageDataset(f"{scheme}://{parts.netloc}", path)
+    return LineageDataset(f"{scheme}://{authority}", path)
 
 
 def catalog_namespace(catalog: CatalogSpec) -> str:

@@ -101,6 +101,7 @@ def test_a_topic_is_named_by_the_first_bootstrap_server() -> None:
         ("s3a://bucket/in/", "s3://bucket", "in"),
         ("gs://bucket/in.parquet", "gs://bucket", "in.parquet"),
         ("hdfs://namenode:8020/warehouse/t", "hdfs://namenode:8020", "/warehouse/t"),
+        ("s3://AKIA:s3cret@bucket/in.csv", "s3://bucket", "in.csv"),
     ],
 )
 def test_a_location_is_scheme_and_authority_then_the_path(location: str, namespace: str, name: str) -> None:
