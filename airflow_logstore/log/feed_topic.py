@@ -27,6 +27,15 @@ _ENSURED: set[tuple[str, str]] = set()  # (bootstrap servers, topic) this proces
 _ENSURED_LOCK = threading.Lock()
 
 
+def log_topic_configs(config: LogStoreConfig) -> dict[str, str]:
+    """The Kafka settings of a table's log topic, which its committed feed shares."""
+    return {
+        "retention.ms": str(config.retention_ms),
+        "cleanup.policy": "delete",
+        "unclean.leader.election.enable": "false",
+    }
+
+
 def ensure_feed_topics(kafka_config: Mapping[str, Any], config: LogStoreConfig) -> None:
     """Create the committed topic (the log topic's partitions and retention) and the progress topic when
     missing: with the table, or at the first publish after the feed was enabled on an existing table."""
@@ -40,11 +49,7 @@ def ensure_feed_topics(kafka_config: Mapping[str, Any], config: LogStoreConfig) 
         topic,
         partitions=config.partitions,
         replication_factor=config.replication_factor,
-        topic_configs={
-            "retention.ms": str(config.retention_ms),
-            "cleanup.policy": "delete",
-            "unclean.leader.election.enable": "false",
-        },
+        topic_configs=log_topic_configs(config),
     )
     kafka_client.ensure_topic(
         kafka_config,

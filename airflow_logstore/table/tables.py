@@ -15,7 +15,7 @@ from airflow_logstore.core.summary import S_BATCH, S_EPOCH, S_OPERATION, S_WRITE
 from airflow_logstore.exceptions import SchemaMismatchError, TablePropertyError
 from airflow_logstore.log import kafka_client
 from airflow_logstore.log.control_topic import ControlTopic
-from airflow_logstore.log.feed_topic import ensure_feed_topics
+from airflow_logstore.log.feed_topic import ensure_feed_topics, log_topic_configs
 from airflow_logstore.table.catalog import CatalogSpec, TableName, default_catalog
 from airflow_logstore.table.layout import (
     CODEC_PROPERTY,
@@ -253,11 +253,7 @@ def _ensure_topics(handle: LogStoreTable, config: LogStoreConfig) -> tuple[bool,
         topic,
         partitions=config.partitions,
         replication_factor=config.replication_factor,
-        topic_configs={
-            "retention.ms": str(config.retention_ms),
-            "cleanup.policy": "delete",
-            "unclean.leader.election.enable": "false",
-        },
+        topic_configs=log_topic_configs(config),
     )
     ControlTopic(kafka_config, control_topic).ensure(config.replication_factor)
     if config.committed_feed:

@@ -119,6 +119,14 @@ def test_the_installed_wheel_dual_writes_with_a_jre_only(
         command = [python, "-m", "pip", *step, "--quiet"]
         done = subprocess.run(command, env=base, capture_output=True, text=True, check=False)
         assert done.returncode == 0, done.stdout + done.stderr
+    # as the README says: pyspark and pyspark-client at one release (a plain install may mix two, and then
+    # the write stops with InstallationError, which test_other_airflow checks)
+    version = "import importlib.metadata as m; print(m.version('pyspark-client'))"
+    client = subprocess.run([python, "-c", version], env=base, capture_output=True, text=True, check=True)
+    release = client.stdout.strip()  # pyspark-client has no later release than pyspark: align on it
+    align = [python, "-m", "pip", "install", "--quiet", f"pyspark=={release}", f"pyspark-client=={release}"]
+    done = subprocess.run(align, env=base, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
     run_env = _jre_env(base, jre, f"{folder / 'bin'}{os.pathsep}{jre_path}", env)
     assert not (jre / "bin" / "javac").exists() and shutil.which("javac", path=run_env["PATH"]) is None
     assert shutil.which("java", path=run_env["PATH"]) == str(jre / "bin" / "java")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.install.test_other_airflow import _run, user_env  # noqa: F401  (a fixture)
+from tests.install.test_other_airflow import _run
 
 APPLICATION = """
 import os, sys
@@ -30,7 +30,7 @@ spark.stop()
 
 def test_a_plain_pyspark_application_finds_the_logstore_source(
     dists: tuple[Path, Path],
-    user_env: tuple[Path, dict[str, str]],  # noqa: F811
+    user_env: tuple[Path, dict[str, str]],
     tmp_path: Path,
 ) -> None:
     folder, env = user_env

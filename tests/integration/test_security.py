@@ -17,6 +17,7 @@ import structlog.testing
 
 from airflow_logstore.exceptions import KafkaUnavailableError
 from airflow_logstore.hooks.logstore import LogStoreHook
+from airflow_logstore.log import kafka_client
 from airflow_logstore.operators.create_table import LogStoreCreateTableOperator
 from airflow_logstore.operators.dual_write import LogStoreDualWriteOperator
 from airflow_logstore.operators.publish import LogStorePublishVisibleOffsetsOperator
@@ -37,6 +38,9 @@ def sasl_broker(env) -> Iterator[LocalBroker]:
     broker = LocalBroker(env.settings, options=options, state_dir=env.settings.home / "kafka-sasl")
     broker.up()
     yield broker
+    # this process's shared producers to it go first: one left behind would log its failed reconnects
+    # into later tests' stderr (test_cli checks that a write's stderr has no librdkafka lines)
+    kafka_client.close_shared_producers()
     broker.down()
 
 
