@@ -238,11 +238,16 @@ class LineageMixin:
         """The datasets of this task: on start (``result`` None), or of ``execute``'s ``result``."""
         raise NotImplementedError
 
-    def table_lineage(self, name: str) -> TableLineage:
-        """Table ``name`` through this operator's connections, read now."""
+    def lineage_table(self, name: str) -> LogStoreTable:
+        """Table ``name`` through this operator's connections, for lineage: its hook does not say again
+        which embedded default applies (the task says it once, ``execute``'s hook)."""
         from airflow_logstore.hooks.logstore import LogStoreHook
 
-        return TableLineage.load(LogStoreHook(self.logstore_conn_id, self.kafka_config_id).table(name))
+        return LogStoreHook(self.logstore_conn_id, self.kafka_config_id, log_defaults=False).table(name)
+
+    def table_lineage(self, name: str) -> TableLineage:
+        """Table ``name`` through this operator's connections, read now."""
+        return TableLineage.load(self.lineage_table(name))
 
     def get_openlineage_facets_on_start(self) -> OperatorLineage | None:
         return operator_lineage(self.lineage(None))

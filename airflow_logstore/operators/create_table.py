@@ -72,7 +72,7 @@ class LogStoreCreateTableOperator(LineageMixin, LogStoreOperator):
         start) it has no location yet: only the topics its properties name."""
         from pyiceberg.exceptions import NoSuchTableError
 
-        handle = self.logstore_table(self.table)
+        handle = self.lineage_table(self.table)
         try:
             table = TableLineage.load(handle)
         except NoSuchTableError:
