@@ -3,7 +3,8 @@
 ``lowest``
     The package at the lowest versions its ranges allow: ``uv pip compile --resolution lowest-direct``
     with every direct dependency held at its lower bound (uv's lowest-direct alone may settle on a
-    higher version when that resolves first). The working tree is installed editable, without deps.
+    higher version when that resolves first), with the ``openlineage`` extra (its provider's lowest
+    release, so the lineage tests run against it). The working tree is installed editable, without deps.
 ``airflow``
     A different Airflow 3.x release than constraints.txt pins, installed alone, as a user's deployment
     has it; ``tests/install`` puts the built wheel into it.
@@ -121,7 +122,7 @@ def lowest_env() -> Path:
         bounds.write_text("\n".join(lower_bounds(pyproject)) + "\n")
         locked = folder / "requirements.txt"
         _run(
-            uv(), "pip", "compile", "--quiet", str(pyproject), "--extra", "test",
+            uv(), "pip", "compile", "--quiet", str(pyproject), "--extra", "test", "--extra", "openlineage",
             "--resolution", "lowest-direct", "--constraint", str(bounds),
             "--python-version", PYTHON, "--output-file", str(locked),
         )  # fmt: skip

@@ -192,6 +192,7 @@ def run_compaction(
     report.before = before.to_dict()
     report.decision = decision.to_dict()
     report.snapshots["before"] = len(table.snapshots())
+    report.start_snapshot_id = start_snapshot.snapshot_id if start_snapshot else None
     report.seconds["policy"] = round(time.monotonic() - started, 3)
     log.info("compaction %s of %s: %s", run_id, handle.name, decision.summary)
 

@@ -488,6 +488,7 @@ class CompactionReport:
     snapshots: dict[str, Any] = field(default_factory=dict)
     orphans: dict[str, Any] = field(default_factory=dict)
     compaction_snapshots: list[int] = field(default_factory=list)
+    start_snapshot_id: int | None = None  # the table's current snapshot when the run planned
     warnings: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
 

@@ -6,10 +6,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_logstore.operators._base import SparkJobOperator
+from airflow_logstore.operators._lineage import Lineage, LineageMixin
 from airflow_logstore.operators._options import as_bool, as_int
 
 
-class LogStoreCompactionOperator(SparkJobOperator):
+class LogStoreCompactionOperator(LineageMixin, SparkJobOperator):
     """Submit ``spark_jobs/compact.py`` through the Airflow Spark provider; the report goes to XCom.
 
     The job compacts only when the table's ``self-optimizing.*`` thresholds say it is worth it (small
@@ -123,7 +124,19 @@ class LogStoreCompactionOperator(SparkJobOperator):
         )
         for warning in report.get("warnings") or []:
             self.log.warning(warning)
+        self.lineage_result = report
         return report
+
+    def lineage(self, result: Mapping[str, Any] | None) -> Lineage:
+        """OpenLineage: the table in (at the snapshot the run started from) and out (at its last rewrite's
+        snapshot); a dry run writes nothing."""
+        table = self.table_lineage(self.table)
+        if result is None:
+            dry_run = as_bool(self.dry_run_value, "dry_run")
+            return Lineage.of([table.table()], [] if dry_run else [table.table()])
+        rewritten = result.get("compaction_snapshots") or []
+        written = [] if result.get("dry_run") else [table.table(rewritten[-1] if rewritten else None)]
+        return Lineage.of([table.table(result.get("start_snapshot_id"))], written)
 
     def _compact(self) -> dict[str, Any]:
         from airflow_logstore.compaction.compact_job import options_from_args, parser

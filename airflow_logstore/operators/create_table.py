@@ -6,9 +6,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_logstore.operators._base import LogStoreOperator
+from airflow_logstore.operators._lineage import Lineage, LineageMixin, TableLineage
 
 
-class LogStoreCreateTableOperator(LogStoreOperator):
+class LogStoreCreateTableOperator(LineageMixin, LogStoreOperator):
     """Create an Iceberg v2 table whose properties carry the LogStore settings, plus its topics.
 
     Validation comes first: a bad property, schema or key fails the task and creates nothing. Running
@@ -63,4 +64,17 @@ class LogStoreCreateTableOperator(LogStoreOperator):
         )
         for warning in result.warnings:
             self.log.warning(warning)
-        return result.to_dict()
+        self.lineage_result = result.to_dict()
+        return self.lineage_result
+
+    def lineage(self, result: Mapping[str, Any] | None) -> Lineage:
+        """OpenLineage: the table, its log topic and its committed feed out. Before the table exists (on
+        start) it has no location yet: only the topics its properties name."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        handle = self.lineage_table(self.table)
+        try:
+            table = TableLineage.load(handle)
+        except NoSuchTableError:
+            table = TableLineage.planned(handle, dict(self.properties or {}))
+        return Lineage.of(outputs=[table.table(), table.log(), table.feed()])

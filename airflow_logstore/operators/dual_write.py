@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_logstore.operators._base import SparkJobOperator
+from airflow_logstore.operators._lineage import Lineage, LineageMixin, location_dataset
 
 
-class LogStoreDualWriteOperator(SparkJobOperator):
+class LogStoreDualWriteOperator(LineageMixin, SparkJobOperator):
     """Submit ``spark_jobs/dual_write.py`` through the Airflow Spark provider and report the commit.
 
     The job produces the batch's log records, then commits the Iceberg write with the batch, epoch
@@ -89,11 +90,18 @@ class LogStoreDualWriteOperator(SparkJobOperator):
         self._report_id = None
         try:
             with fail_fast():
-                return self._write(context, writer_id)
+                self.lineage_result = self._write(context, writer_id)
+                return self.lineage_result
         except (Exception, AirflowTaskTimeout) as exc:
             if fails_for_good(exc, context, self.retries):
                 self._report_final_failure(writer_id, exc)
             raise
+
+    def lineage(self, result: Mapping[str, Any] | None) -> Lineage:
+        """OpenLineage: the input path in; the table (at the batch's snapshot) and its log topic out."""
+        table = self.table_lineage(self.table)
+        version = (result or {}).get("snapshot_id")
+        return Lineage.of([location_dataset(self.input_path)], table.written(self.emit_mode, version))
 
     def _report_final_failure(self, writer_id: str, error: BaseException) -> None:
         """Best effort (the task's error matters more): the batch's final failure report."""

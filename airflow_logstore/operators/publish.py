@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_logstore.operators._base import LogStoreOperator
+from airflow_logstore.operators._lineage import Lineage, LineageMixin
 
 
-class LogStorePublishVisibleOffsetsOperator(LogStoreOperator):
+class LogStorePublishVisibleOffsetsOperator(LineageMixin, LogStoreOperator):
     """Mark the Kafka offsets of committed snapshots visible to consistent readers.
 
     Copies live snapshots' commits into the control topic's ledger, then moves the per-partition
@@ -49,4 +50,12 @@ class LogStorePublishVisibleOffsetsOperator(LogStoreOperator):
             len(report.ledger_added),
             f"; blocked by {report.blocked_by}" if report.blocked_by else "",
         )
-        return report.to_dict()
+        self.lineage_result = report.to_dict()
+        return self.lineage_result
+
+    def lineage(self, result: Mapping[str, Any] | None) -> Lineage:
+        """OpenLineage: the table (at the snapshot it published up to) and its log topic in; the committed
+        feed out when the table has one (the control topic is the protocol's own state: left out)."""
+        table = self.table_lineage(self.table)
+        version = (result or {}).get("current_snapshot_id")
+        return Lineage.of([table.table(version), table.log()], [table.feed()])

@@ -8,11 +8,12 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from airflow_logstore.hooks.logstore import LogStoreHook
+from airflow_logstore.operators._lineage import Lineage, LineageMixin, location_dataset
 
 READ_MODES = ("file", "log", "hybrid")
 
 
-class LogStoreReadOperator(BaseOperator):
+class LogStoreReadOperator(LineageMixin, BaseOperator):
     """Read a table in one of the read modes; push counts (and optionally save rows as JSON lines).
 
     :param table: ``namespace.table``
@@ -76,7 +77,22 @@ class LogStoreReadOperator(BaseOperator):
         with fail_fast():  # a bad option or a missing table fails without retries
             summary = self._read()
         self.log.info("read %s (%s): %s", self.table, self.mode, summary)
+        self.lineage_result = summary
         return summary
+
+    def lineage(self, result: Mapping[str, Any] | None) -> Lineage:
+        """OpenLineage: what the mode reads (the table at the snapshot read, the log topic, or both); the
+        output file out, when there is one."""
+        from airflow_logstore.operators._options import as_int
+
+        table = self.table_lineage(self.table)
+        version = as_int(self.snapshot_id, "snapshot_id") if result is None else result.get("snapshot_id")
+        inputs = [
+            table.table(version) if self.mode in ("file", "hybrid") else None,
+            table.log() if self.mode in ("log", "hybrid") else None,
+        ]
+        output = location_dataset(self.output_path) if self.output_path else None
+        return Lineage.of(inputs, [output])
 
     def _read(self) -> dict[str, Any]:
         from airflow_logstore.exceptions import OptionError

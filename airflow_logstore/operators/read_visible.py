@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from airflow_logstore.operators._base import LogStoreOperator
+from airflow_logstore.operators._lineage import Lineage, LineageMixin, location_dataset
 
 #: how many of the asset's events stored before a run's own ones it looks at (the furthest offsets any
 #: reached; see :mod:`airflow_logstore.core.windows`)
 LOOKBACK_EVENTS = 16
 
 
-class LogStoreReadVisibleOperator(LogStoreOperator):
+class LogStoreReadVisibleOperator(LineageMixin, LogStoreOperator):
     """In a DAG scheduled on ``table``'s visible asset
     (:func:`~airflow_logstore.triggers.assets.logstore_visible_asset`), read with the consistency
     guarantee exactly the log records that the run's events made visible: never a record of an
@@ -126,7 +127,13 @@ class LogStoreReadVisibleOperator(LogStoreOperator):
             return {**summary, "records": 0, "report": None}
         with fail_fast():  # a missing table or records retention deleted fail without retries
             result = self._read(window)
-        return {**summary, "records": result["records"], "report": result["report"]}
+        self.lineage_result = {**summary, "records": result["records"], "report": result["report"]}
+        return self.lineage_result
+
+    def lineage(self, result: Mapping[str, Any] | None) -> Lineage:
+        """OpenLineage: the log topic in; the output file out, when there is one."""
+        output = location_dataset(self.output_path) if self.output_path else None
+        return Lineage.of([self.table_lineage(self.table).log()], [output])
 
     def _read(self, window: Any) -> dict[str, Any]:
         from airflow_logstore.read.reader import StartPosition, run_read

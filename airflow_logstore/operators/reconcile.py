@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.operators._base import SparkJobOperator
+from airflow_logstore.operators._lineage import Lineage, LineageMixin
 from airflow_logstore.operators._options import as_bool
 
 if TYPE_CHECKING:
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
 ENGINES = ("python", "spark")
 
 
-class LogStoreReconcileOperator(SparkJobOperator):
+class LogStoreReconcileOperator(LineageMixin, SparkJobOperator):
     """Detect the redundant records of failed writer attempts in a table's log and write their reversals.
 
     One run scans the log from the last reconciled position to the end offsets at start, writes a
@@ -64,7 +65,18 @@ class LogStoreReconcileOperator(SparkJobOperator):
         with fail_fast():  # a bad option, a missing table or a fenced run fails without retries
             report = self._reconcile()
         self._log(report)
+        self.lineage_result = report
         return report
+
+    def lineage(self, result: Mapping[str, Any] | None) -> Lineage:
+        """OpenLineage: the log topic in, and out (its reversals) unless a dry run or a run that another
+        reconciler's lease kept from writing."""
+        log = self.table_lineage(self.table).log()
+        if result is None:
+            writes = not as_bool(self.dry_run_flag, "dry_run")
+        else:
+            writes = not result.get("dry_run") and result.get("status") != "lease-held"
+        return Lineage.of([log], [log] if writes else [])
 
     def _reconcile(self) -> dict[str, Any]:
         from airflow_logstore.exceptions import OptionError

@@ -7,11 +7,12 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.operators._base import SparkJobOperator
+from airflow_logstore.operators._lineage import Lineage, LineageMixin, kafka_dataset
 
 if TYPE_CHECKING:
     from airflow_logstore.table.tables import LogStoreTable
@@ -76,7 +77,7 @@ def default_checkpoint(location: str, writer_id: str) -> str:
     return f"{base.rstrip('/')}/logstore/streams/checkpoints/{quote(writer_id, safe='')}"
 
 
-class LogStoreStreamingDualWriteOperator(SparkJobOperator):
+class LogStoreStreamingDualWriteOperator(LineageMixin, SparkJobOperator):
     """Run the Structured Streaming dual write (``dual_write.py --source-topic``) as a long-running Spark
     application, and supervise it from the triggerer.
 
@@ -298,7 +299,22 @@ class LogStoreStreamingDualWriteOperator(SparkJobOperator):
             raise JobFailedError("StreamLost", f"{what}: unexpected event {event}", retryable=True)
         result = dict(event.get("result") or {})
         self.log.info("%s %s: %s", what, status, result)
-        return {"table": self.table, "status": status, "report_id": event.get("report_id"), **result}
+        self.lineage_result = {
+            "table": self.table,
+            "status": status,
+            "report_id": event.get("report_id"),
+            **result,
+        }
+        return self.lineage_result
+
+    def lineage(self, result: Mapping[str, Any] | None) -> Lineage:
+        """OpenLineage: the source topic in; the table (at the last micro-batch's snapshot) and its log
+        topic out."""
+        table = self.table_lineage(self.table)
+        bootstrap = self.source_bootstrap or (table.config.bootstrap_servers if table.config else None)
+        source = kafka_dataset(bootstrap, self.source_topic) if bootstrap else None
+        last = (result or {}).get("last_batch") or {}
+        return Lineage.of([source], table.written(self.emit_mode, last.get("snapshot_id")))
 
     def _stop_process(self) -> None:
         """Kill the process group of the spark-submit this task started, if it still runs."""

@@ -161,7 +161,9 @@ class LocalAirflow:
     # -- REST API ------------------------------------------------------------------------------------
 
     def _token(self) -> str:
-        with urllib.request.urlopen(f"{self.url}/auth/token", timeout=10) as response:
+        # as long as a request's: the api-server answers nothing while it serves its first execution-API
+        # request (a task starting), which took 17-19 s on a loaded machine
+        with urllib.request.urlopen(f"{self.url}/auth/token", timeout=30) as response:
             return str(json.load(response)["access_token"])
 
     def request(self, method: str, path: str, body: Any = None) -> Any:

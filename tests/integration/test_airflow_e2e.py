@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -79,7 +80,14 @@ def stream(env, tmp_path_factory) -> StreamSetup:
 
 
 @pytest.fixture(scope="module")
-def airflow(env, tmp_path_factory, pauses: Path, stream: StreamSetup):
+def lineage_events(tmp_path_factory) -> Path:
+    """Where the module's Airflow writes its OpenLineage events (the provider's listener, file
+    transport: one JSON event a line, from every task and run)."""
+    return tmp_path_factory.mktemp("openlineage") / "events.jsonl"
+
+
+@pytest.fixture(scope="module")
+def airflow(env, tmp_path_factory, pauses: Path, stream: StreamSetup, lineage_events: Path):
     dags = tmp_path_factory.mktemp("dags")
     for dag in ("logstore_pipeline.py", "logstore_reconcile.py"):
         shutil.copy(REPO_ROOT / "dags" / dag, dags / dag)
@@ -87,7 +95,14 @@ def airflow(env, tmp_path_factory, pauses: Path, stream: StreamSetup):
     for name, source in event_dags(stream).items():
         (dags / name).write_text(source)
     shutil.copytree(REPO_ROOT / "dags" / "data", dags / "data")
-    service = LocalAirflow(env.settings, dags, port=free_port_pair(), home=tmp_path_factory.mktemp("airflow"))
+    transport = {"type": "file", "log_file_path": str(lineage_events), "append": True}
+    service = LocalAirflow(
+        env.settings,
+        dags,
+        port=free_port_pair(),
+        home=tmp_path_factory.mktemp("airflow"),
+        extra_env={"AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(transport)},
+    )
     try:
         STARTED["airflow"] = datetime.now(UTC)
         service.up(timeout=240)
@@ -153,21 +168,36 @@ FAILED_WRITE_RUN = {
 }
 
 
-def test_pipeline_triggered_through_the_rest_api(env, airflow: LocalAirflow) -> None:
+@dataclass(frozen=True)
+class PipelineRun:
+    table: str
+    input_path: Path
+    run_id: str
+    state: str
+
+
+@pytest.fixture(scope="module")
+def pipeline_run(env, airflow: LocalAirflow) -> PipelineRun:
+    """One run of logstore_pipeline, triggered through the REST API (batch 1 of a new table, read from
+    the log), waited for; the tests below inspect it."""
     airflow.wait_for_dag("logstore_pipeline")
     table = f"e2e.{env.unique('orders')}"
-    data = Path(airflow.dags_folder) / "data"
+    input_path = Path(airflow.dags_folder) / "data" / "orders_batch_1.jsonl"
     run_id = airflow.trigger(
         "logstore_pipeline",
         {
             "table": table,
-            "input_path": str(data / "orders_batch_1.jsonl"),
+            "input_path": str(input_path),
             "batch_id": 1,
             "read_mode": "log",
             "consistency": "transactional",
         },
     )
-    state = airflow.wait_for_run("logstore_pipeline", run_id)
+    return PipelineRun(table, input_path, run_id, airflow.wait_for_run("logstore_pipeline", run_id))
+
+
+def test_pipeline_triggered_through_the_rest_api(airflow: LocalAirflow, pipeline_run: PipelineRun) -> None:
+    table, run_id, state = pipeline_run.table, pipeline_run.run_id, pipeline_run.state
     tis = airflow.task_instances("logstore_pipeline", run_id)
     assert state == "success", {k: v["state"] for k, v in tis.items()}
     assert {k: v["state"] for k, v in tis.items()} == {
@@ -200,6 +230,69 @@ def test_pipeline_triggered_through_the_rest_api(env, airflow: LocalAirflow) -> 
     assert is_visible(handle, "logstore_pipeline", 1)
     consistent = read_log(handle, consistency="transactional")
     assert len(consistent.records) == 20 and all(r.meta.batch_id == 1 for r in consistent.records)
+
+
+def test_the_pipeline_run_reports_its_datasets_to_openlineage(
+    env, airflow: LocalAirflow, pipeline_run: PipelineRun, lineage_events: Path
+) -> None:
+    """The provider's listener asks each task of the run for its lineage: START and COMPLETE name
+    the input file, the table (by its location, with its catalog name and, on complete, the snapshot
+    the write committed) and its log topic, as OpenLineage names them."""
+    assert pipeline_run.state == "success"
+    tasks = ("create_table", "dual_write", "publish_visible_offsets", "read")
+
+    def events() -> dict[str, dict[str, Any]]:
+        """task_id -> eventType -> the event of this run's task"""
+        found: dict[str, dict[str, Any]] = {}
+        for line in lineage_events.read_text().splitlines() if lineage_events.exists() else []:
+            event = json.loads(line)
+            dag_run = event["run"]["facets"].get("airflow", {}).get("dagRun", {})
+            dag_id, _, task = event["job"]["name"].partition(".")
+            if dag_id == "logstore_pipeline" and dag_run.get("run_id") == pipeline_run.run_id:
+                found.setdefault(task, {})[event["eventType"]] = event
+        return found
+
+    # the last task's COMPLETE may be written just after its run ended
+    _until(lambda: all(len(events().get(t, {})) == 2 for t in tasks), f"START and COMPLETE of {tasks}", 30)
+    found = events()
+
+    def names(datasets: list[dict[str, Any]]) -> list[tuple[str, str]]:
+        return [(d["namespace"], d["name"]) for d in datasets]
+
+    handle = LogStoreTable.open(pipeline_run.table)
+    iceberg = handle.load()
+    [commit] = snapshot_commits(iceberg)
+    table = ("file", urlsplit(iceberg.location()).path.rstrip("/"))
+    topic = (
+        f"kafka://{env.settings.kafka_bootstrap.split(',')[0]}",
+        pipeline_run.table.replace(".", "_") + "_log",
+    )
+    catalog = [
+        {
+            "namespace": "file:" + urlsplit(handle.catalog.warehouse).path.rstrip("/"),
+            "name": pipeline_run.table,
+            "type": "TABLE",
+        }
+    ]
+    version = str(commit.snapshot_id)
+
+    create = found["create_table"]
+    assert names(create["START"]["outputs"]) == [topic]  # the table has no location before it exists
+    assert names(create["COMPLETE"]["outputs"]) == [table, topic]
+    write = found["dual_write"]
+    for event in write.values():
+        assert names(event["inputs"]) == [("file", str(pipeline_run.input_path))], event
+        assert names(event["outputs"]) == [table, topic], event
+        assert event["outputs"][0]["facets"]["symlinks"]["identifiers"] == catalog, event
+    assert "version" not in write["START"]["outputs"][0]["facets"]  # not committed yet
+    assert (
+        write["COMPLETE"]["outputs"][0]["facets"]["version"]["datasetVersion"] == version
+    )  # the batch's snapshot
+    publish = found["publish_visible_offsets"]["COMPLETE"]
+    assert names(publish["inputs"]) == [table, topic] and publish["outputs"] == []
+    assert publish["inputs"][0]["facets"]["version"]["datasetVersion"] == version  # the snapshot it published
+    read = found["read"]["COMPLETE"]
+    assert names(read["inputs"]) == [topic] and read["outputs"] == []  # read_mode=log, no output file
 
 
 def test_a_bad_param_is_refused_before_any_task_runs(airflow: LocalAirflow) -> None:
