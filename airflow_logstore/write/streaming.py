@@ -45,6 +45,14 @@ def kafka_replay_metrics_bug(exc: BaseException) -> bool:
     return "java.lang.NullPointerException" in trace and KAFKA_REPLAY_METRICS_BUG in trace
 
 
+def _await(query: Any, deadline: float | None) -> None:
+    """Wait for ``query`` to end, or until ``deadline`` (monotonic; None: no limit)."""
+    if deadline is None:
+        query.awaitTermination()
+    else:
+        query.awaitTermination(max(0.001, deadline - time.monotonic()))
+
+
 def decode_source(df: DataFrame, table_columns: list[str], change_column: str) -> DataFrame:
     """Kafka source rows -> the all-string input shape the batch validation expects."""
     from pyspark.sql import functions as F
@@ -148,33 +156,28 @@ def run_stream(
         return query
 
     deadline = None if timeout is None else time.monotonic() + timeout
-    restarted = False
     query = start()
     outcome = "failed"
     try:
-        while True:
-            try:
-                if deadline is not None:
-                    query.awaitTermination(max(0.001, deadline - time.monotonic()))
-                else:
-                    query.awaitTermination()
-            except StreamingQueryException as exc:
-                if failures:
-                    raise failures[-1] from None
-                if not restarted and kafka_replay_metrics_bug(exc):
-                    # the replayed micro-batch ran (and its commit is in the checkpoint): go on
-                    log.warning(
-                        "the restarted query's first micro-batch (a replay) ended in Spark's Kafka source "
-                        "metrics bug (%s); starting the query again from its checkpoint",
-                        KAFKA_REPLAY_METRICS_BUG,
-                    )
-                    restarted = True
-                    query = start()
-                    continue
-                message = exc.getMessage() if hasattr(exc, "getMessage") else exc
-                raise LogStoreError(f"the streaming dual write failed: {message}") from None
-            break
+        try:
+            _await(query, deadline)
+        except StreamingQueryException as exc:
+            if failures or not kafka_replay_metrics_bug(exc):
+                raise
+            # the replayed micro-batch ran (and its commit is in the checkpoint): go on, once
+            log.warning(
+                "the restarted query's first micro-batch (a replay) ended in Spark's Kafka source "
+                "metrics bug (%s); starting the query again from its checkpoint",
+                KAFKA_REPLAY_METRICS_BUG,
+            )
+            query = start()
+            _await(query, deadline)
         outcome = "stopped" if monitor is not None and monitor.stop_requested else "finished"
+    except StreamingQueryException as exc:
+        if failures:
+            raise failures[-1] from None
+        message = exc.getMessage() if hasattr(exc, "getMessage") else exc
+        raise LogStoreError(f"the streaming dual write failed: {message}") from None
     finally:
         if query.isActive:
             query.stop()
