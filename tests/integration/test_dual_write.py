@@ -352,14 +352,18 @@ def test_streaming_micro_batches(env, spark, table, tmp_path: Path) -> None:
     assert producer.flush(30) == 0
 
     writer = open_writer(spark, str(table.name), writer_id="stream-it")
-    results = run_stream(
-        writer,
-        source_topic=source,
-        bootstrap=None,
-        checkpoint=str(tmp_path / "ckpt"),
-        trigger="available-now",
-        max_offsets_per_trigger=4,
-    )
+
+    def run(**options: Any) -> list[Any]:  # the same writer, source and checkpoint each time
+        return run_stream(
+            writer,
+            source_topic=source,
+            bootstrap=None,
+            checkpoint=str(tmp_path / "ckpt"),
+            trigger="available-now",
+            **options,
+        )
+
+    results = run(max_offsets_per_trigger=4)
     assert len(results) >= 2
     assert [r.batch_id for r in results] == sorted({r.batch_id for r in results})
     assert _plain(table_state(table)) == _plain(_expected([rows]))
@@ -367,13 +371,7 @@ def test_streaming_micro_batches(env, spark, table, tmp_path: Path) -> None:
     assert sorted(c.batch_id for c in commits) == [r.batch_id for r in results]
 
     # A restart from the same checkpoint replays nothing.
-    again = run_stream(
-        writer,
-        source_topic=source,
-        bootstrap=None,
-        checkpoint=str(tmp_path / "ckpt"),
-        trigger="available-now",
-    )
+    again = run()
     assert [r for r in again if not r.skipped] == []
 
     # A restart that re-runs a micro-batch planned before it (its offsets in the checkpoint, its
@@ -384,13 +382,7 @@ def test_streaming_micro_batches(env, spark, table, tmp_path: Path) -> None:
     last = max(int(p.name) for p in commits_dir.iterdir() if p.name.isdigit())
     (commits_dir / str(last)).unlink()
     (commits_dir / f".{last}.crc").unlink(missing_ok=True)
-    replayed = run_stream(
-        writer,
-        source_topic=source,
-        bootstrap=None,
-        checkpoint=str(tmp_path / "ckpt"),
-        trigger="available-now",
-    )
+    replayed = run()
     assert [(r.batch_id, r.skipped) for r in replayed] == [(last, True)]
     assert (commits_dir / str(last)).exists()
     assert _plain(table_state(table)) == _plain(_expected([rows]))
