@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import threading
 import time
 from typing import Any
 
@@ -70,6 +71,12 @@ class TriggererLoop:
             if time.monotonic() > deadline:
                 raise AssertionError(f"trigger {trigger_id}: {len(found)} events within {timeout:.0f}s")
             await asyncio.sleep(0.02)
+
+    async def reached(self, point: threading.Event, timeout: float = 60.0) -> None:
+        """Wait until a trigger set ``point`` (a pause-point hook sets it: ``on_pause(name, point.set)``)."""
+        if not await asyncio.to_thread(point.wait, timeout):
+            raise AssertionError(f"no trigger reached its pause point within {timeout:.0f}s")
+        point.clear()
 
     async def settle(self, trigger_id: int, polls: int = 3) -> list[TriggerEvent]:
         """Let the trigger run for a while; the events it yielded so far."""

@@ -36,6 +36,7 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from airflow_logstore.core.windows import COMMIT_EVENT, visible_payload
 from airflow_logstore.exceptions import classify, first_line
+from airflow_logstore.pause import pause_point
 
 if TYPE_CHECKING:
     from airflow_logstore.core.summary import CommitInfo
@@ -305,6 +306,8 @@ class LogStoreVisibleTrigger(_TableEventTrigger):
         follower, self._partitions = self.open_follower()
         if self._fired is None:
             self._fired = dict(self._stored if self._stored is not None else follower.state.watermark)
+            self.log.info("%s: watching the watermark from %s", self.table, self._fired)
+            pause_point("events:watching")  # what it fires for from now on is fixed
         return follower
 
     def poll_once(self) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from airflow_logstore.core.codec import RecordMeta, encode_headers
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.core.windows import COMMIT_EVENT, run_window
 from airflow_logstore.log import kafka_client
+from airflow_logstore.pause import on_pause
 from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.reader import StartPosition, read_log, run_read
 from airflow_logstore.table.tables import LogStoreTable
@@ -95,10 +97,12 @@ def test_visible_events_give_each_committed_change_to_one_run_across_a_triggerer
     visible_trigger = logstore_visible_asset(name, poll_interval=0.2).watchers[0].trigger
     loop = TriggererLoop()
     stored: list[dict[str, Any]] = []  # the visible events in the order the triggerer stored them
+    watching = threading.Event()  # the visible trigger took the watermark it starts from
 
     async def scenario() -> list[Any]:
         commits_id = await loop.start(commit_trigger)
         visible_id = await loop.start(visible_trigger)
+        await loop.reached(watching)
         assert await loop.settle(visible_id) == []  # an empty table: nothing visible, no event
         await asyncio.to_thread(write, 1)
         assert (await loop.wait_for_events(commits_id, 1))[0].payload["commits"][0]["batch_id"] == 1
@@ -110,6 +114,7 @@ def test_visible_events_give_each_committed_change_to_one_run_across_a_triggerer
         dead.extend(await asyncio.to_thread(_dead_attempt, handle, 7))
         await asyncio.to_thread(publish_visible_offsets, handle)
         visible_id = await loop.start(visible_trigger)  # from its serialized form again
+        await loop.reached(watching)
         assert await loop.settle(visible_id) == []  # no state store here: it starts from now
         await asyncio.to_thread(write, 3)
         await asyncio.to_thread(publish_visible_offsets, handle)
@@ -119,7 +124,8 @@ def test_visible_events_give_each_committed_change_to_one_run_across_a_triggerer
         return commits
 
     dead: list[tuple[int, int]] = []
-    commit_events = asyncio.run(scenario())
+    with on_pause("events:watching", watching.set):
+        commit_events = asyncio.run(scenario())
 
     assert [c["batch_id"] for e in commit_events for c in e.payload["commits"]] == [1, 2, 3]
     assert all(e.payload["event"] == COMMIT_EVENT for e in commit_events)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, TypeVar
@@ -28,6 +28,7 @@ from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.core.windows import COMMIT_EVENT, VISIBLE_EVENT, Window, run_window
 from airflow_logstore.exceptions import KafkaUnavailableError
 from airflow_logstore.hooks.logstore import LogStoreHook
+from airflow_logstore.pause import on_pause
 from airflow_logstore.settings import local_settings
 from airflow_logstore.table.catalog import embedded_catalog
 from airflow_logstore.table.tables import LogStoreTable, create_table
@@ -125,6 +126,14 @@ def loop() -> TriggererLoop:
     return TriggererLoop()
 
 
+@pytest.fixture
+def watching() -> Iterator[threading.Event]:
+    """Set once a visible trigger took the watermark it starts from (its pause point)."""
+    point = threading.Event()
+    with on_pause("events:watching", point.set):
+        yield point
+
+
 def run(loop: TriggererLoop, scenario: Callable[[], Awaitable[T]]) -> T:
     """Run ``scenario`` in an event loop; stop every trigger it started when it ends."""
 
@@ -168,10 +177,11 @@ def test_each_table_asset_has_its_own_watcher() -> None:
 
 
 def test_the_visible_trigger_fires_once_per_advance_with_the_offsets_and_commits(
-    control: Control, loop: TriggererLoop
+    control: Control, loop: TriggererLoop, watching: threading.Event
 ) -> None:
     async def scenario() -> list[Any]:
         trigger_id = await loop.start(visible())
+        await loop.reached(watching)
         assert await loop.settle(trigger_id) == []  # the current watermark is where it starts
         control.move({0: 9, 1: 2}, commit(1, {0: (5, 9), 1: (0, 2)}))
         first = await loop.wait_for_events(trigger_id, 1)
@@ -188,10 +198,11 @@ def test_the_visible_trigger_fires_once_per_advance_with_the_offsets_and_commits
 
 
 def test_an_error_yields_no_event_is_logged_and_retried_with_a_new_follower(
-    control: Control, loop: TriggererLoop
+    control: Control, loop: TriggererLoop, watching: threading.Event
 ) -> None:
     async def scenario() -> tuple[list[Any], list[Any]]:
         trigger_id = await loop.start(visible())
+        await loop.reached(watching)
         await loop.settle(trigger_id)
         control.fail = 3  # three polls and opens in a row fail; an advance comes meanwhile
         control.move({0: 7}, commit(1, {0: (5, 7)}))
@@ -216,7 +227,7 @@ def test_the_backoff_doubles_per_error_up_to_its_limit() -> None:
 
 
 def test_a_restarted_trigger_neither_repeats_nor_loses_what_runs_read(
-    control: Control, loop: TriggererLoop
+    control: Control, loop: TriggererLoop, watching: threading.Event
 ) -> None:
     """Stopped and started again from its serialized form (no state store): it starts from the current
     watermark, so what was published while it was down comes with its next event; the runs' windows
@@ -224,12 +235,14 @@ def test_a_restarted_trigger_neither_repeats_nor_loses_what_runs_read(
 
     async def scenario() -> list[dict[str, Any]]:
         first_id = await loop.start(visible())
+        await loop.reached(watching)
         await loop.settle(first_id)
         control.move({0: 6, 1: 1}, commit(1, {0: (5, 6), 1: (0, 1)}))
         stored = [e.payload for e in await loop.wait_for_events(first_id, 1)]
         await loop.stop(first_id)  # the triggerer goes down
         control.move({0: 8}, commit(2, {0: (7, 8)}))  # published meanwhile
         second_id = await loop.start(visible())
+        await loop.reached(watching)
         assert await loop.settle(second_id) == []  # the restart itself fires nothing
         control.move({1: 4}, commit(3, {1: (2, 4)}))
         stored += [e.payload for e in await loop.wait_for_events(second_id, 1)]
