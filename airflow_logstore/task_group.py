@@ -58,6 +58,7 @@ def logstore_batch(
     emit_mode: str | None = None,
     input_format: str | None = None,
     change_column: str = "op",
+    missing_as_null: bool = False,
     read_mode: str | None = "log",
     consistency: str | None = "transactional",
     read_start: str = "earliest",
@@ -85,6 +86,7 @@ def logstore_batch(
     :param writer_id: the writer (templated); default ``<dag_id>.<the write's task id>``, as the write
         operator's own default
     :param emit_mode: ``file,log`` (default) or ``file``: a log-only write has no snapshot to wait for
+    :param missing_as_null: the write's (null into a nullable column the input lacks; default: an error)
     :param read_mode: ``file``, ``log`` or ``hybrid`` (templated); None: no ``read`` task. A file or
         hybrid read reads the batch's snapshot
     :param consistency: of a log read (templated)
@@ -113,6 +115,7 @@ def logstore_batch(
             emit_mode=emit_mode,
             input_format=input_format,
             change_column=change_column,
+            missing_as_null=missing_as_null,
             spark_conf=spark_conf,
             retries=retries,
             retry_delay=retry_delay,

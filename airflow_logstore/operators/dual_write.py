@@ -25,6 +25,8 @@ class LogStoreDualWriteOperator(LineageMixin, SparkJobOperator):
     :param emit_mode: ``file,log`` (default), ``log`` or ``file`` (Amoro's ``mixed-format.emit.mode``)
     :param input_format: json, csv or parquet (default: from the file name)
     :param change_column: CDC column with insert/update/delete (optional in the input)
+    :param missing_as_null: write null into a nullable column the whole input lacks; by default an insert
+        or update without it fails the task (a delete needs only its key), as ``logstore write`` does
     """
 
     template_fields: Sequence[str] = ("table", "input_path", "batch_id", "writer_id", "emit_mode")
@@ -40,6 +42,7 @@ class LogStoreDualWriteOperator(LineageMixin, SparkJobOperator):
         emit_mode: str | None = None,
         input_format: str | None = None,
         change_column: str = "op",
+        missing_as_null: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -50,6 +53,7 @@ class LogStoreDualWriteOperator(LineageMixin, SparkJobOperator):
         self.emit_mode = emit_mode
         self.input_format = input_format
         self.change_column = change_column
+        self.missing_as_null = missing_as_null
 
     def _batch(self) -> int:
         from airflow_logstore.exceptions import OptionError
@@ -71,6 +75,8 @@ class LogStoreDualWriteOperator(LineageMixin, SparkJobOperator):
             writer_id,
             "--change-column",
             self.change_column,
+            "--missing-columns",
+            "null" if self.missing_as_null else "error",
         ]
         if self.emit_mode:
             args += ["--emit-mode", self.emit_mode]

@@ -89,7 +89,7 @@ def validated_changes(
     *,
     cache: bool = True,
     check_keys: bool = False,
-    missing_as_null: bool = True,
+    missing_as_null: bool = False,
 ) -> Changes:
     """Cast ``raw`` to the table schema and tag rows; raise :class:`BadInputError` on the first bad row.
 

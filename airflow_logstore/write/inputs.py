@@ -233,7 +233,7 @@ def tagged_changes(
     primary_key: list[str],
     change_column: str | None,
     *,
-    missing_as_null: bool = True,
+    missing_as_null: bool = False,
 ) -> DataFrame:
     """``raw`` cast to the table's columns, with each row's change kind, row id and, for a bad row, its
     error and the column it is about (``_logstore_error``, ``_logstore_error_column``; null when good);

@@ -43,9 +43,9 @@ def dual_write_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--missing-columns",
         choices=("null", "error"),
-        default="null",
-        help="a nullable column the input lacks: null in every row (default) or an error for an insert "
-        "or update",
+        default="error",
+        help="a nullable column the input lacks: an error for an insert or update (default), or null "
+        "in every row",
     )
     add_report_id(parser)
     batch = parser.add_argument_group("batch mode")

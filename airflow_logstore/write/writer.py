@@ -146,7 +146,7 @@ class DualWriter:
         emit_mode: frozenset[str] | None = None,
         crash_at: CrashPoint | None = None,
         change_column: str = "op",
-        missing_as_null: bool = True,
+        missing_as_null: bool = False,
     ) -> None:
         self.spark = spark
         #: a nullable column an input lacks is null (False: an insert or update without it is a bad row)
@@ -428,7 +428,7 @@ def open_writer(
     emit_mode: frozenset[str] | None = None,
     crash_at: CrashPoint | None = None,
     change_column: str = "op",
-    missing_as_null: bool = True,
+    missing_as_null: bool = False,
 ) -> DualWriter:
     handle = LogStoreTable.open(table, catalog, kafka_extra)
     return DualWriter(

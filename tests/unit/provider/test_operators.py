@@ -168,9 +168,15 @@ def test_dual_write_operator_arguments_and_templates() -> None:
         "dag.w",
         "--change-column",
         "op",
+        "--missing-columns",
+        "error",
         "--emit-mode",
         "file,log",
     ]
+    opted_in = LogStoreDualWriteOperator(
+        task_id="w", table="db.t", input_path="x", batch_id=1, missing_as_null=True
+    )
+    assert opted_in.application_args("w")[-2:] == ["--missing-columns", "null"]
     bad = LogStoreDualWriteOperator(task_id="b", table="db.t", input_path="x", batch_id="twelve")
     with pytest.raises(OptionError, match="option 'batch_id': must be an integer, got 'twelve'"):
         bad.application_args("w")
