@@ -13,9 +13,10 @@ class LogStoreDualWriteOperator(LineageMixin, SparkJobOperator):
     """Submit ``spark_jobs/dual_write.py`` through the Airflow Spark provider and report the commit.
 
     The job produces the batch's log records, then commits the Iceberg write with the batch, epoch
-    and offsets in the snapshot summary. A retry of the task (a new epoch) finds a committed batch
-    and writes nothing; an uncommitted one is written again and reconciliation reverses the failed
-    attempt's records. The Spark and connection parameters are those of
+    and offsets in the snapshot summary. A retry of the task after the commit finds the batch in the
+    table's snapshots and returns it (``skipped``) without starting Spark; the job itself (a new epoch)
+    also skips a batch the ledger holds as committed. An uncommitted one is written again and
+    reconciliation reverses the failed attempt's records. The Spark and connection parameters are those of
     :class:`~airflow_logstore.operators._base.SparkJobOperator`.
 
     :param table: ``namespace.table``
@@ -132,23 +133,27 @@ class LogStoreDualWriteOperator(LineageMixin, SparkJobOperator):
         batch_id = self._batch()
         handle = self.logstore_table(self.table)
         parse_emit_mode(self.emit_mode, handle.config())  # a missing table or bad properties: no Spark
-        # a missing input fails here, its path first in the task's error, not after Spark's start-up
-        checked = check_input_path(
-            self.input_path,
-            on_this_host=spark_target(self.spark_conn_id).deploy_mode != "cluster",
-            table=handle.load,
-        )
-        self.log.info("%s", checked)
-        result = self.run_job(
-            handle,
-            "dual_write.py",
-            name=f"logstore-dual-write-{self.table}-{batch_id}",
-            application_args=self.application_args(writer_id),
-            what=f"dual write of batch {batch_id} of {self.table} by writer '{writer_id}'",
-            writer_id=writer_id,
-            batch_id=batch_id,
-        )
         commit = find_commit(handle, writer_id=writer_id, batch_id=batch_id)
+        if commit is not None:  # a retry after the commit: what the job would skip, without Spark
+            result: dict[str, Any] = {"skipped": True, "rows_in": 0, "log_records": 0, "noop_deletes": 0}
+        else:
+            # a missing input fails here, its path first in the task's error, not after Spark's start-up
+            checked = check_input_path(
+                self.input_path,
+                on_this_host=spark_target(self.spark_conn_id).deploy_mode != "cluster",
+                table=handle.load,
+            )
+            self.log.info("%s", checked)
+            result = self.run_job(
+                handle,
+                "dual_write.py",
+                name=f"logstore-dual-write-{self.table}-{batch_id}",
+                application_args=self.application_args(writer_id),
+                what=f"dual write of batch {batch_id} of {self.table} by writer '{writer_id}'",
+                writer_id=writer_id,
+                batch_id=batch_id,
+            )
+            commit = find_commit(handle, writer_id=writer_id, batch_id=batch_id)
         value: dict[str, Any] = {
             "table": self.table,
             "writer_id": writer_id,

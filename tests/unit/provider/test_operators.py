@@ -242,6 +242,28 @@ def test_sensor_pokes_and_defers(monkeypatch: pytest.MonkeyPatch) -> None:
         sensor.execute_complete({}, {"status": "unknown"})
 
 
+def test_a_retry_of_a_committed_batch_returns_its_commit_without_spark(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The retry finds (writer, batch) in the table's snapshots: no input check, no spark-submit; the
+    XCom is the commit's, marked skipped, as the job's own skip reports it."""
+    monkeypatch.setattr("airflow_logstore.table.snapshots.find_commit", lambda handle, **kw: _commit())
+    handle = SimpleNamespace(config=lambda: SimpleNamespace(enabled=True, emit_mode=None), load=object)
+    monkeypatch.setattr(LogStoreDualWriteOperator, "logstore_table", lambda self, name: handle)
+    monkeypatch.setattr("airflow_logstore.core.properties.parse_emit_mode", lambda mode, config: None)
+
+    def no_spark(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        raise AssertionError("spark-submit started for a committed batch")
+
+    monkeypatch.setattr(LogStoreDualWriteOperator, "run_job", no_spark)
+    write = LogStoreDualWriteOperator(
+        task_id="w", table="db.t", input_path="/gone/after/the/commit.jsonl", batch_id=3, writer_id="w"
+    )
+    value = write.execute({})
+    assert value["skipped"] and (value["snapshot_id"], value["epoch"], value["batch_id"]) == (42, 9, 3)
+    assert value["offsets"] == {"0": [5, 9]} and value["rows_in"] == 0
+
+
 def test_sensor_rejects_a_non_integer_batch() -> None:
     sensor = SnapshotCommitSensor(task_id="s", table="db.t", batch_id="seven")
     with pytest.raises(ValueError, match="batch_id must be an integer, got 'seven'"):
