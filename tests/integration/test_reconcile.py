@@ -693,87 +693,78 @@ def _chaos_rows(rng: random.Random, batch: int, keys: int = 200) -> list[dict[st
     return rows
 
 
-def _kill_at_random(args: list[str], rng: random.Random) -> str:
-    """Run a writer process; SIGKILL its whole process group (driver, JVM, Python workers) at a random
-    moment of its batch: half the time 0 to 25 s after it claimed its epoch (planning, producing,
-    committing: a batch takes 15-30 s on a busy 2-core machine), half the time 0 to 2 s after its log
-    records were flushed (the commit and the ledger record).
+#: Where a chaos writer dies (pause.py's points, in the order a batch reaches them): its first task about
+#: to produce; a task's records flushed; the commit decided (before the compare-and-set of ``main``); the
+#: commit in ``main`` before the ledger record.
+CHAOS_POINTS = ("produce:started", "produce:flushed", "commit:decided", "commit:before-publish")
 
-    Returns what it had done: "killed before flush", "killed after flush" (log records flushed, maybe
-    committed) or "finished".
-    """
-    process = subprocess.Popen(
-        [sys.executable, str(REPO_ROOT / "spark_jobs" / "dual_write.py"), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ},
-        start_new_session=True,
-    )
-    lines: list[str] = []
-    started = threading.Event()
 
-    def drain() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            lines.append(line)
-            if "starts epoch" in line:
-                started.set()
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
-    started.wait(180)
-    if rng.random() < 0.5:  # a moment anywhere in the batch
-        delay = rng.uniform(0.0, 25.0)
-    else:  # a moment between the flush of its log records and the end (commit, ledger)
-        delay = rng.uniform(0.0, 2.0)
-        deadline = time.monotonic() + 120
-        while not any("log records flushed" in x for x in lines) and process.poll() is None:
-            if time.monotonic() > deadline:
-                break
+def _kill_at(args: list[str], point: str, folder: Path) -> int:
+    """Run a writer process that stops at pause point ``point`` (pause.py's file protocol: it writes
+    ``<point>.reached`` and waits); SIGKILL its whole process group (driver, JVM, Python workers) there.
+    Returns its exit code; fails if it ended before reaching the point."""
+    folder.mkdir(parents=True)
+    env = {**os.environ, "LOGSTORE_PAUSE_AT": point, "LOGSTORE_PAUSE_DIR": str(folder)}
+    reached = folder / f"{point.replace(':', '_')}.reached"
+    with (folder / "writer.log").open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, str(REPO_ROOT / "spark_jobs" / "dual_write.py"), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 300
+        while not reached.exists():  # a file the writer writes when it stops: nothing is timed
+            if process.poll() is not None or time.monotonic() > deadline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                tail = (folder / "writer.log").read_text()[-3000:]
+                raise AssertionError(f"the writer never reached {point}: {tail}")
             time.sleep(0.05)
-    try:
-        process.wait(timeout=delay)
-        outcome = "finished"
-    except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        flushed = any("log records flushed" in x for x in lines)
-        outcome = "killed after flush" if flushed else "killed before flush"
-    reader.join(30)
-    return outcome
+        return process.wait(60)
 
 
-def test_chaos_random_kills_then_reconcile(env, spark, tmp_path: Path, record_property) -> None:
+def test_chaos_seeded_kills_at_every_step_then_reconcile(env, spark, tmp_path: Path, record_property) -> None:
+    """Writers killed at each step of a batch in a seeded order (one batch also loses a second writer),
+    each followed by a restart in the test's process; reconciliation runs at seeded moments and at the
+    end: both views agree with the batches, every redundant record is reversed exactly once."""
     seed = int(os.environ.get("LOGSTORE_CHAOS_SEED", "1123"))
     rng = random.Random(seed)
     handle = new_table(env, "chaos")
+    count = int(os.environ.get("LOGSTORE_CHAOS_BATCHES", str(len(CHAOS_POINTS))))
+    order = rng.sample(CHAOS_POINTS, len(CHAOS_POINTS))
+    points = [order[b % len(order)] for b in range(count)]
+    # the batch whose next writer also dies (a failover in a row); not one committed by its first
+    twice = rng.choice([b for b in range(count) if points[b] != "commit:before-publish"])
     batches: list[list[dict[str, Any]]] = []
-    outcomes: Counter[str] = Counter()
-    for batch in range(1, int(os.environ.get("LOGSTORE_CHAOS_BATCHES", "6")) + 1):
+    killed: list[tuple[int, str, int]] = []
+    for batch in range(1, count + 1):
         rows = _chaos_rows(rng, batch)
         batches.append(rows)
         path = write_jsonl(tmp_path / f"chaos{batch}.jsonl", rows)
-        for _ in range(1 + (rng.random() < 0.25)):
-            outcomes[_kill_at_random(write_args(handle, "chaos", path, batch), rng)] += 1
+        deaths = [points[batch - 1]] + ([rng.choice(CHAOS_POINTS)] if batch - 1 == twice else [])
+        for n, point in enumerate(deaths):
+            folder = tmp_path / f"kill{batch}_{n}"
+            killed.append((batch, point, _kill_at(write_args(handle, "chaos", path, batch), point, folder)))
         writer_for(spark, handle, "chaos").write_path(str(path), batch)  # the restart (skips if committed)
         if rng.random() < 0.5:
             reconcile(handle)
     report = reconcile(handle)
     total = read_log(handle, consistency="eventual")
     all_reversals = reversals(total)
-    kills = outcomes["killed before flush"] + outcomes["killed after flush"]
     summary = (
-        f"chaos seed={seed}: batches={len(batches)} writer processes={sum(outcomes.values())} "
-        f"kills={kills} {dict(outcomes)}; log records={len(total.records)}, "
-        f"reversals={sum(all_reversals.values())}, final run reversed={report.reversed} "
-        f"reasserted={report.reasserted}"
+        f"chaos seed={seed}: batches={count} kills={[(b, p) for b, p, _ in killed]}; "
+        f"log records={len(total.records)}, reversals={sum(all_reversals.values())}, "
+        f"final run reversed={report.reversed} reasserted={report.reasserted}"
     )
     print("\n" + summary)
     record_property("report", summary)
+    assert all(code == -signal.SIGKILL for _, _, code in killed), killed  # each died at its point
     assert report.skipped_in_flight == 0
     assert_views_agree(handle, expected(*batches))
-    assert max(all_reversals.values(), default=1) == 1
+    assert all_reversals and max(all_reversals.values()) == 1  # killed producers left records to reverse
     state = merged_state(handle.load(), control_state(handle))
     redundant = {
         (r.partition, r.offset)
