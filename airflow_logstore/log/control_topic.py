@@ -394,7 +394,7 @@ def _write_fenced(
     """Take the transactional id, read the state, commit its checkpoint (None: not newer than the
     latest; ``{"fenced": ...}``: a newer checkpointer took the id meanwhile)."""
     timeout = kafka_client.request_timeout(None)
-    prod.init_transactions(timeout)  # fences every earlier checkpointer of the table
+    kafka_client.init_transactions(prod, timeout)  # fences every earlier checkpointer of the table
     pause_point("checkpoint:token-taken")
     state = read_state(ctl)  # after the token: newer than every committed checkpoint
     if state.end_offset <= state.checkpoint_start:

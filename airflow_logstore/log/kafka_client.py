@@ -113,6 +113,21 @@ def transactional_producer(config: Mapping[str, Any], transactional_id: str, **o
     return Producer(settings)
 
 
+def init_transactions(prod: Producer, timeout: float) -> None:
+    """``prod.init_transactions(timeout)`` (which fences every earlier producer of its transactional
+    id), after one metadata request. librdkafka sends its first transaction coordinator query through
+    the bootstrap broker's handle, which the first metadata answer replaces; a query caught in that
+    swap waits librdkafka's fixed 500 ms coordinator timer (about one init in six here). With the
+    brokers known first it does not. A metadata request that fails leaves the error to the init."""
+    from confluent_kafka import KafkaException
+
+    try:
+        prod.list_topics(timeout=min(timeout, 5.0))
+    except KafkaException:
+        pass
+    prod.init_transactions(timeout)
+
+
 def is_fenced(exc: BaseException) -> bool:
     """True when a transactional producer was fenced by a newer one of its transactional id."""
     from confluent_kafka import KafkaError, KafkaException
