@@ -36,7 +36,8 @@ Feed = list[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]]]]
 
 def read_feed(handle: LogStoreTable, timeout: float = 60.0, settled: bool = True) -> Feed:
     """Everything a plain read_committed consumer gets from the committed topic, up to its last stable
-    offset: (partition, key, value, headers), in log order per partition. Only confluent-kafka here.
+    offset: (partition, key, value, headers), partition by partition, each in log order (a consumer
+    interleaves partitions in no fixed order: two reads compare equal only so). Only confluent-kafka here.
 
     A transaction's commit returns once the coordinator has decided it; the broker writes its commit
     markers to the partitions a moment later, and only then do read_committed consumers see its records.
@@ -48,7 +49,7 @@ def read_feed(handle: LogStoreTable, timeout: float = 60.0, settled: bool = True
     while True:
         found, ends = _read_committed(config.bootstrap_servers, topic, deadline)
         if not settled or ends == _ends(config.bootstrap_servers, topic, list(ends)):
-            return found
+            return sorted(found, key=lambda record: record[0])  # by partition; stable: log order kept
         assert time.monotonic() < deadline, f"{topic}: transactions not settled: {ends}"
         time.sleep(0.1)
 
