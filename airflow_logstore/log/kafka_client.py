@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -121,10 +121,8 @@ def init_transactions(prod: Producer, timeout: float) -> None:
     brokers known first it does not. A metadata request that fails leaves the error to the init."""
     from confluent_kafka import KafkaException
 
-    try:
+    with suppress(KafkaException):
         prod.list_topics(timeout=min(timeout, 5.0))
-    except KafkaException:
-        pass
     prod.init_transactions(timeout)
 
 
