@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from bench.latency_bench import percentile
+from bench.latency_bench import percentile, summarize
 
 TIMES: defaultdict[str, list[float]] = defaultdict(list)
 
@@ -110,12 +110,7 @@ def main() -> None:
             TIMES["whole publish"].append(time.perf_counter() - started)
         spark.stop()
     steps = {
-        name: {
-            "n": len(values),
-            "p50_ms": round(percentile(values, 0.5) * 1000, 1),
-            "p99_ms": round(percentile(values, 0.99) * 1000, 1),
-            "max_ms": round(max(values) * 1000, 1),
-        }
+        name: summarize(values)
         for name, values in sorted(TIMES.items(), key=lambda item: -percentile(item[1], 0.99))
     }
     payload = {"machine": machine(), "batches": args.batches, "steps": steps}
