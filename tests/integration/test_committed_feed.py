@@ -29,6 +29,7 @@ from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.reader import read_log
 from airflow_logstore.table.tables import LogStoreTable
 from airflow_logstore.testing.tables import make_table
+from tests.pause_files import wait_reached
 
 FEED = {"log-store.committed-feed.enabled": "true"}
 Feed = list[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]]]]
@@ -221,12 +222,10 @@ def test_a_publisher_killed_inside_its_copy_leaves_nothing_and_the_next_copies_o
         stderr=subprocess.STDOUT,
     )
     try:
-        reached = folder / "feed_copied.reached"
-        deadline = time.monotonic() + 120
-        while not reached.exists():
-            assert process.poll() is None, process.communicate()[0][-3000:]
-            assert time.monotonic() < deadline, "the publisher never reached feed:copied"
-            time.sleep(0.05)
+        try:
+            wait_reached(process, folder, "feed:copied", 120)
+        except AssertionError as exc:
+            raise AssertionError(f"the publisher: {exc}: {process.communicate()[0][-3000:]}") from None
         os.kill(process.pid, signal.SIGKILL)
         process.wait(30)
     finally:
