@@ -175,6 +175,19 @@ def last_committed(cons: Consumer, topic: str, partition: int = 0) -> Message | 
     return None
 
 
+def await_committed(cons: Consumer, topic: str, offset: int, timeout: float, partition: int = 0) -> bool:
+    """Wait until the record at ``offset`` of a transaction this process committed is readable by
+    :func:`last_committed` (True), or ``timeout`` passed (False). ``commit_transaction`` returns once
+    the coordinator decided the commit; it writes the markers to the partition after that, and a
+    read-committed reader sees the record only then."""
+    return wait_until(lambda: _last_offset(cons, topic, partition) >= offset, timeout, interval=0.05)
+
+
+def _last_offset(cons: Consumer, topic: str, partition: int) -> int:
+    message = last_committed(cons, topic, partition)
+    return -1 if message is None else message.offset()
+
+
 def committed_consumer(config: Mapping[str, Any], **overrides: Any) -> Consumer:
     """A consumer for :func:`last_committed`: committed records only, and the end of a partition
     reported (librdkafka reports it at the last stable offset)."""
