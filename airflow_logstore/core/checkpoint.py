@@ -138,6 +138,25 @@ def decode_state(data: Mapping[str, Any], state_type: type) -> tuple[Any, int]:
     return state_type(**values), int(data["through"])
 
 
+@dataclass
+class Checkpoint:
+    """A checkpoint record: the state folded through a control offset, and the id of the control
+    topic it was made of (None when not known; a checkpoint of another topic is never read)."""
+
+    state: Any  # a ControlState (core.control imports this module)
+    through: int
+    control_topic_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {**encode_state(self.state, self.through), "control_topic_id": self.control_topic_id}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], state_type: type) -> Checkpoint:
+        state, through = decode_state(data, state_type)
+        made_of = data.get("control_topic_id")
+        return cls(state, through, str(made_of) if made_of is not None else None)
+
+
 def _int_keys(value: Mapping[Any, Any]) -> dict[str, Any]:
     return {str(k): v for k, v in value.items()}
 

@@ -38,6 +38,7 @@ from typing import Any
 from airflow_logstore.core import ranges
 from airflow_logstore.core.checkpoint import RETIRED_EPOCH, RetiredBatches
 from airflow_logstore.core.lease import RECONCILER_LEASE, Lease
+from airflow_logstore.core.records import LeaseRelease, WatermarkRecord, lease_record
 from airflow_logstore.core.summary import CommitInfo
 
 K_EPOCH = "epoch/"
@@ -138,13 +139,9 @@ def _apply(state: ControlState, record: ControlRecord) -> None:
                 state.commits[commit.key] = commit
     elif key == K_WATERMARK or key.startswith(K_WATERMARK_PREFIX):
         if value is not None:
+            _apply_watermark(state, WatermarkRecord.from_json(value))
             if key != K_WATERMARK:
                 state.watermark_keys.append(key)
-            for partition, offset in (value.get("offsets") or {}).items():
-                p = int(partition)
-                state.watermark[p] = max(state.watermark.get(p, -1), int(offset))
-            state.watermark_commits.extend(value.get("commits") or [])
-            _apply_settled(state, value)
     elif key.startswith(K_LEASE):
         _apply_lease(state, key[len(K_LEASE) :], value, record)
         lease_fenced(state, key[len(K_LEASE) :], None)
@@ -182,47 +179,38 @@ def _fenced(state: ControlState, value: dict[str, Any]) -> bool:
     return True
 
 
-def _lease_time(value: dict[str, Any], record: ControlRecord) -> tuple[int, int]:
-    """(when the record was written, its ttl): Kafka's timestamp; the writer's own only without one."""
-    written = record.timestamp_ms
-    stamped = int(value.get("renewed_at_ms", value.get("claimed_at_ms", 0)))
-    if written is None:
-        written = stamped
-    ttl = value.get("ttl_ms")
-    if ttl is None:  # written before ttl_ms: an absolute expiry in the writer's clock
-        ttl = int(value.get("expires_at_ms", 0)) - stamped if stamped else 0
-    return written, int(ttl)
-
-
-def _apply_settled(state: ControlState, value: dict[str, Any]) -> None:
-    for partition, span in (value.get("scanned") or {}).items():
-        p = int(partition)
+def _apply_watermark(state: ControlState, move: WatermarkRecord) -> None:
+    """Max-merge the move's offsets (W1); add the commits it made visible and the ranges it settled."""
+    for p, offset in move.offsets.items():
+        state.watermark[p] = max(state.watermark.get(p, -1), offset)
+    state.watermark_commits.extend(move.commits)
+    for p, span in move.scanned.items():
         state.settled[p] = ranges.merge([*state.settled.get(p, []), span])
-    for partition, kinds in (value.get("holes") or {}).items():
-        merged = state.holes.setdefault(int(partition), {})
+    for p, kinds in move.holes.items():
+        merged = state.holes.setdefault(p, {})
         for kind, runs in kinds.items():
-            merged[str(kind)] = ranges.merge([*merged.get(str(kind), []), *runs])
+            merged[kind] = ranges.merge([*merged.get(kind, []), *runs])
 
 
 def _apply_lease(state: ControlState, name: str, value: dict[str, Any] | None, record: ControlRecord) -> None:
     leases = state.leases.setdefault(name, [])
     if value is None:
         return
-    if value.get("release") is not None:
-        released = int(value["release"])
+    claim = lease_record(value)
+    if isinstance(claim, LeaseRelease):
         leases[:] = [
-            replace(lease, released=True) if lease.lease_id == released else lease for lease in leases
+            replace(lease, released=True) if lease.lease_id == claim.release else lease for lease in leases
         ]
         return
-    written, ttl = _lease_time(value, record)
+    # Kafka's timestamp says when it was written; the writer's own stamp only without one
+    written = record.timestamp_ms if record.timestamp_ms is not None else claim.written_at_ms
+    ttl = claim.ttl_for()
     state.log_time_ms = max(state.log_time_ms, written)  # a no-op unless the record has no timestamp
-    entry = Lease(
-        name, record.offset + 1, str(value.get("owner", "")), written + ttl, False, record.offset, ttl
-    )
-    if "renews" not in value:
+    entry = Lease(name, record.offset + 1, claim.owner, written + ttl, False, record.offset, ttl)
+    if claim.renews is None:
         leases.append(entry)
         return
-    lease_id = int(value["renews"])
+    lease_id = claim.renews
     for index, current in enumerate(leases):
         # a renewal extends a lease that is still live at the log's time; an expired, released or
         # compacted-away one stays as it is (it cannot come back ahead of newer claims)

@@ -37,8 +37,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow_logstore.core import control
-from airflow_logstore.core.checkpoint import decode_state, encode_state, retire
+from airflow_logstore.core.checkpoint import Checkpoint, retire
 from airflow_logstore.core.control import ControlState
+from airflow_logstore.core.records import EpochClaim, Payload, as_json
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.exceptions import ControlTopicChangedError, TopicError
 from airflow_logstore.log import kafka_client
@@ -141,12 +142,14 @@ class ControlTopic:
         :func:`read_state`) with every record after it folded on."""
         return read_state(self)
 
-    def append(self, key: str, value: Mapping[str, Any] | None) -> int:
-        """Write one record durably and return its offset."""
+    def append(self, key: str, value: Payload | Mapping[str, Any] | None) -> int:
+        """Write one record durably and return its offset (a typed payload of :mod:`.core.records`,
+        a ledger entry's or reconciler record's JSON, or None for a tombstone)."""
+        data = as_json(value)
         tracker = kafka_client.DeliveryTracker()
         with kafka_client.shared_producer(self.config, **{"linger.ms": 0}) as prod:
             prod.produce(
-                self.topic, key=key.encode(), value=control.encode(value), partition=0, on_delivery=tracker
+                self.topic, key=key.encode(), value=control.encode(data), partition=0, on_delivery=tracker
             )
             kafka_client.flush(prod, tracker, 1, f"control topic '{self.topic}'", timeout=60.0)
         return tracker.offsets[0][0]
@@ -179,8 +182,7 @@ class ControlTopic:
             floor = self.epoch_floor(writer_id) if self.epoch_floor is not None else 0
         self._fill_to(floor, writer_id)
         offset = self.append(
-            control.epoch_key(writer_id),
-            {"writer": writer_id, "owner": owner, "claimed_at_ms": kafka_client.now_ms()},
+            control.epoch_key(writer_id), EpochClaim(writer_id, owner, kafka_client.now_ms())
         )
         if offset + 1 <= floor:
             raise TopicError(
@@ -310,7 +312,7 @@ def _latest(ctl: ControlTopic, cons: Any, control_end: int) -> tuple[ControlStat
     if message is None:
         return ControlState(), 0
     try:
-        state, through, made_of = _decode(message.value())
+        checkpoint = _decode(message.value())
     except (ValueError, TypeError, KeyError, zlib.error) as exc:
         raise TopicError(
             f"the latest checkpoint in '{topic}' (offset {message.offset()}) does not decode "
@@ -319,18 +321,19 @@ def _latest(ctl: ControlTopic, cons: Any, control_end: int) -> tuple[ControlStat
             "this version reads (a newer LogStore may have written it: upgrade), or, only for a "
             "table whose batches are never run again, delete the checkpoint topic"
         ) from exc
-    if through >= control_end or (made_of is not None and made_of != ctl.known_id()):
+    made_of = checkpoint.control_topic_id
+    if checkpoint.through >= control_end or (made_of is not None and made_of != ctl.known_id()):
         log.warning(
             "checkpoint of '%s' (through %s, of the topic with id %s) is of another topic of that name "
             "(the topic was deleted and re-created: its id is %s, its end %s): ignored",
             ctl.topic,
-            through,
+            checkpoint.through,
             made_of,
             ctl.known_id(),
             control_end,
         )
         return ControlState(), 0
-    return state, through + 1
+    return checkpoint.state, checkpoint.through + 1
 
 
 def checkpointer_id(control_topic: str) -> str:
@@ -405,7 +408,7 @@ def _write_fenced(
     kept, retired = retire(state, log_start)
     gone = [control.ledger_key(state.commits[key]) for key in retired]
     through = state.end_offset - 1
-    payload = _encode({**encode_state(kept, through), "control_topic_id": ctl.known_id()})
+    payload = _encode(Checkpoint(kept, through, ctl.known_id()).to_json())
     pause_point("checkpoint:before-write")
     offsets: list[int] = []
     try:
@@ -451,11 +454,7 @@ def _encode(data: Mapping[str, Any]) -> bytes:
     return zlib.compress(json.dumps(data, separators=(",", ":")).encode(), 1)
 
 
-def _decode(value: bytes | None) -> tuple[ControlState, int, str | None]:
-    """(state, through, the id of the control topic it was made of: None when not recorded)."""
+def _decode(value: bytes | None) -> Checkpoint:
     if value is None:
         raise ValueError("checkpoint record has no value")
-    data = json.loads(zlib.decompress(value))
-    state, through = decode_state(data, ControlState)
-    made_of = data.get("control_topic_id")
-    return state, through, str(made_of) if made_of is not None else None
+    return Checkpoint.from_json(json.loads(zlib.decompress(value)), ControlState)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.core import control
 from airflow_logstore.core.ledger import ledger_name, missing_commits, with_commits
+from airflow_logstore.core.records import WatermarkRecord
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.core.visibility import (
     Decision,
@@ -148,15 +149,19 @@ def _report(
     )
 
 
-def watermark_value(move: WatermarkMove, newly_visible: list[str], snapshot_id: int | None) -> dict[str, Any]:
+def watermark_value(
+    move: WatermarkMove, newly_visible: list[str], snapshot_id: int | None
+) -> WatermarkRecord:
     """The watermark record of a move: the offsets, the commits it made visible, what it settled."""
-    return {
-        "offsets": {str(p): o for p, o in sorted(move.watermark.items())},
-        "commits": newly_visible,
-        "snapshot_id": snapshot_id,
-        "published_at_ms": int(time.time() * 1000),
-        **move.settled,
-    }
+    return WatermarkRecord.from_json(
+        {
+            "offsets": move.watermark,
+            "commits": newly_visible,
+            "snapshot_id": snapshot_id,
+            "published_at_ms": int(time.time() * 1000),
+            **move.settled,
+        }
+    )
 
 
 def _log(handle: LogStoreTable, report: PublishReport) -> None:

@@ -51,6 +51,7 @@ from typing import Any, Protocol
 from airflow_logstore.core import control
 from airflow_logstore.core import reconcile as core
 from airflow_logstore.core.ledger import missing_commits, with_commits
+from airflow_logstore.core.records import LeaseClaim, LeaseRelease
 from airflow_logstore.exceptions import FencedError, OptionError
 from airflow_logstore.log import control_topic, jvm_scan, kafka_client
 from airflow_logstore.log.deadletter import dead_letter_topic_name
@@ -178,7 +179,7 @@ class ReconcilerLease:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def _append(self, value: dict[str, Any]) -> int:
+    def _append(self, value: LeaseClaim) -> int:
         sent = self.clock()
         offset = self.ctl.append(control.lease_key(self.name), value)
         self._sent[offset] = sent
@@ -186,12 +187,12 @@ class ReconcilerLease:
 
     def acquire(self) -> control.Lease | None:
         """Claim the lease; return None when we hold it, else the live holder (our claim is released)."""
-        offset = self._append({"owner": self.owner, "ttl_ms": self.ttl_ms, "claimed_at_ms": _now_ms()})
+        offset = self._append(LeaseClaim(self.owner, self.ttl_ms, _now_ms()))
         lease_id = offset + 1
         holder = self.ctl.read().live_lease(self.name)
         if holder is None or holder.lease_id != lease_id:
             # step aside at once: a live claim of ours would otherwise hold the lease after the holder's
-            self.ctl.append(control.lease_key(self.name), {"release": lease_id, "owner": self.owner})
+            self.ctl.append(control.lease_key(self.name), LeaseRelease(lease_id, self.owner))
             return holder or control.Lease(self.name, -1, "unknown (expired meanwhile)", 0)
         self.lease_id = lease_id
         self._thread = threading.Thread(target=self._keep, name=f"lease-{lease_id}", daemon=True)
@@ -200,14 +201,7 @@ class ReconcilerLease:
 
     def renew(self) -> None:
         with self._lock:
-            self._append(
-                {
-                    "renews": self.lease_id,
-                    "owner": self.owner,
-                    "ttl_ms": self.ttl_ms,
-                    "renewed_at_ms": _now_ms(),
-                }
-            )
+            self._append(LeaseClaim(self.owner, self.ttl_ms, _now_ms(), renews=self.lease_id))
 
     def _keep(self) -> None:
         interval = self.ttl_ms / 3000
@@ -250,7 +244,7 @@ class ReconcilerLease:
             self._thread.join()
         if self.lease_id is not None:
             with self._lock:
-                self.ctl.append(control.lease_key(self.name), {"release": self.lease_id, "owner": self.owner})
+                self.ctl.append(control.lease_key(self.name), LeaseRelease(self.lease_id, self.owner))
 
 
 # --- engines: where the scan and the produce run -----------------------------------------------------------

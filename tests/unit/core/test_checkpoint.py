@@ -12,6 +12,7 @@ import pytest
 
 from airflow_logstore.core import control
 from airflow_logstore.core.checkpoint import (
+    Checkpoint,
     RetiredBatches,
     decode_state,
     encode_state,
@@ -242,3 +243,15 @@ def test_reconcile_classifier_decides_settled_records_one_by_one() -> None:
     committed = RecordMeta("a", 1, 1, "0.1")
     assert classifier(committed, 0, 0) is Decision.COMMITTED
     assert classifier(committed, 0, 5) is Decision.REDUNDANT  # the same headers, not settled: a copy
+
+
+def test_a_checkpoint_record_names_the_topic_it_was_made_of() -> None:
+    """The record a checkpointer writes: the encoded state, ``through`` and the control topic's id
+    (None when it was not known: such a checkpoint is read for any topic of that name)."""
+    state = ControlState(epochs={"w": 3}, watermark={0: 7}, end_offset=9)
+    for made_of in ("id-1", None):
+        data = json.loads(json.dumps(Checkpoint(state, 8, made_of).to_json()))
+        assert data["control_topic_id"] == made_of and data["through"] == 8
+        back = Checkpoint.from_json(data, ControlState)
+        assert (back.through, back.control_topic_id) == (8, made_of)
+        assert (back.state.epochs, back.state.watermark) == ({"w": 3}, {0: 7})

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from airflow_logstore.core.properties import parse_table_properties
+from airflow_logstore.core.records import Payload, as_json
 from airflow_logstore.exceptions import TopicError
 from airflow_logstore.log import control_topic, kafka_client
 from airflow_logstore.log.control_topic import CONTROL_TOPIC_CONFIGS, ControlTopic
@@ -114,8 +115,8 @@ class InMemoryControlTopic(ControlTopic):
         super().__init__({}, "t.logstore-control", epoch_floor)
         self.records: list[tuple[str, Any]] = [("old", None)] * start
 
-    def append(self, key: str, value: Mapping[str, Any] | None) -> int:
-        self.records.append((key, value))
+    def append(self, key: str, value: Payload | Mapping[str, Any] | None) -> int:
+        self.records.append((key, as_json(value)))
         return len(self.records) - 1
 
     def end_offset(self) -> int:

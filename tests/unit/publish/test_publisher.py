@@ -11,6 +11,7 @@ from airflow_logstore.core import control
 from airflow_logstore.core.codec import RecordMeta, encode_headers
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import parse_table_properties
+from airflow_logstore.core.records import Payload, as_json
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.publish import publisher
 from airflow_logstore.table.tables import LogSide
@@ -48,8 +49,8 @@ class Control:
         self.appended.append((control.commit_key(writer_id, batch_id), value))
         return 5
 
-    def append(self, key: str, value: dict[str, Any]) -> int:
-        self.appended.append((key, value))
+    def append(self, key: str, value: Payload | dict[str, Any]) -> int:
+        self.appended.append((key, as_json(value)))
         return 6
 
 

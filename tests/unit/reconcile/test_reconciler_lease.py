@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from airflow_logstore.core import control
+from airflow_logstore.core.records import Payload, as_json
 from airflow_logstore.exceptions import FencedError, OptionError
 from airflow_logstore.log.control_topic import ControlTopic
 from airflow_logstore.reconcile import reconciler
@@ -34,9 +35,9 @@ class InMemoryControlTopic(ControlTopic):
         super().__init__({}, "t.logstore-control")
         self.broker = broker
 
-    def append(self, key: str, value: Mapping[str, Any] | None) -> int:
+    def append(self, key: str, value: Payload | Mapping[str, Any] | None) -> int:
         offset = len(self.broker.records)
-        payload = None if value is None else dict(value)
+        payload = as_json(value)
         self.broker.records.append(control.ControlRecord(key, payload, offset, self.broker.now_ms))
         return offset
 
