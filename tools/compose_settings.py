@@ -5,7 +5,7 @@
 
 The block holds Airflow's connections, its variable, its metadata database and the executors' Python its
 tasks send with every job (``PYSPARK_PYTHON``: the Spark image's environment): exactly
-:func:`airflow_logstore.services.topology.compose_airflow_settings`, the values the local cluster profile
+:func:`logstore_dev.services.topology.compose_airflow_settings`, the values the local cluster profile
 gets with 127.0.0.1 and its own secrets (and ``LOGSTORE_EXECUTOR_PYTHON`` for the executors' Python).
 tests/unit/deploy checks that the file is current.
 """
@@ -18,7 +18,7 @@ import re
 import sys
 from pathlib import Path
 
-from airflow_logstore.services.topology import CLUSTER, compose_airflow_settings
+from logstore_dev.services.topology import CLUSTER, compose_airflow_settings
 
 COMPOSE = Path(__file__).resolve().parents[1] / "docker-compose.yml"
 BEGIN, END = "# BEGIN x-airflow-settings\n", "# END x-airflow-settings\n"

@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.jars import spark_jars
-from airflow_logstore.services.local import LocalBroker
 from airflow_logstore.settings import EXAMPLE_DAGS, LocalSettings, local_settings
+from logstore_dev.services.local import LocalBroker
 
 if TYPE_CHECKING:
-    from airflow_logstore.services.airflow_local import LocalAirflow
+    from logstore_dev.services.airflow_local import LocalAirflow
 
 TABLE = "demo.orders"
 
@@ -85,7 +85,7 @@ def start_over(table_name: str = TABLE) -> list[str]:
 
 
 def run_demo(dags_folder: Path | None = None) -> dict[str, Any]:
-    from airflow_logstore.services.airflow_local import local_airflow
+    from logstore_dev.services.airflow_local import local_airflow
 
     settings = local_settings()
     dags_folder = dags_folder or EXAMPLE_DAGS

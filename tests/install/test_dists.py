@@ -16,7 +16,7 @@ from packaging.requirements import Requirement
 import airflow_logstore
 from airflow_logstore.javac import PROGRAMS, SOURCE_DIGEST_ATTRIBUTE, source_digest
 from airflow_logstore.spark_apps import APPLICATIONS
-from airflow_logstore.testing.environment import REPO_ROOT
+from logstore_dev.testing.environment import REPO_ROOT
 
 
 def _wheel_metadata(wheel: Path) -> tuple[list[str], Message, str]:

@@ -16,8 +16,8 @@ from airflow_logstore.cli import main
 from airflow_logstore.table.catalog import default_catalog
 from airflow_logstore.table.schema import parse_schema
 from airflow_logstore.table.tables import ICEBERG_DEFAULTS, LogStoreTable
-from airflow_logstore.testing.environment import LogStoreTestEnv
-from airflow_logstore.testing.tables import make_table, write_jsonl
+from logstore_dev.testing.environment import LogStoreTestEnv
+from logstore_dev.testing.tables import make_table, write_jsonl
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from airflow_logstore.services import _process
-from airflow_logstore.testing.environment import free_port_pair
+from logstore_dev.services import _process
+from logstore_dev.testing.environment import free_port_pair
 
 
 def _logstore(args: list[str], home: Path, port: int) -> subprocess.CompletedProcess[str]:
@@ -84,7 +84,7 @@ def test_an_environment_removes_its_folder_with_the_scratch_of_a_killed_driver()
     """Runs of the suite leave nothing in the temp dir: Spark's scratch folders and its JVM's temp files
     (also a SIGKILLed driver's, which its shutdown hook never removes) are in the environment's folder,
     removed at its end."""
-    from airflow_logstore.testing.environment import logstore_environment
+    from logstore_dev.testing.environment import logstore_environment
 
     with logstore_environment() as inner:
         home = inner.settings.home

@@ -13,7 +13,7 @@ import pytest
 from airflow_logstore.cli.commands.dags import copy_examples, example_files
 from airflow_logstore.exceptions import OptionError
 from airflow_logstore.settings import EXAMPLE_DAGS
-from airflow_logstore.testing.environment import REPO_ROOT
+from logstore_dev.testing.environment import REPO_ROOT
 
 
 def _tree(folder: Path) -> dict[str, bytes]:

@@ -31,12 +31,11 @@ LAYERS: list[set[str]] = [
     {"reconcile", "compaction"},
     {"health"},
     {"spark_apps"},
-    {"services"},
     {"hooks"},
     {"triggers"},
     {"sensors", "operators", "plugins"},
     {"task_group"},
-    {"cli", "testing", "example_dags"},  # example_dags: the DAGs shipped in the package
+    {"cli", "example_dags"},  # example_dags: the DAGs shipped in the package
     {"__init__"},
 ]
 LAYER_OF = {name: level for level, names in enumerate(LAYERS) for name in names}

@@ -8,8 +8,8 @@ from typing import Any
 
 
 def run(args: argparse.Namespace) -> int:
-    from airflow_logstore.services.airflow_local import local_airflow
-    from airflow_logstore.services.local import LocalBroker
+    from logstore_dev.services.airflow_local import local_airflow
+    from logstore_dev.services.local import LocalBroker
 
     airflow = local_airflow(port=args.port)
     if args.action == "up":

@@ -17,7 +17,7 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "profile", "local") == "cluster":
         return _run_cluster(args.action)
     from airflow_logstore.jars import spark_jars
-    from airflow_logstore.services.local import LocalBroker
+    from logstore_dev.services.local import LocalBroker
 
     broker = LocalBroker()
     where = using(broker=broker.bootstrap)
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _someone_else(broker: Any, state_folder: str) -> str:
     """What listens on the broker's port when this state folder's broker does not run."""
-    from airflow_logstore.services._process import port_open
+    from logstore_dev.services._process import port_open
 
     port = broker.bootstrap.rsplit(":", 1)[1]
     if not port_open(int(port)):
@@ -56,7 +56,7 @@ def _someone_else(broker: Any, state_folder: str) -> str:
 
 
 def _run_cluster(action: str) -> int:
-    from airflow_logstore.services.cluster import LocalCluster
+    from logstore_dev.services.cluster import LocalCluster
 
     cluster = LocalCluster()
     print(f"state folder: {cluster.state_dir}")

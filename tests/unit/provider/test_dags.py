@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_logstore.testing.environment import REPO_ROOT
+from logstore_dev.testing.environment import REPO_ROOT
 
 
 @pytest.fixture(scope="module")

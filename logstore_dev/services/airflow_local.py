@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from airflow_logstore.exceptions import ServiceError
-from airflow_logstore.services._process import ManagedProcess, stop_together
 from airflow_logstore.settings import EXAMPLE_DAGS, LocalSettings, local_settings
+from logstore_dev.services._process import ManagedProcess, stop_together
 
 COMPONENTS: dict[str, list[str]] = {
     "api-server": ["api-server"],

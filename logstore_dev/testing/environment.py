@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from airflow_logstore.log import kafka_client
-from airflow_logstore.services._process import java_tmpdir
-from airflow_logstore.services.local import BrokerOptions, LocalBroker, free_ports
 from airflow_logstore.settings import SOURCE_ROOT, LocalSettings, local_settings
+from logstore_dev.services._process import java_tmpdir
+from logstore_dev.services.local import BrokerOptions, LocalBroker, free_ports
 
 REPO_ROOT = SOURCE_ROOT
 # set (to anything but "" or "0") to keep an environment's folder after it ends, to look at what it left
