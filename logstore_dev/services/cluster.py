@@ -1,6 +1,6 @@
 """The cluster profile: the multi-node deployment of docker-compose.yml, as local processes.
 
-``logstore services up --profile cluster`` starts, on 127.0.0.1 only and in this order: PostgreSQL
+``./dev services up --profile cluster`` starts, on 127.0.0.1 only and in this order: PostgreSQL
 (Airflow's metadata DB), an S3-compatible object store (moto) with the warehouse bucket, Iceberg's
 REST catalog server on that store, three Kafka brokers (KRaft, replication 3, min ISR 2), a Spark
 standalone master with two workers, and Airflow (api-server, scheduler, dag-processor, triggerer)
@@ -34,7 +34,7 @@ from airflow_logstore.settings import EXAMPLE_DAGS, LocalSettings, local_setting
 from airflow_logstore.table.catalog import CatalogSpec
 from logstore_dev.services.topology import CLUSTER, ClusterTopology
 
-#: The Spark workers' Python, for ``logstore services up --profile cluster`` (see the module's docstring).
+#: The Spark workers' Python, for ``./dev services up --profile cluster`` (see the module's docstring).
 EXECUTOR_PYTHON_ENV = "LOGSTORE_EXECUTOR_PYTHON"
 
 

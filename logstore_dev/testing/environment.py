@@ -31,6 +31,19 @@ KEEP_ENV = "LOGSTORE_KEEP_TEST_HOME"
 log = logging.getLogger(__name__)
 
 
+def dev_command(*args: str) -> list[str]:
+    """``./dev``'s own command line in a new process: ``python -m logstore_dev ARGS`` (run it with
+    :func:`with_checkout` in its environment)."""
+    return [sys.executable, "-m", "logstore_dev", *args]
+
+
+def with_checkout(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` with the checkout first on ``PYTHONPATH``, as ``./dev`` runs its commands: the
+    development package is imported from the repository, never installed."""
+    path = environ.get("PYTHONPATH")
+    return {**environ, "PYTHONPATH": f"{REPO_ROOT}:{path}" if path else str(REPO_ROOT)}
+
+
 def free_port_pair() -> int:
     """A port p such that p and p+1 are free on 127.0.0.1."""
     return free_ports(1, consecutive=2)[0]

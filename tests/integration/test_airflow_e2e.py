@@ -400,7 +400,7 @@ def test_a_killed_write_fails_its_run_at_once_and_the_next_run_goes_ahead(
 
 
 def test_the_maintenance_dag_starts_paused_and_not_due_before_its_next_time(airflow: LocalAirflow) -> None:
-    """``logstore airflow up`` runs no maintenance on the demo's table: logstore_reconcile is paused,
+    """``./dev airflow up`` runs no maintenance on the demo's table: logstore_reconcile is paused,
     and its first run is due at a scheduled time after Airflow started, not at one that had passed."""
     airflow.wait_for_dag("logstore_reconcile")
     dag = airflow.get("/api/v2/dags/logstore_reconcile")

@@ -1,4 +1,4 @@
-"""`logstore services up | status | down` through the CLI users run: idempotent, and nothing left behind."""
+"""`./dev services up | status | down` through the command ./dev runs: idempotent, and nothing left behind."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import time
 from pathlib import Path
 
 from logstore_dev.services import _process
-from logstore_dev.testing.environment import free_port_pair
+from logstore_dev.testing.environment import dev_command, free_port_pair, with_checkout
 
 
 def _logstore(args: list[str], home: Path, port: int) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "LOGSTORE_HOME": str(home), "LOGSTORE_KAFKA_PORT": str(port)}
+    env = with_checkout({**os.environ, "LOGSTORE_HOME": str(home), "LOGSTORE_KAFKA_PORT": str(port)})
     return subprocess.run(
-        [sys.executable, "-m", "airflow_logstore.cli", "services", *args],
+        dev_command("services", *args),
         capture_output=True,
         text=True,
         env=env,

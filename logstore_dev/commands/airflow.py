@@ -1,4 +1,4 @@
-"""logstore airflow up|down|status: a real local Airflow (UI on http://127.0.0.1:8080) for the DAGs."""
+"""./dev airflow up|down|status: a real local Airflow (UI on http://127.0.0.1:8080) for the DAGs."""
 
 from __future__ import annotations
 

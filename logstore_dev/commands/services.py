@@ -1,7 +1,7 @@
-"""logstore services up|down|status [--profile local|cluster].
+"""./dev services up|down|status [--profile local|cluster].
 
 ``local`` (the embedded default): one Kafka broker and the Spark jars. ``cluster``: the multi-node
-deployment of docker-compose.yml as local processes (services/cluster.py).
+deployment of docker-compose.yml as local processes (logstore_dev/services/cluster.py).
 """
 
 from __future__ import annotations
@@ -44,9 +44,7 @@ def _someone_else(broker: Any, state_folder: str) -> str:
 
     port = broker.bootstrap.rsplit(":", 1)[1]
     if not port_open(int(port)):
-        return (
-            f"nothing listens on {broker.bootstrap}; 'logstore services up' starts this state folder's broker"
-        )
+        return f"nothing listens on {broker.bootstrap}; './dev services up' starts this state folder's broker"
     if broker.answers():
         return (
             f"another Kafka broker answers on {broker.bootstrap}: not this state folder's ({state_folder}); "
