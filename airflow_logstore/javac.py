@@ -9,7 +9,7 @@ needed (:meth:`JavaProgram.shipped`). A source checkout (an editable install) ha
 for another source text: there the program is compiled once with ``javac`` into
 ``<jars_dir>/<name>-<digest>`` (:func:`compiled_jar`) and later calls find it there; parallel callers
 (test workers) compile one at a time per name. The REST catalog's loopback launcher
-(:mod:`airflow_logstore.services.rest_catalog`, local services only) is always compiled that way. A
+(the development setup's local services, in the repository only) is always compiled that way. A
 program started often (the JVM log scan) also keeps a class-data archive in the jars cache
 (:func:`class_archive`), written by its first run.
 """

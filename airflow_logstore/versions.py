@@ -26,7 +26,8 @@ KAFKA_BROKER_ARTIFACTS: tuple[str, ...] = (
 
 #: Iceberg's REST catalog server (``org.apache.iceberg.rest.RESTCatalogServer`` and its servlet, from
 #: the open-api test fixtures and core's test jar) with a JDBC (SQLite) backend and S3FileIO, for the
-#: cluster profile (services/rest_catalog.py). 1.11.0: the newest release that publishes the fixtures.
+#: cluster profile (logstore_dev/services/rest_catalog.py, in the repository). 1.11.0: the newest release
+#: that publishes the fixtures.
 REST_CATALOG_ICEBERG_VERSION = "1.11.0"
 REST_CATALOG_JETTY_VERSION = "12.1.8"  # what Iceberg 1.11.0 builds the fixtures with
 REST_CATALOG_ARTIFACTS: tuple[str, ...] = (

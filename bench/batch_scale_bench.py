@@ -71,8 +71,8 @@ def run_layout(
     env: Any, spark: Any, layout: str, rows: int, inputs: list[Path], changes: int
 ) -> dict[str, Any]:
     from airflow_logstore.core.properties import SPECS_BY_KEY
-    from airflow_logstore.testing.tables import make_table
     from airflow_logstore.write.writer import open_writer
+    from logstore_dev.testing.tables import make_table
 
     properties = {"log-store.partitions": "3"}
     if "log-store.key-buckets" in SPECS_BY_KEY:  # else: code from before the setting (unpartitioned)
@@ -158,7 +158,7 @@ def main() -> None:
     layouts = [layout for layout in args.layouts.split(",") if layout]
 
     from airflow_logstore.spark.session import build_spark_session
-    from airflow_logstore.testing.environment import logstore_environment
+    from logstore_dev.testing.environment import logstore_environment
 
     results: list[dict[str, Any]] = []
     started = time.perf_counter()

@@ -111,7 +111,7 @@ def scale_throughput(spark: Any, env: Any, appends: int, rows: int) -> dict[str,
 
     from airflow_logstore.compaction.compact_job import run_compaction
     from airflow_logstore.compaction.policy import CompactionOptions
-    from airflow_logstore.testing.tables import make_table
+    from logstore_dev.testing.tables import make_table
 
     handle = make_table(
         env, schema="id long, name string, amount long", primary_key=("id",), log=False, prefix="scale"
@@ -228,9 +228,9 @@ def main() -> None:
     from airflow_logstore.compaction.compact_job import run_compaction
     from airflow_logstore.compaction.policy import CompactionOptions
     from airflow_logstore.spark.session import build_spark_session
-    from airflow_logstore.testing.environment import logstore_environment
-    from airflow_logstore.testing.tables import make_table
     from airflow_logstore.write.writer import open_writer
+    from logstore_dev.testing.environment import logstore_environment
+    from logstore_dev.testing.tables import make_table
 
     load_before = tuple(round(x, 2) for x in os.getloadavg())
     with logstore_environment() as env:

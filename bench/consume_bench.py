@@ -102,7 +102,7 @@ def main() -> None:
     from airflow_logstore.javac import compiled_classes
     from airflow_logstore.log import kafka_client
     from airflow_logstore.settings import local_settings
-    from airflow_logstore.testing.environment import logstore_environment
+    from logstore_dev.testing.environment import logstore_environment
 
     jars = ":".join(str(p) for p in sorted(kafka_jars().glob("*.jar")))
     source = (Path(__file__).parent / "java" / "ConsumeScan.java").read_text()

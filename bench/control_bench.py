@@ -92,8 +92,8 @@ def main() -> None:
     sizes = [s.strip() for s in args.batches.split(",")]
 
     from airflow_logstore.publish.publisher import publish_visible_offsets
-    from airflow_logstore.testing.environment import logstore_environment
-    from airflow_logstore.testing.tables import make_table
+    from logstore_dev.testing.environment import logstore_environment
+    from logstore_dev.testing.tables import make_table
 
     results: dict[str, Any] = {"machine": machine(), "sizes": {}}
     with logstore_environment() as env:

@@ -85,7 +85,7 @@ def main() -> None:
         parser.error(f"unknown modes {unknown}: choose from {', '.join(MODES)}")
 
     from airflow_logstore.spark.session import build_spark_session
-    from airflow_logstore.testing.environment import logstore_environment
+    from logstore_dev.testing.environment import logstore_environment
 
     runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
     with logstore_environment() as env:

@@ -49,8 +49,8 @@ def run_mode(
     env: Any, spark: Any, mode: str, data: str, rows: int, codec: str | None = None
 ) -> dict[str, Any]:
     from airflow_logstore.core.properties import parse_emit_mode
-    from airflow_logstore.testing.tables import make_table
     from airflow_logstore.write.writer import open_writer
+    from logstore_dev.testing.tables import make_table
 
     properties = {"log-store.partitions": "3"}
     if codec:
@@ -92,7 +92,7 @@ def main() -> None:
     modes = list(MODES)
 
     from airflow_logstore.spark.session import build_spark_session
-    from airflow_logstore.testing.environment import logstore_environment
+    from logstore_dev.testing.environment import logstore_environment
 
     with logstore_environment() as env:
         spark = build_spark_session("bench-dual-write")

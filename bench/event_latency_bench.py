@@ -54,13 +54,13 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=20.0, help="seconds between two commits")
     args = parser.parse_args()
 
-    from airflow_logstore.services.airflow_local import LocalAirflow
     from airflow_logstore.spark.session import build_spark_session
     from airflow_logstore.table.tables import snapshot_commits
-    from airflow_logstore.testing.environment import free_port_pair, logstore_environment
-    from airflow_logstore.testing.tables import make_table, write_jsonl
     from airflow_logstore.write.writer import open_writer
     from bench.common import machine, save
+    from logstore_dev.services.airflow_local import LocalAirflow
+    from logstore_dev.testing.environment import free_port_pair, logstore_environment
+    from logstore_dev.testing.tables import make_table, write_jsonl
     from tests.integration.test_airflow_e2e import _runs, _time, _watermark_moves
 
     with logstore_environment() as env:

@@ -92,9 +92,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2)
     args = parser.parse_args()
 
-    from airflow_logstore.testing.environment import logstore_environment
-    from airflow_logstore.testing.tables import make_table
     from bench.common import machine, save
+    from logstore_dev.testing.environment import logstore_environment
+    from logstore_dev.testing.tables import make_table
 
     with logstore_environment() as env:
         handle = make_table(env, prefix="normalize")

@@ -89,10 +89,10 @@ def main() -> None:
 
     from airflow_logstore.publish.publisher import publish_visible_offsets
     from airflow_logstore.spark.session import build_spark_session
-    from airflow_logstore.testing.environment import logstore_environment
-    from airflow_logstore.testing.tables import make_table, write_jsonl
     from airflow_logstore.write.writer import open_writer
     from bench.common import machine, save
+    from logstore_dev.testing.environment import logstore_environment
+    from logstore_dev.testing.tables import make_table, write_jsonl
 
     instrument()
     with logstore_environment() as env:

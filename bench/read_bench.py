@@ -193,9 +193,9 @@ def main() -> None:
         print(json.dumps(child(json.loads(args.child))), flush=True)
         return
 
-    from airflow_logstore.testing.environment import logstore_environment
-    from airflow_logstore.testing.tables import make_table
     from bench.common import machine, save
+    from logstore_dev.testing.environment import logstore_environment
+    from logstore_dev.testing.tables import make_table
 
     sizes = [int(s) for s in args.records.split(",")]
     scanners = args.scanners.split(",") if args.scanners else []

@@ -196,7 +196,7 @@ def main() -> None:
 
     from airflow_logstore.core import control
     from airflow_logstore.table.tables import LogStoreTable, create_table
-    from airflow_logstore.testing.environment import logstore_environment
+    from logstore_dev.testing.environment import logstore_environment
 
     cases = [(int(size), float(ratio)) for size, ratio in (c.split(":") for c in args.cases.split(","))]
     engines = args.engines.split(",")

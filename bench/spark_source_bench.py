@@ -192,9 +192,9 @@ def main() -> None:
 
     from airflow_logstore.read.spark_source import register
     from airflow_logstore.spark.session import build_spark_session
-    from airflow_logstore.testing.environment import logstore_environment
-    from airflow_logstore.testing.tables import make_table
     from bench.common import machine, save
+    from logstore_dev.testing.environment import logstore_environment
+    from logstore_dev.testing.tables import make_table
 
     results: dict[str, Any] = {"machine": machine(), "load_before": os.getloadavg()}
     with logstore_environment() as env:

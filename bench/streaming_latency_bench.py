@@ -112,9 +112,9 @@ def main() -> None:
     from airflow_logstore.operators.streaming_write import LogStoreStreamingDualWriteOperator
     from airflow_logstore.table import streams
     from airflow_logstore.table.reports import read_result
-    from airflow_logstore.testing.environment import logstore_environment
-    from airflow_logstore.testing.tables import make_table
     from bench.common import machine, save
+    from logstore_dev.testing.environment import logstore_environment
+    from logstore_dev.testing.tables import make_table
 
     os.environ.setdefault(
         "AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"})

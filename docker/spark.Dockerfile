@@ -7,7 +7,7 @@
 # client deploy mode); the base image's python3 is Ubuntu jammy's 3.10. uv downloads a managed CPython
 # 3.11 for it, as tests/environments.py builds the `executors` environment the cluster tests run on: the
 # same list, the same constraints, pyspark from Spark itself (SPARK_HOME/python). Airflow's tasks name
-# this interpreter with every job (PYSPARK_PYTHON, from airflow_logstore/services/topology.py); PATH makes
+# this interpreter with every job (PYSPARK_PYTHON, from logstore_dev/services/topology.py); PATH makes
 # it the workers' python3 too, for a driver that names none.
 FROM apache/spark:4.1.1-scala2.13-java17-python3-ubuntu
 USER root

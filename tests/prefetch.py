@@ -18,8 +18,8 @@ from collections.abc import Callable
 def _steps() -> list[tuple[str, Callable[[], object]]]:
     from airflow_logstore import versions
     from airflow_logstore.jars import cluster_spark_jars, fetch_jars, kafka_jars, spark_jars
-    from airflow_logstore.services.rest_catalog import compile_launcher
     from airflow_logstore.settings import local_settings
+    from logstore_dev.services.rest_catalog import compile_launcher
     from tests import composecheck
 
     settings = local_settings()

@@ -5,7 +5,7 @@
 
 The block holds Airflow's connections, its variable, its metadata database and the executors' Python its
 tasks send with every job (``PYSPARK_PYTHON``: the Spark image's environment): exactly
-:func:`airflow_logstore.services.topology.compose_airflow_settings`, the values the local cluster profile
+:func:`logstore_dev.services.topology.compose_airflow_settings`, the values the local cluster profile
 gets with 127.0.0.1 and its own secrets (and ``LOGSTORE_EXECUTOR_PYTHON`` for the executors' Python).
 tests/unit/deploy checks that the file is current.
 """
@@ -18,9 +18,15 @@ import re
 import sys
 from pathlib import Path
 
-from airflow_logstore.services.topology import CLUSTER, compose_airflow_settings
+# logstore_dev is the checkout's own, never installed; run as a script, Python puts tools/ on the path, so
+# the checkout goes first (as ./dev does with PYTHONPATH)
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
-COMPOSE = Path(__file__).resolve().parents[1] / "docker-compose.yml"
+from logstore_dev.services.topology import CLUSTER, compose_airflow_settings  # noqa: E402
+
+COMPOSE = ROOT / "docker-compose.yml"
 BEGIN, END = "# BEGIN x-airflow-settings\n", "# END x-airflow-settings\n"
 
 

@@ -2,8 +2,10 @@
 
 - ``app``: the parser, ``main`` and how a failure becomes a message.
 - ``commands``: one module per command (``table``, ``write``, ``read``, ``publish``, ``reconcile``,
-  ``compact``, ``services``, ``airflow``, ``demo``).
-- ``demo``: the main job end to end on the embedded default (``./dev demo``).
+  ``compact``, ``dags``).
+
+The development setup's commands (``services``, ``airflow``, ``demo``) are the repository's own
+``python -m logstore_dev`` (``./dev``), outside the wheel.
 """
 
 from airflow_logstore.cli.app import build_parser, main

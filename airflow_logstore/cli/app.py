@@ -1,6 +1,8 @@
 """``logstore``: a thin command line over the library (the same code the operators run).
 
 Each command lives in ``airflow_logstore/cli/commands/<name>.py`` and registers itself with ``register``.
+The development setup's commands (local services, a local Airflow, the demo) are not here: they are the
+repository's ``python -m logstore_dev`` (``./dev``), built with the same :func:`build_parser`.
 Every failure ends as one or two lines (the problem, the next step) and a non-zero exit code; see
 ``commands/_errors.py``. ``--debug`` prints the traceback as well.
 """
@@ -14,6 +16,7 @@ import pkgutil
 import sys
 import traceback
 from collections.abc import Sequence
+from types import ModuleType
 from typing import NoReturn
 
 from airflow_logstore.cli.commands._errors import Context, explain
@@ -69,11 +72,23 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\nlogstore: '{self.prog} --help' lists the options\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from airflow_logstore.cli import commands
+def build_parser(
+    commands: ModuleType | None = None,
+    prog: str = "logstore",
+    description: str = "LogStore tables: Iceberg + Kafka log",
+) -> argparse.ArgumentParser:
+    """The parser of a command line whose subcommands are the modules of the package ``commands`` (default:
+    ``airflow_logstore.cli.commands``, the ``logstore`` command), each with ``register(subparsers)``.
 
-    parser = _Parser(prog="logstore", description="LogStore tables: Iceberg + Kafka log")
-    parser.set_defaults(debug=False, verbose=False, json=False)
+    The repository's development command line (``python -m logstore_dev``, which ``./dev`` runs) builds
+    its own from its package, so that both parse, help and fail alike.
+    """
+    if commands is None:
+        from airflow_logstore.cli import commands as product_commands
+
+        commands = product_commands
+    parser = _Parser(prog=prog, description=description)
+    parser.set_defaults(debug=False, verbose=False, json=False, program=prog)
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         if not module.name.startswith("_"):
@@ -82,8 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``logstore`` command."""
+    return run_cli(build_parser(), argv)
+
+
+def run_cli(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` with ``parser``, run the command's handler, and turn a failure into a message."""
     try:
-        args = build_parser().parse_args(argv)
+        args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse has printed the usage error (or the help)
         return exc.code if isinstance(exc.code, int) else 2
     logging.basicConfig(

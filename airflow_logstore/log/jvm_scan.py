@@ -354,7 +354,7 @@ def scan_classpath() -> str:
     if client is None:
         raise ServiceError(
             "the JVM log scan needs the kafka-clients jar of the Spark jars: set LOGSTORE_SPARK_JARS "
-            "(a folder or comma-separated jars) or fill the local cache (`logstore services up`)"
+            "(a folder or comma-separated jars) or fill the local cache (in a checkout: `./dev services up`)"
         )
     cached = _CLASSPATH.get(client)
     if cached is not None:

@@ -109,7 +109,7 @@ def resolve_jars(
 
     ``jars`` when given ("": none, they are in the Spark image), else ``LOGSTORE_SPARK_JARS`` (a folder
     or a comma-separated list; empty: the Spark image), else none when ``spark.jars`` or
-    ``spark.jars.packages`` is configured, else the local cache that ``logstore services up`` and
+    ``spark.jars.packages`` is configured, else the local cache that ``./dev services up`` and
     ``./dev demo`` fill; else an error naming these settings.
     """
     if jars is not None:
@@ -131,7 +131,7 @@ def resolve_jars(
         "no Spark jars configured (Iceberg runtime, Kafka source, catalog driver): set LOGSTORE_SPARK_JARS "
         "(a folder or comma-separated jars; empty when the Spark image has them), or spark.jars / "
         f"spark.jars.packages in the operator's spark_conf or the Spark connection's '{CONN_CONF_KEY}' "
-        "extra; a task never downloads them (`logstore services up` fills the local cache)",
+        "extra; a task never downloads them (in a checkout, `./dev services up` fills the local cache)",
     )
 
 

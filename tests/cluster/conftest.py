@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from airflow_logstore.services.cluster import ClusterSecrets, LocalCluster
-from airflow_logstore.services.local import free_ports
-from airflow_logstore.services.topology import CLUSTER, port_count
 from airflow_logstore.settings import local_settings
-from airflow_logstore.testing.environment import REPO_ROOT, remove_home, spark_scratch_env
+from logstore_dev.services.cluster import ClusterSecrets, LocalCluster
+from logstore_dev.services.local import free_ports
+from logstore_dev.services.topology import CLUSTER, port_count
+from logstore_dev.testing.environment import REPO_ROOT, remove_home, spark_scratch_env
 from tests.environments import executor_python
 
 logging.getLogger("py4j").setLevel(logging.WARNING)

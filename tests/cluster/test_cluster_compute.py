@@ -23,12 +23,12 @@ from typing import Any
 
 import pytest
 
-from airflow_logstore.services._process import alive, wait_for
-from airflow_logstore.services.kafka_cluster import LocalKafkaCluster
-from airflow_logstore.services.local import free_ports
-from airflow_logstore.services.spark_standalone import LocalSparkCluster
-from airflow_logstore.services.topology import KafkaCluster, SparkCluster
 from airflow_logstore.settings import LocalSettings, local_settings
+from logstore_dev.services._process import alive, wait_for
+from logstore_dev.services.kafka_cluster import LocalKafkaCluster
+from logstore_dev.services.local import free_ports
+from logstore_dev.services.spark_standalone import LocalSparkCluster
+from logstore_dev.services.topology import KafkaCluster, SparkCluster
 from tests.environments import executor_python
 
 PARTITIONS = 3

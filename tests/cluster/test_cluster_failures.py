@@ -28,11 +28,11 @@ from airflow_logstore.operators.dual_write import LogStoreDualWriteOperator
 from airflow_logstore.operators.publish import LogStorePublishVisibleOffsetsOperator
 from airflow_logstore.operators.reconcile import LogStoreReconcileOperator
 from airflow_logstore.read.reader import LogReader, LogRecord, read_log
-from airflow_logstore.services.cluster import LocalCluster
-from airflow_logstore.services.local import free_ports
 from airflow_logstore.table.tables import LogStoreTable, snapshot_commits
-from airflow_logstore.testing.secrets import Places, find_canaries
-from airflow_logstore.testing.tables import fold_log, table_state, write_jsonl
+from logstore_dev.services.cluster import LocalCluster
+from logstore_dev.services.local import free_ports
+from logstore_dev.testing.secrets import Places, find_canaries
+from logstore_dev.testing.tables import fold_log, table_state, write_jsonl
 
 from .conftest import CANARIES
 from .test_cluster_pipeline import expected_state

@@ -13,11 +13,11 @@ from typing import Any
 from airflow_logstore.core.batch_plan import apply_final, plan_batch
 from airflow_logstore.publish.publisher import is_visible
 from airflow_logstore.read.reader import read_log
-from airflow_logstore.services.cluster import LocalCluster
 from airflow_logstore.table.tables import LogStoreTable, snapshot_commits
-from airflow_logstore.testing.environment import REPO_ROOT
-from airflow_logstore.testing.secrets import Places, find_canaries
-from airflow_logstore.testing.tables import fold_log, table_state
+from logstore_dev.services.cluster import LocalCluster
+from logstore_dev.testing.environment import REPO_ROOT
+from logstore_dev.testing.secrets import Places, find_canaries
+from logstore_dev.testing.tables import fold_log, table_state
 from tests.environments import executor_python
 
 from .conftest import CANARIES

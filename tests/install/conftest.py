@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_logstore.testing.environment import REPO_ROOT
+from logstore_dev.testing.environment import REPO_ROOT
 from tests.environments import airflow_env
 
 

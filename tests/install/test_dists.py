@@ -16,7 +16,8 @@ from packaging.requirements import Requirement
 import airflow_logstore
 from airflow_logstore.javac import PROGRAMS, SOURCE_DIGEST_ATTRIBUTE, source_digest
 from airflow_logstore.spark_apps import APPLICATIONS
-from airflow_logstore.testing.environment import REPO_ROOT
+from logstore_dev.testing.environment import REPO_ROOT
+from tests.unit.test_layout import DEV_PACKAGE, dev_imports
 
 
 def _wheel_metadata(wheel: Path) -> tuple[list[str], Message, str]:
@@ -54,6 +55,24 @@ def test_wheel_has_no_top_level_spark_jobs_and_ships_the_applications(dists: tup
     assert "airflow_logstore/plugins/logstore_view.html" in names  # the LogStore view's page
     for app in APPLICATIONS:
         assert f"airflow_logstore/spark_apps/{app}" in names
+
+
+def test_the_wheel_ships_no_development_setup(dists: tuple[Path, Path]) -> None:
+    """logstore_dev (local brokers, PostgreSQL, Spark standalone, a local Airflow, the test environment, the
+    demo: ./dev's commands) stays in the repository: none of its files is in the wheel, no shipped module
+    imports it, and the wheel's ``logstore`` has no development command."""
+    with zipfile.ZipFile(dists[1]) as wheel:
+        names = wheel.namelist()
+        importing = {
+            name: found
+            for name in names
+            if name.endswith(".py") and (found := dev_imports(wheel.read(name).decode()))
+        }
+    assert [name for name in names if name.split("/")[0] == DEV_PACKAGE] == []
+    assert importing == {}
+    commands = {Path(name).stem for name in names if name.startswith("airflow_logstore/cli/commands/")}
+    assert not commands & {"services", "airflow", "demo"}, commands
+    assert "read" in commands and "write" in commands
 
 
 def test_wheel_ships_the_java_programs_built_for_java_17(dists: tuple[Path, Path]) -> None:
@@ -133,6 +152,8 @@ def test_the_sdist_carries_the_license_docs_example_dags_and_tests(dists: tuple[
         "dags/data/orders_batch_1.jsonl",
         "tests/install/test_dists.py",
         "tests/integration/conftest.py",
+        "logstore_dev/__main__.py",  # the tests' development package (not in the wheel)
+        "logstore_dev/testing/environment.py",
     ):
         assert f"{root}/{expected}" in names, expected
     assert not [name for name in names if "__pycache__" in name or name.endswith(".pyc")]

@@ -23,8 +23,8 @@ import pytest
 from airflow_logstore.javac import javac_binary
 from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.reader import read_log
-from airflow_logstore.testing.environment import REPO_ROOT, LogStoreTestEnv, logstore_environment
-from airflow_logstore.testing.tables import make_table, table_state, write_jsonl
+from logstore_dev.testing.environment import REPO_ROOT, LogStoreTestEnv, logstore_environment
+from logstore_dev.testing.tables import make_table, table_state, write_jsonl
 
 #: The JDK's development tools (and the modules only they use): what a JRE leaves out. The JRE keeps
 #: every other module of the JDK, as a distribution's JRE package does (Spark needs, among others,

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from airflow_logstore.testing.environment import REPO_ROOT
+from logstore_dev.testing.environment import REPO_ROOT
 from tests.environments import OTHER_AIRFLOW
 
 EXAMPLE_DAGS = {"logstore_pipeline", "logstore_reconcile", "logstore_compaction", "logstore_downstream"}

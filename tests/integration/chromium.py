@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from airflow_logstore.testing.environment import REPO_ROOT
+from logstore_dev.testing.environment import REPO_ROOT
 
 INSTALL_SCRIPT = REPO_ROOT / "scripts" / "install-chromium"
 #: What the browser does besides the pages asked for: nothing (the machine has no outside network).

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from airflow_logstore.testing.environment import LogStoreTestEnv, logstore_environment
+from logstore_dev.testing.environment import LogStoreTestEnv, logstore_environment
 
 # py4j logs "Closing down clientserver connection" from __del__ at interpreter exit, after the test run's
 # log streams are closed ("--- Logging error ---" in the output); its INFO lines say nothing a test needs.

@@ -21,10 +21,10 @@ import pytest
 
 from airflow_logstore.publish.publisher import is_visible
 from airflow_logstore.read.reader import read_log
-from airflow_logstore.services.airflow_local import LocalAirflow
 from airflow_logstore.table.tables import LogStoreTable, create_table, snapshot_commits
-from airflow_logstore.testing.environment import REPO_ROOT, free_port_pair
-from airflow_logstore.testing.tables import write_jsonl
+from logstore_dev.services.airflow_local import LocalAirflow
+from logstore_dev.testing.environment import REPO_ROOT, free_port_pair
+from logstore_dev.testing.tables import write_jsonl
 
 pytestmark = pytest.mark.airflow_e2e
 
@@ -400,7 +400,7 @@ def test_a_killed_write_fails_its_run_at_once_and_the_next_run_goes_ahead(
 
 
 def test_the_maintenance_dag_starts_paused_and_not_due_before_its_next_time(airflow: LocalAirflow) -> None:
-    """``logstore airflow up`` runs no maintenance on the demo's table: logstore_reconcile is paused,
+    """``./dev airflow up`` runs no maintenance on the demo's table: logstore_reconcile is paused,
     and its first run is due at a scheduled time after Airflow started, not at one that had passed."""
     airflow.wait_for_dag("logstore_reconcile")
     dag = airflow.get("/api/v2/dags/logstore_reconcile")
@@ -502,9 +502,9 @@ def test_a_killed_streaming_writer_is_retried_reconciled_and_read_downstream_onc
     import sys
 
     from airflow_logstore.core.changelog import apply_retract
-    from airflow_logstore.services.airflow_local import COMPONENTS
     from airflow_logstore.table import streams
-    from airflow_logstore.testing.tables import table_state
+    from logstore_dev.services.airflow_local import COMPONENTS
+    from logstore_dev.testing.tables import table_state
 
     for dag_id in ("logstore_streaming", "logstore_publish", "logstore_downstream", "logstore_reconcile"):
         airflow.wait_for_dag(dag_id)

@@ -16,7 +16,7 @@ from airflow_logstore.log import control_topic, kafka_client
 from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.reader import read_log
 from airflow_logstore.table.tables import LogStoreTable
-from airflow_logstore.testing.tables import make_table
+from logstore_dev.testing.tables import make_table
 
 BATCH = 5
 

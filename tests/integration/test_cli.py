@@ -16,8 +16,8 @@ from airflow_logstore.cli import main
 from airflow_logstore.table.catalog import default_catalog
 from airflow_logstore.table.schema import parse_schema
 from airflow_logstore.table.tables import ICEBERG_DEFAULTS, LogStoreTable
-from airflow_logstore.testing.environment import LogStoreTestEnv
-from airflow_logstore.testing.tables import make_table, write_jsonl
+from logstore_dev.testing.environment import LogStoreTestEnv, dev_command, with_checkout
+from logstore_dev.testing.tables import make_table, write_jsonl
 
 
 @pytest.fixture
@@ -110,7 +110,7 @@ def test_write_with_the_broker_down_is_a_message(
     assert done.returncode == 1 and done.stdout == "", done.stderr
     problem, step = done.stderr.splitlines()  # no librdkafka log lines, no Spark start-up lines
     assert problem.startswith(f"logstore: error: Kafka at {down} did not answer within 2s"), done.stderr
-    assert "'logstore services status'" in step and "log-store.address" in step, done.stderr
+    assert "'./dev services status'" in step and "log-store.address" in step, done.stderr
 
 
 def test_table_show_names_the_state_folder_catalog_and_broker(
@@ -127,7 +127,14 @@ def test_table_show_names_the_state_folder_catalog_and_broker(
 
 
 def test_services_status_names_the_running_broker(env: LogStoreTestEnv) -> None:
-    done = logstore(env, "services", "status")
+    done = subprocess.run(
+        dev_command("services", "status"),
+        capture_output=True,
+        text=True,
+        env=with_checkout({**os.environ, **env.env}),
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[:3] == [
@@ -272,15 +279,17 @@ def test_services_status_names_another_broker_on_the_port(env: LogStoreTestEnv, 
     """Another state folder, the same port: the broker there is not this folder's, and the status says so."""
     port = env.bootstrap.rsplit(":", 1)[1]
     done = subprocess.run(
-        [sys.executable, "-m", "airflow_logstore.cli", "services", "status"],
+        dev_command("services", "status"),
         capture_output=True,
         text=True,
-        env={
-            **os.environ,
-            **env.env,
-            "LOGSTORE_HOME": str(tmp_path / "elsewhere"),
-            "LOGSTORE_KAFKA_PORT": port,
-        },
+        env=with_checkout(
+            {
+                **os.environ,
+                **env.env,
+                "LOGSTORE_HOME": str(tmp_path / "elsewhere"),
+                "LOGSTORE_KAFKA_PORT": port,
+            }
+        ),
         timeout=120,
         check=False,
     )

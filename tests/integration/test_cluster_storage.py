@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from airflow_logstore.exceptions import ServiceError
-from airflow_logstore.services._process import alive, rss_mib
-from airflow_logstore.services.local import free_ports
-from airflow_logstore.services.objectstore import LocalObjectStore
-from airflow_logstore.services.postgres import LocalPostgres
-from airflow_logstore.services.rest_catalog import LocalRestCatalog
+from logstore_dev.services._process import alive, rss_mib
+from logstore_dev.services.local import free_ports
+from logstore_dev.services.objectstore import LocalObjectStore
+from logstore_dev.services.postgres import LocalPostgres
+from logstore_dev.services.rest_catalog import LocalRestCatalog
 
 pytest.importorskip("moto", reason="the cluster extra (moto[server], psycopg2-binary) is not installed")
 

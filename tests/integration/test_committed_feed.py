@@ -28,7 +28,7 @@ from airflow_logstore.pause import on_pause
 from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.reader import read_log
 from airflow_logstore.table.tables import LogStoreTable
-from airflow_logstore.testing.tables import make_table
+from logstore_dev.testing.tables import make_table
 from tests.pause_files import wait_reached
 
 FEED = {"log-store.committed-feed.enabled": "true"}
@@ -173,8 +173,8 @@ def test_the_feed_is_what_a_consistent_reader_returns_and_folds_to_the_table(
     Iceberg table; another publish adds nothing."""
     from airflow_logstore.core.codec import RecordType, decode_headers
     from airflow_logstore.reconcile.reconciler import reconcile
-    from airflow_logstore.testing.tables import table_state, write_jsonl
     from airflow_logstore.write.writer import open_writer
+    from logstore_dev.testing.tables import table_state, write_jsonl
 
     handle = make_table(env, properties=FEED, prefix="feed")
     paths = [write_jsonl(tmp_path / f"b{n}.jsonl", rows) for n, rows in enumerate(ROWS, start=1)]

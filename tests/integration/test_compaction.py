@@ -22,8 +22,8 @@ from airflow_logstore.read.reader import read_file, read_hybrid, read_log
 from airflow_logstore.reconcile.reconciler import reconcile
 from airflow_logstore.spark.results import parse_result
 from airflow_logstore.table.tables import LogStoreTable, snapshot_commits
-from airflow_logstore.testing.tables import fold_log, make_table
 from airflow_logstore.write.writer import DualWriter, open_writer
+from logstore_dev.testing.tables import fold_log, make_table
 
 pytestmark = pytest.mark.integration
 

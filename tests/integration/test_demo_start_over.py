@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from pyiceberg.exceptions import NoSuchTableError
 
-from airflow_logstore.cli.demo import start_over
 from airflow_logstore.log import kafka_client
 from airflow_logstore.log.deadletter import dead_letter_topic_name
 from airflow_logstore.table.tables import create_table
-from airflow_logstore.testing.environment import LogStoreTestEnv
-from airflow_logstore.testing.tables import DEFAULT_SCHEMA, make_table
+from logstore_dev.demo import start_over
+from logstore_dev.testing.environment import LogStoreTestEnv
+from logstore_dev.testing.tables import DEFAULT_SCHEMA, make_table
 
 
 def test_start_over_removes_table_files_and_topics(env: LogStoreTestEnv) -> None:

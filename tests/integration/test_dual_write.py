@@ -17,7 +17,9 @@ from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.reader import read_log
 from airflow_logstore.spark.results import parse_result
 from airflow_logstore.table.tables import show_table, snapshot_commits
-from airflow_logstore.testing.tables import (
+from airflow_logstore.write.write_job import DEFAULT_WRITER_ID, dual_write_main
+from airflow_logstore.write.writer import open_writer
+from logstore_dev.testing.tables import (
     eventual_log,
     fold_log,
     make_table,
@@ -25,8 +27,6 @@ from airflow_logstore.testing.tables import (
     write_jsonl,
     write_parquet,
 )
-from airflow_logstore.write.write_job import DEFAULT_WRITER_ID, dual_write_main
-from airflow_logstore.write.writer import open_writer
 
 BATCHES: list[list[dict[str, Any]]] = [
     [{"id": i, "name": f"n{i}", "amount": i * 10} for i in range(1, 7)],

@@ -12,8 +12,8 @@ import pytest
 from airflow_logstore.core.batch_plan import apply_final, plan_batch
 from airflow_logstore.table.layout import is_key_bucketed
 from airflow_logstore.table.tables import show_table
-from airflow_logstore.testing.tables import eventual_log, fold_log, make_table, table_state, write_jsonl
 from airflow_logstore.write.writer import open_writer
+from logstore_dev.testing.tables import eventual_log, fold_log, make_table, table_state, write_jsonl
 
 BATCHES: list[list[dict[str, Any]]] = [
     [{"id": i, "name": f"n{i}", "amount": i * 10} for i in range(1, 41)],

@@ -9,8 +9,8 @@ from typing import Any
 from airflow_logstore.log import kafka_client
 from airflow_logstore.log.control_topic import ControlTopic
 from airflow_logstore.table.tables import LogStoreTable, create_table, recorded_epochs
-from airflow_logstore.testing.tables import write_jsonl
 from airflow_logstore.write.writer import open_writer
+from logstore_dev.testing.tables import write_jsonl
 
 SCHEMA = "id int, name string"
 

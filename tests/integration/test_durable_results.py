@@ -16,7 +16,7 @@ from airflow_logstore.operators.dual_write import LogStoreDualWriteOperator
 from airflow_logstore.operators.reconcile import LogStoreReconcileOperator
 from airflow_logstore.table.snapshots import find_commit
 from airflow_logstore.table.tables import LogStoreTable
-from airflow_logstore.testing.tables import make_table, table_state, write_jsonl
+from logstore_dev.testing.tables import make_table, table_state, write_jsonl
 
 SCHEMA = "id int, customer string, amount long"
 ROWS = [{"id": i, "customer": f"c{i}", "amount": i * 10} for i in range(1, 6)]

@@ -29,9 +29,9 @@ from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read import read_job
 from airflow_logstore.read.reader import LogReader, read_hybrid, read_log, run_read
 from airflow_logstore.table.schema import field_types
-from airflow_logstore.testing.tables import log_values, make_table
-from airflow_logstore.testing.values import COLUMN_TYPES, edge_values, exact, exact_row, random_value
 from airflow_logstore.write.writer import open_writer
+from logstore_dev.testing.tables import log_values, make_table
+from logstore_dev.testing.values import COLUMN_TYPES, edge_values, exact, exact_row, random_value
 
 COLUMNS = {"c_" + re.sub(r"\W+", "_", ddl).strip("_"): ddl for ddl in COLUMN_TYPES}
 SCHEMA = ", ".join(["id int", *(f"{name} {ddl}" for name, ddl in COLUMNS.items())])

@@ -16,11 +16,11 @@ import pytest
 from airflow_logstore.core.batch_plan import apply_final, plan_batch
 from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.reader import read_log
-from airflow_logstore.services.local import BrokerOptions, LocalBroker
 from airflow_logstore.spark.results import parse_result
 from airflow_logstore.table.tables import LogStoreTable, create_table, snapshot_commits
-from airflow_logstore.testing.environment import free_port_pair
-from airflow_logstore.testing.tables import fold_log, table_state, write_jsonl
+from logstore_dev.services.local import BrokerOptions, LocalBroker
+from logstore_dev.testing.environment import free_port_pair
+from logstore_dev.testing.tables import fold_log, table_state, write_jsonl
 
 FAST_FAILING_KAFKA = json.dumps({"message.timeout.ms": 8000, "socket.timeout.ms": 4000})
 BATCH_1 = [{"id": i, "name": f"n{i}", "amount": i} for i in range(1, 401)]

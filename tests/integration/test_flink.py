@@ -24,8 +24,8 @@ from airflow_logstore.exceptions import FencedError
 from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.reconcile.reconciler import reconcile
 from airflow_logstore.table.tables import LogStoreTable
-from airflow_logstore.testing.tables import make_table, table_state
 from airflow_logstore.write.writer import open_writer
+from logstore_dev.testing.tables import make_table, table_state
 from tests.environments import flink_python
 from tests.integration.test_committed_feed import read_feed
 

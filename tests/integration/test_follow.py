@@ -30,8 +30,8 @@ from airflow_logstore.read import follow as follow_module
 from airflow_logstore.read.follow import follow
 from airflow_logstore.read.reader import LogReader, LogRecord, read_hybrid
 from airflow_logstore.table.tables import LogStoreTable
-from airflow_logstore.testing.tables import make_table, table_state, write_jsonl
 from airflow_logstore.write.writer import open_writer
+from logstore_dev.testing.tables import make_table, table_state, write_jsonl
 
 ROWS = [
     [{"id": i, "name": f"v{i}", "amount": i} for i in range(1, 9)],

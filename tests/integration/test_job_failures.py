@@ -20,8 +20,8 @@ from airflow_logstore.operators.dual_write import LogStoreDualWriteOperator
 from airflow_logstore.read.reader import read_log
 from airflow_logstore.table.reports import read_failure
 from airflow_logstore.table.tables import LogStoreTable
-from airflow_logstore.testing.tables import make_table, write_jsonl
 from airflow_logstore.triggers.snapshot_commit import SnapshotCommitTrigger
+from logstore_dev.testing.tables import make_table, write_jsonl
 
 SCHEMA = "id int, customer string, amount long"
 WRITER = "failing_writer"

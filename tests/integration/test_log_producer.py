@@ -11,7 +11,6 @@ import pytest
 from airflow_logstore.core.codec import RecordMeta, encode_headers
 from airflow_logstore.log.kafka_client import ensure_topic, producer
 from airflow_logstore.read.reader import read_log
-from airflow_logstore.testing.tables import make_table
 from airflow_logstore.write.planning import AFTER_VALUE_COLUMN, BEFORE_VALUE_COLUMN, KEY_COLUMN
 from airflow_logstore.write.producing import (
     BatchProduceContext,
@@ -20,6 +19,7 @@ from airflow_logstore.write.producing import (
     producer_class,
     task_identity,
 )
+from logstore_dev.testing.tables import make_table
 
 #: A planned change with one record (the after-image's), as produce_records reads it.
 SCHEMA = f"{KEY_COLUMN} binary, {BEFORE_VALUE_COLUMN} binary, {AFTER_VALUE_COLUMN} binary"

@@ -28,8 +28,8 @@ from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.follow import follow
 from airflow_logstore.read.reader import HybridRead, LogReader, read_hybrid, read_log
 from airflow_logstore.table.tables import LogStoreTable, snapshot_commits
-from airflow_logstore.testing.tables import make_table, table_state, write_jsonl
 from airflow_logstore.write.writer import open_writer
+from logstore_dev.testing.tables import make_table, table_state, write_jsonl
 
 WAIT_S = 300.0
 

@@ -19,8 +19,8 @@ from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read import reader as reader_module
 from airflow_logstore.read.jsonlines import json_row
 from airflow_logstore.read.reader import LogReader, ReadReport, records_to_arrow, run_read
-from airflow_logstore.testing.tables import make_table, write_jsonl
 from airflow_logstore.write.writer import open_writer
+from logstore_dev.testing.tables import make_table, write_jsonl
 
 ROWS = [
     [{"id": i, "name": f"v{i}", "amount": i} for i in range(1, 12)],

@@ -39,9 +39,9 @@ from airflow_logstore.reconcile import scan as reconcile_scan
 from airflow_logstore.reconcile.reconciler import LEASE_NAME, PythonEngine, ReconcileReport, reconcile
 from airflow_logstore.spark.results import parse_result
 from airflow_logstore.table.tables import LogStoreTable, create_table, merged_state, show_table
-from airflow_logstore.testing.environment import REPO_ROOT
-from airflow_logstore.testing.tables import fold_log, log_values, table_state, write_jsonl
 from airflow_logstore.write.writer import open_writer
+from logstore_dev.testing.environment import REPO_ROOT
+from logstore_dev.testing.tables import fold_log, log_values, table_state, write_jsonl
 from tests.pause_files import wait_reached
 
 SCHEMA = "id int, name string, amount long"

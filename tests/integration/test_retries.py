@@ -12,7 +12,7 @@ from airflow_logstore.operators.dual_write import LogStoreDualWriteOperator
 from airflow_logstore.operators.publish import LogStorePublishVisibleOffsetsOperator
 from airflow_logstore.read.reader import read_log
 from airflow_logstore.table.tables import LogStoreTable
-from airflow_logstore.testing.tables import fold_log, table_state, write_jsonl
+from logstore_dev.testing.tables import fold_log, table_state, write_jsonl
 
 
 @pytest.fixture

@@ -23,8 +23,8 @@ from airflow_logstore.operators.dual_write import LogStoreDualWriteOperator
 from airflow_logstore.operators.publish import LogStorePublishVisibleOffsetsOperator
 from airflow_logstore.operators.reconcile import LogStoreReconcileOperator
 from airflow_logstore.read.reader import read_log
-from airflow_logstore.services.local import BrokerOptions, LocalBroker, free_ports
-from airflow_logstore.testing.tables import write_jsonl
+from logstore_dev.services.local import BrokerOptions, LocalBroker, free_ports
+from logstore_dev.testing.tables import write_jsonl
 
 SECRET = "Sasl-S3cret-7f3a9c"
 USER = "logstore"
@@ -284,8 +284,8 @@ def _write_held_at_commit(
     from airflow.sdk.log import redact
 
     from airflow_logstore.pause import _file_for
-    from airflow_logstore.services.local import free_port
-    from airflow_logstore.testing.secrets import Places, ProcessWatch, Report, find_canaries, search_processes
+    from logstore_dev.services.local import free_port
+    from logstore_dev.testing.secrets import Places, ProcessWatch, Report, find_canaries, search_processes
 
     name = env.unique("canary")
     table = f"sec.{name}"

@@ -1,4 +1,4 @@
-"""`logstore services up | status | down` through the CLI users run: idempotent, and nothing left behind."""
+"""`./dev services up | status | down` through the command ./dev runs: idempotent, and nothing left behind."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import sys
 import time
 from pathlib import Path
 
-from airflow_logstore.services import _process
-from airflow_logstore.testing.environment import free_port_pair
+from logstore_dev.services import _process
+from logstore_dev.testing.environment import dev_command, free_port_pair, with_checkout
 
 
 def _logstore(args: list[str], home: Path, port: int) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "LOGSTORE_HOME": str(home), "LOGSTORE_KAFKA_PORT": str(port)}
+    env = with_checkout({**os.environ, "LOGSTORE_HOME": str(home), "LOGSTORE_KAFKA_PORT": str(port)})
     return subprocess.run(
-        [sys.executable, "-m", "airflow_logstore.cli", "services", *args],
+        dev_command("services", *args),
         capture_output=True,
         text=True,
         env=env,
@@ -84,7 +84,7 @@ def test_an_environment_removes_its_folder_with_the_scratch_of_a_killed_driver()
     """Runs of the suite leave nothing in the temp dir: Spark's scratch folders and its JVM's temp files
     (also a SIGKILLed driver's, which its shutdown hook never removes) are in the environment's folder,
     removed at its end."""
-    from airflow_logstore.testing.environment import logstore_environment
+    from logstore_dev.testing.environment import logstore_environment
 
     with logstore_environment() as inner:
         home = inner.settings.home

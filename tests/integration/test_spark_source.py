@@ -43,8 +43,8 @@ from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.reader import read_hybrid, read_log
 from airflow_logstore.reconcile.reconciler import reconcile
 from airflow_logstore.table.tables import LogStoreTable
-from airflow_logstore.testing.tables import make_table, table_state, write_jsonl
 from airflow_logstore.write.writer import open_writer
+from logstore_dev.testing.tables import make_table, table_state, write_jsonl
 
 HERE = Path(__file__).resolve().parent
 DRIVER = HERE / "stream_driver.py"

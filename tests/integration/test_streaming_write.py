@@ -26,7 +26,7 @@ from airflow_logstore.log import kafka_client
 from airflow_logstore.operators.streaming_write import LogStoreStreamingDualWriteOperator
 from airflow_logstore.table import streams
 from airflow_logstore.table.tables import LogStoreTable, snapshot_commits
-from airflow_logstore.testing.tables import make_table, table_state
+from logstore_dev.testing.tables import make_table, table_state
 from tests.triggerer_loop import TriggererLoop
 
 ROWS = [{"id": i, "name": f"n{i}", "amount": i * 10} for i in range(1, 9)]

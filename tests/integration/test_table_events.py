@@ -26,9 +26,9 @@ from airflow_logstore.pause import on_pause
 from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.reader import StartPosition, read_log, run_read
 from airflow_logstore.table.tables import LogStoreTable
-from airflow_logstore.testing.tables import make_table, write_jsonl
 from airflow_logstore.triggers.assets import logstore_commit_asset, logstore_visible_asset
 from airflow_logstore.write.writer import open_writer
+from logstore_dev.testing.tables import make_table, write_jsonl
 from tests.triggerer_loop import TriggererLoop
 
 

@@ -32,10 +32,10 @@ from airflow_logstore.health import LiveProbe, table_health
 from airflow_logstore.log import kafka_client
 from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.reconcile.reconciler import reconcile
-from airflow_logstore.services.airflow_local import LocalAirflow
 from airflow_logstore.table.catalog import CatalogSpec
 from airflow_logstore.table.tables import LogStoreTable, create_table
-from airflow_logstore.testing.environment import REPO_ROOT, LogStoreTestEnv, free_port_pair
+from logstore_dev.services.airflow_local import LocalAirflow
+from logstore_dev.testing.environment import REPO_ROOT, LogStoreTestEnv, free_port_pair
 from tests.integration.chromium import headless_chromium
 
 pytestmark = pytest.mark.airflow_e2e

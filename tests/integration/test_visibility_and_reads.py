@@ -18,8 +18,8 @@ from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.reader import LogReader, read_file, read_hybrid, read_log, run_read
 from airflow_logstore.spark.results import parse_result
 from airflow_logstore.table.tables import snapshot_commits
-from airflow_logstore.testing.tables import eventual_log, fold_log, make_table, table_state, write_jsonl
 from airflow_logstore.write.writer import open_writer
+from logstore_dev.testing.tables import eventual_log, fold_log, make_table, table_state, write_jsonl
 
 ROWS = [
     [{"id": i, "name": f"v{i}", "amount": i} for i in range(1, 9)],

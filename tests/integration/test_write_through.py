@@ -23,7 +23,10 @@ from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.reader import read_log
 from airflow_logstore.spark.results import parse_result
 from airflow_logstore.table.tables import snapshot_commits
-from airflow_logstore.testing.tables import (
+from airflow_logstore.write import committing
+from airflow_logstore.write import writer as writer_module
+from airflow_logstore.write.writer import open_writer
+from logstore_dev.testing.tables import (
     eventual_log,
     fold_log,
     make_table,
@@ -31,9 +34,6 @@ from airflow_logstore.testing.tables import (
     write_jsonl,
     write_parquet,
 )
-from airflow_logstore.write import committing
-from airflow_logstore.write import writer as writer_module
-from airflow_logstore.write.writer import open_writer
 
 #: New keys, with changes of a key inside the batch: 7 is inserted then deleted, 5 inserted then
 #: updated, 99 deleted without a row (a no-op delete).

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_logstore.testing.secrets import Places, ProcessWatch, find_canaries, search_processes
+from logstore_dev.testing.secrets import Places, ProcessWatch, find_canaries, search_processes
 
 CANARY = "Canary-unit-5a1f2e"
 OTHER = "Canary-absent-0000"

@@ -9,9 +9,9 @@ import pytest
 
 from airflow_logstore import versions
 from airflow_logstore.jars import _dependency_xml
-from airflow_logstore.services.objectstore import LocalObjectStore
-from airflow_logstore.services.postgres import LocalPostgres
-from airflow_logstore.services.rest_catalog import LAUNCHER_SOURCE, LocalRestCatalog
+from logstore_dev.services.objectstore import LocalObjectStore
+from logstore_dev.services.postgres import LocalPostgres
+from logstore_dev.services.rest_catalog import LAUNCHER_SOURCE, LocalRestCatalog
 
 
 def test_a_coordinate_with_a_classifier_becomes_a_dependency_with_that_classifier() -> None:

@@ -13,7 +13,7 @@ from packaging.utils import canonicalize_name
 from airflow_logstore import versions
 from airflow_logstore.exceptions import InstallationError
 from airflow_logstore.spark.session import check_pyspark_release
-from airflow_logstore.testing.environment import REPO_ROOT
+from logstore_dev.testing.environment import REPO_ROOT
 
 
 def _pins() -> dict[str, str]:

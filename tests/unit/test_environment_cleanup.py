@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_logstore.testing.environment import KEEP_ENV, remove_home
+from logstore_dev.testing.environment import KEEP_ENV, remove_home
 
 
 @pytest.mark.parametrize(("keep", "kept"), [(None, False), ("", False), ("0", False), ("1", True)])

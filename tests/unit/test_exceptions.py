@@ -19,7 +19,7 @@ from airflow_logstore.exceptions import (
     classify,
     first_line,
 )
-from airflow_logstore.testing.environment import REPO_ROOT
+from logstore_dev.testing.environment import REPO_ROOT
 
 
 def _error_classes() -> dict[str, type[LogStoreError]]:

@@ -5,6 +5,9 @@ from packages of lower layers, never from a higher layer and never sideways into
 its own layer. Imports inside functions count too (a lazy import is still a dependency), and so do
 imports under ``if TYPE_CHECKING:`` (a type-only import still ties the two modules: a reader follows it,
 and a cycle through it is a cycle of ideas).
+
+The repository's development package ``logstore_dev`` (local services, the test environment, the demo)
+sits above the whole package and outside the wheel: it may import ``airflow_logstore``, never the reverse.
 """
 
 from __future__ import annotations
@@ -31,12 +34,11 @@ LAYERS: list[set[str]] = [
     {"reconcile", "compaction"},
     {"health"},
     {"spark_apps"},
-    {"services"},
     {"hooks"},
     {"triggers"},
     {"sensors", "operators", "plugins"},
     {"task_group"},
-    {"cli", "testing", "example_dags"},  # example_dags: the DAGs shipped in the package
+    {"cli", "example_dags"},  # example_dags: the DAGs shipped in the package
     {"__init__"},
 ]
 LAYER_OF = {name: level for level, names in enumerate(LAYERS) for name in names}
@@ -197,3 +199,46 @@ def test_lazy_and_type_checking_imports_count() -> None:
 def test_each_layer_name_exists(area_name: str) -> None:
     """A layer that names a package that is gone is a stale map."""
     assert (PACKAGE / area_name).is_dir() or (PACKAGE / f"{area_name}.py").exists()
+
+
+DEV_PACKAGE = "logstore_dev"
+
+
+def dev_imports(source: str) -> list[str]:
+    """Where ``source`` imports the development package: ``import``/``from`` statements anywhere, and a
+    string that is one of its module names (what ``importlib.import_module`` would be given)."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""] if node.level == 0 else []
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names = [node.value] if node.value.isidentifier() or "." in node.value.strip(".") else []
+            names = [name for name in names if all(part.isidentifier() for part in name.split("."))]
+        else:
+            continue
+        found += [(node.lineno, name) for name in names if name.split(".")[0] == DEV_PACKAGE]
+    return [f"line {line}: {name}" for line, name in sorted(found)]
+
+
+def test_the_package_never_imports_the_development_package() -> None:
+    """The wheel ships ``airflow_logstore`` without ``logstore_dev``: an import of it would fail in every
+    deployment (tests/install/test_dists.py looks into the built wheel as well)."""
+    found = {
+        module_name(path): hits for path in PACKAGE.rglob("*.py") if (hits := dev_imports(path.read_text()))
+    }
+    assert found == {}
+
+
+def test_a_development_import_is_found() -> None:
+    source = (
+        "import os\nif os:\n    from logstore_dev.services.local import LocalBroker\n"
+        "def f():\n    import logstore_dev\n    return importlib.import_module('logstore_dev.demo')\n"
+        "'''Prose may name logstore_dev.demo (the demo).'''\nfrom . import logstore_dev\n"
+    )
+    assert dev_imports(source) == [
+        "line 3: logstore_dev.services.local",
+        "line 5: logstore_dev",
+        "line 6: logstore_dev.demo",
+    ]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from airflow_logstore.exceptions import ServiceError
-from airflow_logstore.services._process import (
+from logstore_dev.services._process import (
     STATE_ENV,
     ManagedProcess,
     alive,
@@ -18,7 +18,7 @@ from airflow_logstore.services._process import (
     port_open,
     stop_together,
 )
-from airflow_logstore.services.local import free_port
+from logstore_dev.services.local import free_port
 
 #: Listens on the port given as its argument, writes "listening" when it does; ignores SIGTERM when
 #: asked to (a process that only SIGKILL ends).

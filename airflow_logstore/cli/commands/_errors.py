@@ -52,7 +52,7 @@ class Context:
         if args is None:
             return cls()
         words = [getattr(args, "command", None), getattr(args, "table_command", None)]
-        command = " ".join(["logstore", *(w for w in words if w)])
+        command = " ".join([getattr(args, "program", "logstore"), *(w for w in words if w)])
         table = getattr(args, "table", None) or getattr(args, "name", None)
         return cls(command, _resolved(str(table)) if table else None)
 
@@ -109,8 +109,8 @@ def _state_folder() -> str:
 # -- the project's own errors --------------------------------------------------------------------------
 
 _BROKER_STEP = (
-    "is the broker running? 'logstore services status' shows the local one ('logstore services up' "
-    "starts it); else check the table's log-store.address and LOGSTORE_KAFKA_CONFIG"
+    "is the broker running? check the table's log-store.address and LOGSTORE_KAFKA_CONFIG; in a checkout "
+    "of the repository, './dev services status' shows the local broker ('./dev services up' starts it)"
 )
 _NO_LOG_STEP = (
     "this command needs the table's Kafka log: read the table with '--mode file', or use a table created "

@@ -2,7 +2,7 @@
 
 A name without a namespace (``orders``) is in the namespace ``default`` (``default.orders``).
 ``create`` gives the table a Kafka log unless ``--no-log``: its topic is named after the table and its
-broker is the local one (``logstore services``), unless ``--property`` says otherwise.
+broker is the local one (``./dev services``), unless ``--property`` says otherwise.
 """
 
 from __future__ import annotations

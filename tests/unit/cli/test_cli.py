@@ -9,12 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,72 +19,15 @@ import pytest
 from airflow_logstore.cli import build_parser, main
 from airflow_logstore.cli.commands._errors import Context, explain
 from airflow_logstore.exceptions import BadInputError, KafkaUnavailableError
+from tests.unit.cli.support import State, assert_message, closed_port, parsers, subcommands, uncovered
 
 MISSING = "no.such_table"
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class State:
-    home: Path
-    input: Path
-    broker: str
-
-
-@pytest.fixture
-def state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> State:
-    """A state folder with ``t.logged`` (its log on a closed port) and ``t.plain`` (no log)."""
-    from airflow_logstore.table.catalog import default_catalog
-    from airflow_logstore.table.schema import parse_schema
-    from airflow_logstore.table.tables import ICEBERG_DEFAULTS
-
-    home = tmp_path / "home"
-    for name in ("LOGSTORE_CATALOG", "LOGSTORE_KAFKA_CONFIG", "LOGSTORE_SPARK_MASTER"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("LOGSTORE_HOME", str(home))
-    monkeypatch.setenv("LOGSTORE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("LOGSTORE_KAFKA_PORT", str(closed_port()))
-    monkeypatch.setenv("LOGSTORE_KAFKA_TIMEOUT_S", "1")
-    broker = f"127.0.0.1:{closed_port()}"
-    catalog = default_catalog().load()
-    catalog.create_namespace("t")
-    schema = parse_schema("id int, name string", ["id"])
-    log = {"log-store.enabled": "true", "log-store.topic": "logged", "log-store.address": broker}
-    catalog.create_table("t.logged", schema, properties={**ICEBERG_DEFAULTS, **log})
-    catalog.create_table("t.plain", schema, properties=dict(ICEBERG_DEFAULTS))
-    rows = tmp_path / "rows.jsonl"
-    rows.write_text('{"id": 1, "name": "a"}\n')
-    return State(home, rows, broker)
-
-
-@pytest.fixture
-def taken_port(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
-    """LOGSTORE_KAFKA_PORT is held by another program (a listening socket)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen()
-        port = int(sock.getsockname()[1])
-        monkeypatch.setenv("LOGSTORE_KAFKA_PORT", str(port))
-        yield port
 
 
 def run(capfd: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, str]:
     code = main(argv)
     out, err = capfd.readouterr()
     return code, out, err
-
-
-def assert_message(code: int, out: str, err: str, expected: str, exit_code: int) -> None:
-    assert "Traceback" not in out + err, err
-    assert code == exit_code, err
-    lines = err.strip().splitlines()
-    assert 1 <= len(lines) <= 2, err
-    assert expected in lines[0], err
 
 
 MISSING_TABLE = [
@@ -140,69 +80,7 @@ BROKER_DOWN = [
 def test_broker_down(state: State, capfd: pytest.CaptureFixture[str], argv: list[str]) -> None:
     code, out, err = run(capfd, [arg.format(broker=state.broker, input=state.input) for arg in argv])
     assert_message(code, out, err, "Kafka", 1)
-    assert "did not answer" in err and "'logstore services status'" in err
-
-
-PORT_TAKEN = [["services", "up"], ["airflow", "up"], ["demo"]]
-
-
-@pytest.mark.parametrize("argv", PORT_TAKEN, ids=" ".join)
-def test_broker_port_taken(
-    state: State, taken_port: int, capfd: pytest.CaptureFixture[str], argv: list[str]
-) -> None:
-    code, out, err = run(capfd, argv)
-    assert_message(code, out, err, f"port {taken_port} on 127.0.0.1 is taken by another process", 1)
-
-
-SERVICE_COMMANDS = [
-    *(["services", action] for action in ("up", "down", "status")),
-    *(["services", action, "--profile", "cluster"] for action in ("up", "down", "status")),
-    *(["airflow", action] for action in ("up", "down", "status")),
-]
-
-
-@pytest.mark.parametrize("argv", SERVICE_COMMANDS, ids=" ".join)
-def test_state_folder_unusable(
-    state: State,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capfd: pytest.CaptureFixture[str],
-    argv: list[str],
-) -> None:
-    """LOGSTORE_HOME lies under a regular file: the services' PID and state files cannot be written."""
-    (tmp_path / "a_file").write_text("")
-    home = tmp_path / "a_file" / "home"
-    monkeypatch.setenv("LOGSTORE_HOME", str(home))
-    code, out, err = run(capfd, argv)
-    assert_message(code, out, err, f"cannot use '{home}/", 1)
-    assert "Not a directory" in err and f"state folder {home} (from LOGSTORE_HOME)" in err
-
-
-MISSING_MAVEN = [["services", "up"], ["services", "up", "--profile", "cluster"]]
-
-
-@pytest.mark.parametrize("argv", MISSING_MAVEN, ids=" ".join)
-def test_missing_maven_before_anything_starts(
-    state: State,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capfd: pytest.CaptureFixture[str],
-    argv: list[str],
-) -> None:
-    """An empty jar cache and no ``mvn`` on PATH: the command stops before it starts a process."""
-    (tmp_path / "empty_bin").mkdir()
-    monkeypatch.setenv("PATH", str(tmp_path / "empty_bin"))
-    code, out, err = run(capfd, argv)
-    assert_message(code, out, err, "Maven ('mvn') is needed once to download the Kafka and Iceberg jars", 1)
-    assert "install it" in err
-    assert not list((state.home / "kafka").glob("*.pid"))
-    assert not (state.home / "cluster" / "postgres").exists()
-
-
-def test_broker_stopped_is_a_status_not_an_error(state: State, capfd: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(capfd, ["services", "status"])
-    assert code == 3 and err == ""
-    assert "kafka broker stopped" in out
+    assert "did not answer" in err and "'./dev services status'" in err
 
 
 CATALOG_COMMANDS = [
@@ -280,11 +158,10 @@ BAD_OPTIONS = [
         "contradicts",
     ),
     (["reconcile", "t.logged", "--crash-at", "bogus"], "argument --crash-at: invalid choice"),
-    (["services", "restart"], "argument action: invalid choice: 'restart'"),
-    (["services", "status", "--profile", "docker"], "argument --profile: invalid choice: 'docker'"),
-    (["services", "down", "--profile"], "argument --profile: expected one argument"),
-    (["airflow", "up", "--port", "http"], "argument --port: invalid int value"),
-    (["demo", "--dags-folder", "/no/such/dags"], "option '--dags-folder': '/no/such/dags' is not a folder"),
+    # the development setup's commands are ./dev's (python -m logstore_dev), not in the wheel's CLI
+    (["services", "status"], "argument command: invalid choice: 'services'"),
+    (["airflow", "up"], "argument command: invalid choice: 'airflow'"),
+    (["demo"], "argument command: invalid choice: 'demo'"),
     (["dags", "path", "{input}"], "option 'DEST': 'logstore dags path' takes no DEST"),
     (["dags", "copy"], "option 'DEST': 'logstore dags copy' needs the DAGs folder to copy into"),
     (["dags", "copy", "{input}"], "is not a folder"),
@@ -331,48 +208,29 @@ def test_the_installed_entry_point_prints_no_traceback(state: State) -> None:
 FAILURE_CASES = [
     *MISSING_TABLE,
     *BROKER_DOWN,
-    *PORT_TAKEN,
-    *SERVICE_COMMANDS,
-    *MISSING_MAVEN,
     *CATALOG_COMMANDS,
     *NO_LOG,
     *(argv for argv, _ in BAD_OPTIONS),
 ]
 
 
-def subcommands(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
-    """The command words of every leaf of ``parser``: nested subparsers (``table create``) and the
-    choices of a positional argument (``services up``) included."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, child in action.choices.items():
-                yield from subcommands(child, (*words, name))
-            return
-    choices = [a.choices for a in parser._actions if not a.option_strings and a.choices is not None]
-    if choices:
-        yield from ((*words, str(choice)) for choice in choices[0])
-    else:
-        yield words
-
-
-def uncovered(cases: list[list[str]]) -> list[str]:
-    return [
-        " ".join(words)
-        for words in subcommands(build_parser())
-        if not any(argv[: len(words)] == list(words) for argv in cases)
-    ]
-
-
 def test_every_subcommand_has_failure_cases() -> None:
     """A new subcommand (or action) fails this test until the tables above make it fail as well."""
     commands = {" ".join(words) for words in subcommands(build_parser())}
-    assert {"table create", "table show", "services up", "services status", "airflow down"} <= commands
-    assert uncovered(FAILURE_CASES) == []
+    assert {"table create", "table show", "dags path", "write", "read", "compact"} <= commands
+    assert uncovered(build_parser(), FAILURE_CASES) == []
+
+
+def test_the_cli_has_only_the_product_s_commands() -> None:
+    """Local services, a local Airflow and the demo are the development setup's (``./dev``), not a
+    deployment's."""
+    commands = {words[0] for words in subcommands(build_parser())}
+    assert commands == {"table", "write", "read", "publish", "reconcile", "compact", "dags"}
 
 
 def test_a_subcommand_without_failure_cases_is_named() -> None:
     without_show = [argv for argv in FAILURE_CASES if argv[:2] != ["table", "show"]]
-    assert uncovered(without_show) == ["table show"]
+    assert uncovered(build_parser(), without_show) == ["table show"]
 
 
 # -- which state folder, catalog and broker a command uses ----------------------------------------------
@@ -385,30 +243,6 @@ def test_table_show_says_what_it_uses(state: State, capfd: pytest.CaptureFixture
     assert using["state_folder"] == f"{state.home.resolve()} (from LOGSTORE_HOME)"
     assert using["catalog"].startswith(f"'logstore' (sql sqlite:///{state.home.resolve()}/catalog/catalog.db")
     assert using["broker"] == "none (the table has no log)"
-
-
-def test_services_status_says_what_it_uses(state: State, capfd: pytest.CaptureFixture[str]) -> None:
-    _, out, _ = run(capfd, ["services", "status"])
-    lines = out.splitlines()
-    assert lines[0] == f"state folder: {state.home.resolve()} (from LOGSTORE_HOME)"
-    assert lines[1].startswith(f"catalog: 'logstore' (sql sqlite:///{state.home.resolve()}/catalog/")
-    assert lines[2] == f"broker: 127.0.0.1:{os.environ['LOGSTORE_KAFKA_PORT']}"
-
-
-def test_inside_a_checkout_the_cli_uses_its_state_folder(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capfd: pytest.CaptureFixture[str]
-) -> None:
-    checkout = tmp_path / "clone"
-    (checkout / "dags").mkdir(parents=True)
-    (checkout / "pyproject.toml").write_text('[project]\nname = "airflow-logstore"\n')
-    (checkout / "dev").write_text("")
-    for name in ("LOGSTORE_HOME", "LOGSTORE_CACHE", "LOGSTORE_CATALOG"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("LOGSTORE_KAFKA_PORT", str(closed_port()))
-    monkeypatch.chdir(checkout / "dags")
-    _, out, _ = run(capfd, ["services", "status"])
-    assert out.splitlines()[0] == f"state folder: {checkout.resolve()}/.logstore (from checkout {checkout})"
-    assert f"catalog: 'logstore' (sql sqlite:///{checkout.resolve()}/.logstore/catalog/catalog.db" in out
 
 
 # -- third-party errors that need Spark or a broker to happen for real ---------------------------------
@@ -451,7 +285,7 @@ def test_kafka_exception() -> None:
 
     failure = explain(KafkaException(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down")))
     assert failure.problem == "Kafka: 1/1 brokers are down"
-    assert "logstore services up" in failure.next_step
+    assert "'./dev services up'" in failure.next_step
 
 
 def test_project_errors_keep_their_message() -> None:
@@ -549,16 +383,6 @@ def test_option_and_path_errors_come_first_and_fast(
 
 
 # -- help, common options ----------------------------------------------------------------------------------
-
-
-def parsers(
-    parser: argparse.ArgumentParser, words: tuple[str, ...] = ()
-) -> Iterator[tuple[str, argparse.ArgumentParser]]:
-    yield " ".join(words), parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, child in action.choices.items():
-                yield from parsers(child, (*words, name))
 
 
 def test_every_option_has_help() -> None:

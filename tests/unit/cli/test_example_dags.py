@@ -13,7 +13,7 @@ import pytest
 from airflow_logstore.cli.commands.dags import copy_examples, example_files
 from airflow_logstore.exceptions import OptionError
 from airflow_logstore.settings import EXAMPLE_DAGS
-from airflow_logstore.testing.environment import REPO_ROOT
+from logstore_dev.testing.environment import REPO_ROOT, with_checkout
 
 
 def _tree(folder: Path) -> dict[str, bytes]:
@@ -56,12 +56,16 @@ def test_copy_puts_them_in_a_dags_folder_airflow_parses(tmp_path: Path) -> None:
 
 
 def test_the_cli_names_the_shipped_folder_not_a_checkout() -> None:
-    def cli(*args: str) -> str:
+    def cli(module: str, *args: str) -> str:
         done = subprocess.run(
-            [sys.executable, "-m", "airflow_logstore.cli", *args], capture_output=True, text=True, check=True
+            [sys.executable, "-m", module, *args],
+            capture_output=True,
+            text=True,
+            env=with_checkout(os.environ),  # logstore_dev: imported from the checkout, as ./dev does
+            check=True,
         )
         return done.stdout
 
-    assert cli("dags", "path").strip() == str(EXAMPLE_DAGS)
-    demo_help = " ".join(cli("demo", "--help").split())
+    assert cli("airflow_logstore.cli", "dags", "path").strip() == str(EXAMPLE_DAGS)
+    demo_help = " ".join(cli("logstore_dev", "demo", "--help").split())
     assert "checkout" not in demo_help and "'logstore dags path'" in demo_help

@@ -11,7 +11,7 @@ import pytest
 
 from airflow_logstore.core.changelog import Normalizer, apply_retract, apply_upsert, freeze
 from airflow_logstore.core.codec import RowKind
-from airflow_logstore.testing.values import exact_row
+from logstore_dev.testing.values import exact_row
 
 INS, UB, UA, DEL = RowKind.INSERT, RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER, RowKind.DELETE
 

@@ -1,7 +1,7 @@
 """Column values read back exactly: the codec's value rule, both decoders, over every column type.
 
 Seeded random rows of every type a table can have (``testing.values``: edge values first), compared
-with :func:`~airflow_logstore.testing.values.exact` (which tells a decimal's scale, a zero's sign, NaN
+with :func:`~logstore_dev.testing.values.exact` (which tells a decimal's scale, a zero's sign, NaN
 and a timestamp's zone apart).
 """
 
@@ -28,7 +28,7 @@ from airflow_logstore.core.codec import (
     typed_row,
 )
 from airflow_logstore.exceptions import RecordDecodeError
-from airflow_logstore.testing.values import COLUMN_TYPES, exact, exact_row, random_row
+from logstore_dev.testing.values import COLUMN_TYPES, exact, exact_row, random_row
 
 TYPES = {f"c_{n}": type_name for n, type_name in enumerate(COLUMN_TYPES.values())}
 

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from airflow_logstore import __version__
-from airflow_logstore.services import topology
-from airflow_logstore.services.topology import CLUSTER, COMPOSE_HOSTS, LOOPBACK, Secrets
+from logstore_dev.services import topology
+from logstore_dev.services.topology import CLUSTER, COMPOSE_HOSTS, LOOPBACK, Secrets
 from tests.composecheck import load
 from tests.composecheck import main as composecheck_main
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from airflow_logstore.services import topology
-from airflow_logstore.services.topology import CLUSTER, LOOPBACK, Secrets, port_count
+from logstore_dev.services import topology
+from logstore_dev.services.topology import CLUSTER, LOOPBACK, Secrets, port_count
 
 SECRETS = Secrets(s3_access_key="ak", s3_secret_key="sk", catalog_credential="cred")
 

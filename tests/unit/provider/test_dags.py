@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_logstore.testing.environment import REPO_ROOT
+from logstore_dev.testing.environment import REPO_ROOT
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +121,7 @@ def test_no_task_redeclares_a_watched_asset_without_its_watcher(dagbag) -> None:
 def test_maintenance_dags_start_paused_and_never_run_for_a_time_that_has_passed(
     dagbag, monkeypatch: pytest.MonkeyPatch, dag_id: str, now: str
 ) -> None:
-    """``logstore airflow up`` must not run them on the demo's table at once: they start paused, and
+    """``./dev airflow up`` must not run them on the demo's table at once: they start paused, and
     once unpaused their first run is the scheduler's next one after now, not the last one before it."""
     import airflow.timetables.trigger
     import pendulum

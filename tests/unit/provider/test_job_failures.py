@@ -26,8 +26,8 @@ from airflow_logstore.exceptions import (
 from airflow_logstore.operators.dual_write import LogStoreDualWriteOperator
 from airflow_logstore.table.reports import failure_of, read_failure, report_failure
 from airflow_logstore.table.tables import LogStoreTable
-from airflow_logstore.testing.environment import REPO_ROOT
 from airflow_logstore.triggers.snapshot_commit import SnapshotCommitTrigger
+from logstore_dev.testing.environment import REPO_ROOT
 
 #: an input file that exists (the dual write checks its input path before spark-submit)
 AN_INPUT = str(REPO_ROOT / "dags" / "data" / "orders_batch_1.jsonl")

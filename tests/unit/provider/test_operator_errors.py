@@ -36,7 +36,7 @@ from airflow_logstore.operators.read import LogStoreReadOperator
 from airflow_logstore.operators.reconcile import LogStoreReconcileOperator
 from airflow_logstore.spark.results import emit_failure
 from airflow_logstore.table.tables import LogStoreTable
-from airflow_logstore.testing.environment import REPO_ROOT
+from logstore_dev.testing.environment import REPO_ROOT
 
 #: an input file that exists (the dual write checks its input path before spark-submit)
 AN_INPUT = str(REPO_ROOT / "dags" / "data" / "orders_batch_1.jsonl")

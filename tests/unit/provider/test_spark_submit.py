@@ -35,7 +35,7 @@ from airflow_logstore.settings import local_settings
 from airflow_logstore.spark.results import emit_result
 from airflow_logstore.table.reports import read_result, write_result
 from airflow_logstore.table.tables import LogStoreTable
-from airflow_logstore.testing.environment import REPO_ROOT
+from logstore_dev.testing.environment import REPO_ROOT
 
 #: an input file that exists (the dual write checks its input path before spark-submit)
 AN_INPUT = str(REPO_ROOT / "dags" / "data" / "orders_batch_1.jsonl")

@@ -33,7 +33,7 @@ from airflow_logstore.core.visibility import ReadFilter
 from airflow_logstore.exceptions import RecordDecodeError
 from airflow_logstore.read.batches import decode_chunk
 from airflow_logstore.read.reader import LogReader, ReadReport, _chunk_records
-from airflow_logstore.testing.values import exact_row, random_row
+from logstore_dev.testing.values import exact_row, random_row
 
 TYPES = {"id": "int", "name": "string", "amount": "long", "price": "double", "ok": "boolean"}
 #: a column of every other type a table can have (values: ``testing.values``, edge values included)

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_logstore.read.jsonlines import json_lines, json_row
-from airflow_logstore.testing.values import exact, random_value
+from logstore_dev.testing.values import exact, random_value
 
 STRINGS = ["plain", "", 'quote " inside', "back\\slash", "line\nbreak", "tab\t", "\x01ctl", "é ü 字 😀"]
 STRINGS += ["\u2028", "\x7f"]

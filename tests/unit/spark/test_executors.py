@@ -18,8 +18,6 @@ from packaging.utils import canonicalize_name
 
 import airflow_logstore
 from airflow_logstore.exceptions import ServiceError
-from airflow_logstore.services.cluster import EXECUTOR_PYTHON_ENV, ClusterSecrets, LocalCluster
-from airflow_logstore.services.topology import COMPOSE_EXECUTOR_PYTHON
 from airflow_logstore.settings import local_settings
 from airflow_logstore.spark.executors import (
     EXECUTOR_MODULES,
@@ -27,7 +25,9 @@ from airflow_logstore.spark.executors import (
     SPARK_PROVIDED,
     package_zip,
 )
-from airflow_logstore.testing.environment import REPO_ROOT
+from logstore_dev.services.cluster import EXECUTOR_PYTHON_ENV, ClusterSecrets, LocalCluster
+from logstore_dev.services.topology import COMPOSE_EXECUTOR_PYTHON
+from logstore_dev.testing.environment import REPO_ROOT
 from tests.environments import PYTHON as TESTED_PYTHON
 
 # Runs in a fresh interpreter: the zip first on sys.path (as --py-files puts it), Airflow unimportable.

@@ -1,4 +1,4 @@
-"""logstore airflow up|down|status: a real local Airflow (UI on http://127.0.0.1:8080) for the DAGs."""
+"""./dev airflow up|down|status: a real local Airflow (UI on http://127.0.0.1:8080) for the DAGs."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 
 def run(args: argparse.Namespace) -> int:
-    from airflow_logstore.services.airflow_local import local_airflow
-    from airflow_logstore.services.local import LocalBroker
+    from logstore_dev.services.airflow_local import local_airflow
+    from logstore_dev.services.local import LocalBroker
 
     airflow = local_airflow(port=args.port)
     if args.action == "up":

@@ -1,4 +1,4 @@
-"""logstore demo: run the example pipeline end to end on the embedded default and say what happened."""
+"""./dev demo: run the example pipeline end to end on the embedded default and say what happened."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from airflow_logstore.exceptions import OptionError
 
 
 def run(args: argparse.Namespace) -> int:
-    from airflow_logstore.cli.demo import run_demo
+    from logstore_dev.demo import run_demo
 
     if args.dags_folder and not Path(args.dags_folder).is_dir():
         raise OptionError("--dags-folder", f"'{args.dags_folder}' is not a folder")

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from airflow_logstore.exceptions import ServiceError
 from airflow_logstore.jars import kafka_jars
-from airflow_logstore.services._process import (
+from airflow_logstore.settings import LocalSettings, local_settings
+from logstore_dev.services._process import (
     ManagedProcess,
     cmdline,
     ensure_port_free,
@@ -26,7 +27,6 @@ from airflow_logstore.services._process import (
     java_tmpdir,
     port_open,
 )
-from airflow_logstore.settings import LocalSettings, local_settings
 
 # -- the broker --------------------------------------------------------------------------------------
 

@@ -27,9 +27,9 @@ from typing import Any
 from airflow_logstore import versions
 from airflow_logstore.jars import fetch_jars
 from airflow_logstore.javac import compiled_classes
-from airflow_logstore.services import _process
-from airflow_logstore.services._process import PortService, port_open
 from airflow_logstore.settings import LocalSettings
+from logstore_dev.services import _process
+from logstore_dev.services._process import PortService, port_open
 
 LAUNCHER_CLASS = "org.apache.iceberg.rest.LogstoreLoopbackRESTCatalogServer"
 LAUNCHER_SOURCE = """\

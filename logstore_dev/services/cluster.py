@@ -1,10 +1,10 @@
 """The cluster profile: the multi-node deployment of docker-compose.yml, as local processes.
 
-``logstore services up --profile cluster`` starts, on 127.0.0.1 only and in this order: PostgreSQL
+``./dev services up --profile cluster`` starts, on 127.0.0.1 only and in this order: PostgreSQL
 (Airflow's metadata DB), an S3-compatible object store (moto) with the warehouse bucket, Iceberg's
 REST catalog server on that store, three Kafka brokers (KRaft, replication 3, min ISR 2), a Spark
 standalone master with two workers, and Airflow (api-server, scheduler, dag-processor, triggerer)
-on PostgreSQL. The topology and its settings are :data:`airflow_logstore.services.topology.CLUSTER`,
+on PostgreSQL. The topology and its settings are :data:`logstore_dev.services.topology.CLUSTER`,
 the same description docker-compose.yml is checked against. Every service keeps its state and PID
 under ``<LOGSTORE_HOME>/cluster/<service>`` and is stopped by PID.
 
@@ -30,11 +30,11 @@ from typing import Any, Protocol
 
 from airflow_logstore.exceptions import ServiceError
 from airflow_logstore.jars import cluster_spark_jars
-from airflow_logstore.services.topology import CLUSTER, ClusterTopology
 from airflow_logstore.settings import EXAMPLE_DAGS, LocalSettings, local_settings
 from airflow_logstore.table.catalog import CatalogSpec
+from logstore_dev.services.topology import CLUSTER, ClusterTopology
 
-#: The Spark workers' Python, for ``logstore services up --profile cluster`` (see the module's docstring).
+#: The Spark workers' Python, for ``./dev services up --profile cluster`` (see the module's docstring).
 EXECUTOR_PYTHON_ENV = "LOGSTORE_EXECUTOR_PYTHON"
 
 
@@ -140,7 +140,7 @@ class LocalCluster:
         }
 
     def _postgres(self) -> _Service:
-        from airflow_logstore.services.postgres import LocalPostgres
+        from logstore_dev.services.postgres import LocalPostgres
 
         t = self.topology
         return LocalPostgres(
@@ -153,7 +153,7 @@ class LocalCluster:
         )
 
     def _object_store(self) -> _Service:
-        from airflow_logstore.services.objectstore import LocalObjectStore
+        from logstore_dev.services.objectstore import LocalObjectStore
 
         return LocalObjectStore(
             self.settings,
@@ -166,7 +166,7 @@ class LocalCluster:
         )
 
     def _rest_catalog(self) -> _Service:
-        from airflow_logstore.services.rest_catalog import LocalRestCatalog
+        from logstore_dev.services.rest_catalog import LocalRestCatalog
 
         t = self.topology
         return LocalRestCatalog(
@@ -181,19 +181,19 @@ class LocalCluster:
         )
 
     def _kafka(self) -> _Service:
-        from airflow_logstore.services.kafka_cluster import LocalKafkaCluster
+        from logstore_dev.services.kafka_cluster import LocalKafkaCluster
 
         return LocalKafkaCluster(
             self.settings, self.topology.kafka, self._dir("kafka"), sasl_password=self.secrets.sasl_password
         )
 
     def _spark(self) -> _Service:
-        from airflow_logstore.services.spark_standalone import LocalSparkCluster
+        from logstore_dev.services.spark_standalone import LocalSparkCluster
 
         return LocalSparkCluster(self.settings, self.topology.spark, self._dir("spark"), python=self.python)
 
     def _airflow(self) -> _Service:
-        from airflow_logstore.services.airflow_local import LocalAirflow
+        from logstore_dev.services.airflow_local import LocalAirflow
 
         return LocalAirflow(
             self.settings,
@@ -319,7 +319,7 @@ class LocalCluster:
 
     def kafka_extra(self) -> dict[str, str]:
         """The security settings a client of the cluster's brokers needs (SASL/PLAIN)."""
-        from airflow_logstore.services.topology import kafka_client_settings
+        from logstore_dev.services.topology import kafka_client_settings
 
         return kafka_client_settings(self.topology, self.secrets)
 
@@ -335,6 +335,6 @@ class LocalCluster:
 
     def airflow_env(self) -> dict[str, str]:
         """Connections and variables of the cluster: the only difference from the embedded default."""
-        from airflow_logstore.services.topology import airflow_connections
+        from logstore_dev.services.topology import airflow_connections
 
         return airflow_connections(self.topology, hosts=None, secrets=self.secrets)

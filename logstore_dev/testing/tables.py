@@ -12,7 +12,7 @@ from airflow_logstore.core.codec import RowKind
 from airflow_logstore.read.reader import LogRead, read_log
 from airflow_logstore.table.schema import primary_key_of
 from airflow_logstore.table.tables import LogStoreTable, create_table
-from airflow_logstore.testing.environment import LogStoreTestEnv
+from logstore_dev.testing.environment import LogStoreTestEnv
 
 DEFAULT_SCHEMA = "id int, name string, amount long"
 

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from airflow_logstore.exceptions import ServiceError
-from airflow_logstore.services import _process
-from airflow_logstore.services._process import PortService, port_open
 from airflow_logstore.settings import SOURCE_ROOT, LocalSettings
+from logstore_dev.services import _process
+from logstore_dev.services._process import PortService, port_open
 
 SUPERUSER = "postgres"
 SERVER_USER = "postgres"  # the OS user the server runs as when we are root

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from airflow_logstore.exceptions import ServiceError
-from airflow_logstore.services._process import (
+from airflow_logstore.settings import LocalSettings
+from logstore_dev.services._process import (
     STATE_ENV,
     ManagedProcess,
     ensure_port_free,
@@ -37,8 +38,7 @@ from airflow_logstore.services._process import (
     java_tmpdir,
     wait_for,
 )
-from airflow_logstore.services.topology import SparkCluster
-from airflow_logstore.settings import LocalSettings
+from logstore_dev.services.topology import SparkCluster
 
 DAEMON_MEMORY = "256m"
 _MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -73,7 +73,7 @@ class SparkClusterStatus:
 
 class _Daemon:
     """One Spark daemon: its folder, and its process (PID file and log in that folder), recognised by
-    :data:`~airflow_logstore.services._process.STATE_ENV` naming the folder in its environment (which
+    :data:`~logstore_dev.services._process.STATE_ENV` naming the folder in its environment (which
     survives spark-class's exec of java). Stopping it signals every process below it too: PySpark's
     daemon leaves the process group."""
 

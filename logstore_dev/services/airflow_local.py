@@ -3,7 +3,7 @@
 All of it listens on 127.0.0.1 only (the scheduler and triggerer run without their log servers; the
 API server reads the log files from the shared local folder). The metadata DB is SQLite under
 ``LOGSTORE_HOME/airflow``, or any database given as ``database_url`` (PostgreSQL in the cluster
-profile, whose connections and variables come in ``extra_env``). Used by ``logstore airflow
+profile, whose connections and variables come in ``extra_env``). Used by ``./dev airflow
 up|down|status``, the cluster profile and the end-to-end tests.
 """
 
@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from airflow_logstore.exceptions import ServiceError
-from airflow_logstore.services._process import ManagedProcess, stop_together
 from airflow_logstore.settings import EXAMPLE_DAGS, LocalSettings, local_settings
+from logstore_dev.services._process import ManagedProcess, stop_together
 
 COMPONENTS: dict[str, list[str]] = {
     "api-server": ["api-server"],

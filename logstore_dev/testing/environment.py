@@ -20,15 +20,28 @@ from pathlib import Path
 from typing import Any
 
 from airflow_logstore.log import kafka_client
-from airflow_logstore.services._process import java_tmpdir
-from airflow_logstore.services.local import BrokerOptions, LocalBroker, free_ports
 from airflow_logstore.settings import SOURCE_ROOT, LocalSettings, local_settings
+from logstore_dev.services._process import java_tmpdir
+from logstore_dev.services.local import BrokerOptions, LocalBroker, free_ports
 
 REPO_ROOT = SOURCE_ROOT
 # set (to anything but "" or "0") to keep an environment's folder after it ends, to look at what it left
 KEEP_ENV = "LOGSTORE_KEEP_TEST_HOME"
 
 log = logging.getLogger(__name__)
+
+
+def dev_command(*args: str) -> list[str]:
+    """``./dev``'s own command line in a new process: ``python -m logstore_dev ARGS`` (run it with
+    :func:`with_checkout` in its environment)."""
+    return [sys.executable, "-m", "logstore_dev", *args]
+
+
+def with_checkout(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` with the checkout first on ``PYTHONPATH``, as ``./dev`` runs its commands: the
+    development package is imported from the repository, never installed."""
+    path = environ.get("PYTHONPATH")
+    return {**environ, "PYTHONPATH": f"{REPO_ROOT}:{path}" if path else str(REPO_ROOT)}
 
 
 def free_port_pair() -> int:

@@ -1,7 +1,7 @@
-"""logstore services up|down|status [--profile local|cluster].
+"""./dev services up|down|status [--profile local|cluster].
 
 ``local`` (the embedded default): one Kafka broker and the Spark jars. ``cluster``: the multi-node
-deployment of docker-compose.yml as local processes (services/cluster.py).
+deployment of docker-compose.yml as local processes (logstore_dev/services/cluster.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "profile", "local") == "cluster":
         return _run_cluster(args.action)
     from airflow_logstore.jars import spark_jars
-    from airflow_logstore.services.local import LocalBroker
+    from logstore_dev.services.local import LocalBroker
 
     broker = LocalBroker()
     where = using(broker=broker.bootstrap)
@@ -40,13 +40,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _someone_else(broker: Any, state_folder: str) -> str:
     """What listens on the broker's port when this state folder's broker does not run."""
-    from airflow_logstore.services._process import port_open
+    from logstore_dev.services._process import port_open
 
     port = broker.bootstrap.rsplit(":", 1)[1]
     if not port_open(int(port)):
-        return (
-            f"nothing listens on {broker.bootstrap}; 'logstore services up' starts this state folder's broker"
-        )
+        return f"nothing listens on {broker.bootstrap}; './dev services up' starts this state folder's broker"
     if broker.answers():
         return (
             f"another Kafka broker answers on {broker.bootstrap}: not this state folder's ({state_folder}); "
@@ -56,7 +54,7 @@ def _someone_else(broker: Any, state_folder: str) -> str:
 
 
 def _run_cluster(action: str) -> int:
-    from airflow_logstore.services.cluster import LocalCluster
+    from logstore_dev.services.cluster import LocalCluster
 
     cluster = LocalCluster()
     print(f"state folder: {cluster.state_dir}")

@@ -1,6 +1,6 @@
 """The multi-node deployment as data: which services, how many, on which ports, with which settings.
 
-One description, two users: the local cluster profile (``logstore services up --profile cluster``)
+One description, two users: the local cluster profile (``./dev services up --profile cluster``)
 starts exactly this on 127.0.0.1, and ``docker-compose.yml`` must describe the same (a test compares
 the two). Ports are the defaults; a test run picks free ones with :meth:`ClusterTopology.with_ports`.
 Nothing here does I/O.

@@ -1,6 +1,6 @@
 """Three Kafka brokers in KRaft combined mode (broker + controller) on 127.0.0.1, for the cluster profile.
 
-Every node is a :class:`~airflow_logstore.services.local.LocalBroker` with its own state folder
+Every node is a :class:`~logstore_dev.services.local.LocalBroker` with its own state folder
 ``<state_dir>/broker-<id>``, its own PID file and log, the static controller quorum of
 :meth:`KafkaCluster.quorum_voters`, one cluster id (kept in ``<state_dir>/cluster.id``) and the
 settings of :attr:`KafkaCluster.settings` (replication factor 3, min ISR 2, ...). Nodes can be killed
@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from airflow_logstore.exceptions import ServiceError
-from airflow_logstore.services._process import port_open, stop_together, wait_for
-from airflow_logstore.services.local import BrokerOptions, BrokerStatus, LocalBroker
-from airflow_logstore.services.topology import KafkaCluster
 from airflow_logstore.settings import LocalSettings
+from logstore_dev.services._process import port_open, stop_together, wait_for
+from logstore_dev.services.local import BrokerOptions, BrokerStatus, LocalBroker
+from logstore_dev.services.topology import KafkaCluster
 
 #: A topic the readiness check creates: it exists only when three brokers can host a replica each.
 READY_TOPIC = "logstore-cluster-ready"

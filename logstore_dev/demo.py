@@ -1,4 +1,5 @@
-"""The main job end to end on the embedded default: what ``./dev demo`` (``logstore demo``) runs.
+"""The main job end to end on the embedded default: what ``./dev demo`` (``python -m logstore_dev demo``)
+runs.
 
 1. starts the local Kafka broker and fetches Spark's jars (once); drops an earlier demo's table and topics;
 2. starts a real local Airflow (api-server, scheduler, dag-processor, triggerer on 127.0.0.1) and
@@ -8,7 +9,7 @@
    before its Iceberg commit; then the DAG runs batch 2 (the retry) and batch 3;
 4. triggers the ``logstore_reconcile`` DAG, which reverses the dead attempt's records;
 5. stops Airflow and prints what happened: rows in the table, records in the log, watermark,
-   reversals, where to look. The broker keeps running (``logstore services down`` stops it).
+   reversals, where to look. The broker keeps running (``./dev services down`` stops it).
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.jars import spark_jars
-from airflow_logstore.services.local import LocalBroker
 from airflow_logstore.settings import EXAMPLE_DAGS, LocalSettings, local_settings
+from logstore_dev.services.local import LocalBroker
 
 if TYPE_CHECKING:
-    from airflow_logstore.services.airflow_local import LocalAirflow
+    from logstore_dev.services.airflow_local import LocalAirflow
 
 TABLE = "demo.orders"
 
@@ -57,7 +58,7 @@ def _trigger(airflow: LocalAirflow, dag_id: str, conf: Mapping[str, Any], log_fi
     try:
         state = airflow.wait_for_run(dag_id, run_id, timeout=1200)
     finally:
-        if paused:  # a maintenance DAG stays paused for the next ``logstore airflow up``
+        if paused:  # a maintenance DAG stays paused for the next ``./dev airflow up``
             airflow.set_paused(dag_id, True)
     tasks = {task: ti["state"] for task, ti in airflow.task_instances(dag_id, run_id).items()}
     with log_file.open("a") as out:
@@ -85,7 +86,7 @@ def start_over(table_name: str = TABLE) -> list[str]:
 
 
 def run_demo(dags_folder: Path | None = None) -> dict[str, Any]:
-    from airflow_logstore.services.airflow_local import local_airflow
+    from logstore_dev.services.airflow_local import local_airflow
 
     settings = local_settings()
     dags_folder = dags_folder or EXAMPLE_DAGS
@@ -180,7 +181,7 @@ def summarize(settings: LocalSettings, log_file: Path, airflow_home: Path | None
             "broker_log": str(settings.broker_dir / "broker.log"),
             "warehouse": str(settings.warehouse),
             "try": f"logstore table show {TABLE} | logstore read {TABLE} --mode hybrid --format jsonl",
-            "airflow_ui": "logstore airflow up, then http://127.0.0.1:8080 (Trigger logstore_pipeline)",
+            "airflow_ui": "./dev airflow up, then http://127.0.0.1:8080 (Trigger logstore_pipeline)",
         },
     }
     print("\n[demo] what happened")
