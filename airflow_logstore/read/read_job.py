@@ -31,7 +31,7 @@ from airflow_logstore.core.codec import (
     RecordMeta,
     decode_headers,
 )
-from airflow_logstore.core.properties import ChangelogMode, Consistency
+from airflow_logstore.core.properties import ChangelogMode, Consistency, consistency_argument
 from airflow_logstore.core.visibility import (
     Decision,
     ReadFilter,
@@ -163,7 +163,7 @@ def read_log_frame(
     :param hybrid: the log part of a hybrid read of this snapshot.
     """
 
-    consistent = reader.consistency is Consistency.TRANSACTIONAL
+    consistent = reader.consistency is Consistency.CONSISTENT
     read_filter = reader.read_filter(consistent, hybrid, start)
     state = read_filter.state
     if state is not None and consistent:
@@ -303,7 +303,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="read_table", description="Read a LogStore table with Spark")
     p.add_argument("--table", required=True)
     p.add_argument("--mode", choices=("file", "log", "hybrid"), default="file")
-    p.add_argument("--consistency", choices=("transactional", "eventual"), default=None)
+    p.add_argument("--consistency", type=consistency_argument, default=None, metavar="{consistent,eventual}")
     p.add_argument("--changelog-mode", choices=("all-kinds", "append-only"), default=None)
     p.add_argument("--from", dest="start", default="earliest")
     p.add_argument("--snapshot-id", type=int, default=None)

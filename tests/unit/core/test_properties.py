@@ -83,7 +83,7 @@ def test_paimon_vocabulary_defaults_to_transactional() -> None:
     assert config.enabled is True
     assert config.topic == "orders"
     assert config.bootstrap_servers == "kafka:9092"
-    assert config.consistency is Consistency.TRANSACTIONAL
+    assert config.consistency is Consistency.CONSISTENT
     assert config.consistent is True
     assert config.control_topic == "orders.logstore-control"
 
@@ -102,9 +102,9 @@ def test_amoro_disabled_needs_no_topic() -> None:
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
-        ({"log-store.consistency-guarantee.enabled": "true"}, Consistency.TRANSACTIONAL),
+        ({"log-store.consistency-guarantee.enabled": "true"}, Consistency.CONSISTENT),
         ({"log-store.consistency-guarantee.enabled": "false"}, Consistency.EVENTUAL),
-        ({"log.consistency": "transactional"}, Consistency.TRANSACTIONAL),
+        ({"log.consistency": "transactional"}, Consistency.CONSISTENT),
         ({"log.consistency": "eventual"}, Consistency.EVENTUAL),
         ({"log.consistency": "EVENTUAL"}, Consistency.EVENTUAL),
     ],
@@ -126,7 +126,7 @@ def test_both_vocabularies_agreeing_are_accepted() -> None:
         }
     )
     assert config.enabled and config.topic == "orders" and config.bootstrap_servers == "kafka:9092"
-    assert config.consistency is Consistency.TRANSACTIONAL
+    assert config.consistency is Consistency.CONSISTENT
 
 
 def test_mixed_vocabularies_take_topic_and_address_from_either() -> None:
@@ -318,7 +318,8 @@ def test_missing_topic_or_address_names_the_vocabulary_key(properties: dict[str,
         (
             "log.consistency",
             "eventually",
-            "'eventually' is not one of transactional, eventual; did you mean 'eventual'?",
+            "'eventually' is not one of consistent, eventual or transactional (Paimon's name of consistent);"
+            " did you mean 'eventual'?",
         ),
         (
             "log.consumer.changelog.modes",
@@ -528,11 +529,11 @@ def test_error_is_a_value_error() -> None:
     ("base", "options", "consistency", "mode"),
     [
         (AMORO, None, Consistency.EVENTUAL, ChangelogMode.ALL_KINDS),
-        (PAIMON, {}, Consistency.TRANSACTIONAL, ChangelogMode.ALL_KINDS),
+        (PAIMON, {}, Consistency.CONSISTENT, ChangelogMode.ALL_KINDS),
         (
             AMORO,
             {"log-store.consistency-guarantee.enabled": "true"},
-            Consistency.TRANSACTIONAL,
+            Consistency.CONSISTENT,
             ChangelogMode.ALL_KINDS,
         ),
         (
@@ -542,7 +543,7 @@ def test_error_is_a_value_error() -> None:
             ChangelogMode.ALL_KINDS,
         ),
         (PAIMON, {"log.consistency": "eventual"}, Consistency.EVENTUAL, ChangelogMode.ALL_KINDS),
-        (AMORO, {"log.consistency": "transactional"}, Consistency.TRANSACTIONAL, ChangelogMode.ALL_KINDS),
+        (AMORO, {"log.consistency": "transactional"}, Consistency.CONSISTENT, ChangelogMode.ALL_KINDS),
         (
             AMORO,
             {"log.consumer.changelog.modes": "append-only"},
@@ -564,7 +565,7 @@ def test_error_is_a_value_error() -> None:
         (
             AMORO,
             {"log-store.consistency-guarantee.enabled": "true", "log.consistency": "transactional"},
-            Consistency.TRANSACTIONAL,
+            Consistency.CONSISTENT,
             ChangelogMode.ALL_KINDS,
         ),
     ],

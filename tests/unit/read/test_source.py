@@ -56,9 +56,9 @@ def test_options_default_to_the_tables_settings() -> None:
     assert opts.start is None and opts.max_records is None and opts.scanner == "auto"
     assert SourceOptions.parse({"path": "ns.t"}, CATALOG, {}).table == "ns.t"  # .load("ns.t")
     named = _parse(consistency="consistent", **{"changelog-mode": "append-only", "MaxRecordsPerTrigger": "5"})
-    assert named.consistency is Consistency.TRANSACTIONAL and named.consistent
+    assert named.consistency is Consistency.CONSISTENT and named.consistent
     assert named.changelog_mode is ChangelogMode.APPEND_ONLY and named.max_records == 5
-    assert _parse(consistency="transactional").consistency is Consistency.TRANSACTIONAL
+    assert _parse(consistency="transactional").consistency is Consistency.CONSISTENT
     assert _parse(**{"log.consistency": "eventual"}).hints == {"log.consistency": "eventual"}
 
 
@@ -72,7 +72,7 @@ def test_options_default_to_the_tables_settings() -> None:
         ),
         (
             {"consistency": "strong"},
-            "option 'consistency': 'strong' is not consistent, transactional or eventual",
+            "option 'consistency': 'strong' is not one of consistent, eventual or transactional",
         ),
         ({"changelog-mode": "upsert"}, "option 'changelog-mode': 'upsert' is not all-kinds or append-only"),
         ({"startingPosition": "yesterday"}, "option 'startingPosition': 'yesterday' is not earliest"),
@@ -442,14 +442,14 @@ class _Clock:
 def _planner(clock: _Clock, max_records: int | None) -> StreamPlanner:
     reader = LogReader.__new__(LogReader)
     reader.topic, reader.kafka_config, reader.field_types = "log", {}, dict(TYPES)
-    reader.consistency, reader.changelog_mode = Consistency.TRANSACTIONAL, ChangelogMode.ALL_KINDS
+    reader.consistency, reader.changelog_mode = Consistency.CONSISTENT, ChangelogMode.ALL_KINDS
 
     class _Config:
         partitions, replication_factor = 2, None
 
     reader.config = _Config()  # type: ignore[assignment]
     opts = SourceOptions(
-        "ns.t", "log", Consistency.TRANSACTIONAL, None, {}, None, max_records, "librdkafka", CATALOG
+        "ns.t", "log", Consistency.CONSISTENT, None, {}, None, max_records, "librdkafka", CATALOG
     )
     planner = StreamPlanner(opts)
     planner._reader, planner._control = reader, clock  # type: ignore[assignment]
