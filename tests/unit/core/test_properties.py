@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 from typing import Any
 
@@ -20,9 +21,11 @@ from airflow_logstore.core.properties import (
     CompactionPolicy,
     Consistency,
     LogStoreConfig,
+    consistency_argument,
     emit_mode_from_options,
     format_emit_mode,
     nearest_key,
+    parse_consistency,
     parse_emit_mode,
     parse_table_properties,
     resolve_read_options,
@@ -717,3 +720,61 @@ def test_data_formats_that_contradict_each_other() -> None:
     error = error_of({"log-store.data-format": "json", "log.format": "debezium-json"})
     assert error.key == "log-store.data-format"
     assert "contradicts 'log.format' ('json' vs 'debezium-json')" in str(error)
+
+
+# -- consistency names: ours and Paimon's, at every edge ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("consistent", Consistency.CONSISTENT),
+        ("transactional", Consistency.CONSISTENT),  # Paimon's name
+        ("Transactional", Consistency.CONSISTENT),
+        (" CONSISTENT ", Consistency.CONSISTENT),
+        ("eventual", Consistency.EVENTUAL),
+        ("EVENTUAL", Consistency.EVENTUAL),
+        (Consistency.EVENTUAL, Consistency.EVENTUAL),
+    ],
+)
+def test_parse_consistency_takes_both_vocabularies_in_any_case(name: str, expected: Consistency) -> None:
+    assert parse_consistency(name) is expected
+
+
+def test_parse_consistency_names_the_bad_value_and_the_accepted_ones() -> None:
+    with pytest.raises(OptionError) as raised:
+        parse_consistency("exactly-once")
+    assert str(raised.value) == (
+        "option 'consistency': 'exactly-once' is not one of consistent, eventual or transactional "
+        "(Paimon's name of consistent)"
+    )
+    with pytest.raises(TablePropertyError, match=r"table property 'log.consistency': 'strict' is not one of"):
+        parse_consistency("strict", key="log.consistency", error=TablePropertyError)
+
+
+def test_the_consistency_argument_type_gives_argparse_the_parsers_message() -> None:
+    assert consistency_argument("Transactional") == "consistent"
+    with pytest.raises(argparse.ArgumentTypeError, match=r"'strong' is not one of consistent, eventual"):
+        consistency_argument("strong")
+
+
+@pytest.mark.parametrize("value", ["transactional", "TRANSACTIONAL", "consistent", "Consistent"])
+def test_the_paimon_property_takes_both_names_of_consistent(value: str) -> None:
+    config = parse_table_properties({**PAIMON, "log.consistency": value})
+    assert config.consistency is Consistency.CONSISTENT and config.consistent
+    agreeing = {**AMORO, "log-store.consistency-guarantee.enabled": "true", "log.consistency": value}
+    assert parse_table_properties(agreeing).consistency is Consistency.CONSISTENT
+
+
+def test_a_read_hint_takes_both_names_of_consistent() -> None:
+    config = parse_table_properties(AMORO)
+    for value in ("transactional", "consistent"):
+        hinted = resolve_read_options(config, {"log.consistency": value})
+        assert hinted.consistency is Consistency.CONSISTENT
+
+
+def test_the_consistency_contradiction_quotes_what_was_written() -> None:
+    error = error_of(
+        {**AMORO, "log-store.consistency-guarantee.enabled": "false", "log.consistency": "consistent"}
+    )
+    assert "('false' vs 'consistent')" in str(error)
