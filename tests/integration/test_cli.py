@@ -194,7 +194,7 @@ def test_write_publishes_and_reads_say_what_they_hold_back(
     code = main(["read", name, "--consistency", "transactional"])
     out, err = capfd.readouterr()
     assert code == 0 and [json.loads(line)["amount"] for line in out.splitlines()] == [None], err
-    assert err.splitlines() == [f"logstore: 1 records of {name} (transactional log read; 1 scanned)"]
+    assert err.splitlines() == [f"logstore: 1 records of {name} (consistent log read; 1 scanned)"]
 
     more = write_jsonl(tmp_path / "more.jsonl", [{"id": 2, "name": "bo", "amount": 5}])
     code = main(["write", name, "--input", str(more), "--no-publish", "--json"])

@@ -249,7 +249,7 @@ def test_a_streams_progress_shows_the_log_end_and_the_watermark_and_its_checkpoi
         query.stop()
     offsets = sorted((tmp_path / "checkpoint" / "offsets").glob("[0-9]*"), key=lambda p: int(p.name))
     last = json.loads(offsets[-1].read_text().splitlines()[-1])  # Spark's line, then the source's
-    assert last["version"] == 1 and last["consistency"] == "transactional"
+    assert last["version"] == 1 and last["consistency"] == "consistent"
     assert {int(p): o for p, o in last["positions"].items()} == {
         int(p): o for p, o in stream_lag(query.lastProgress)["log_end"].items()
     }
