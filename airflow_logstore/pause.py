@@ -60,6 +60,12 @@ def _file_for(name: str, suffix: str) -> Path:
         raise RuntimeError(
             f"pause point '{name}' is named in LOGSTORE_PAUSE_AT but LOGSTORE_PAUSE_DIR is unset"
         )
+    return pause_file(folder, name, suffix)
+
+
+def pause_file(folder: str | Path, name: str, suffix: str) -> Path:
+    """The file of point ``name`` in ``folder``: ``reached`` (the process stopped there), ``release``
+    (the test lets it go on), ``failed`` (a failure point fired)."""
     return Path(folder) / f"{name.replace(':', '_')}.{suffix}"
 
 

@@ -13,8 +13,8 @@ the tail, not the table's age.
 
 Publishing writes a checkpoint once the tail is :data:`CHECKPOINT_EVERY` records long; on the way it
 retires ledger entries whose records retention deleted, writing the checkpoint first and the entries'
-tombstones after (a crash in between leaves the entries in place, which is harmless), and tombstones the
-watermark records the checkpoint holds.
+tombstones once readers take it (a crash in between leaves the entries in place, which is harmless), and
+tombstones the watermark records the checkpoint holds.
 
 **Checkpoints only move forward** (a compare-and-set on ``through``). Publishes overlap, and a stalled
 one could otherwise write a checkpoint older than the latest after it: compaction then removes the
@@ -382,8 +382,11 @@ def maybe_checkpoint(
         log.info("control checkpoint of '%s': %s", ctl.topic, written["fenced"])
         return written
     kept, gone, through, size = written["kept"], written["gone"], written["through"], written["bytes"]
-    ctl.append_tombstones([*gone, *written["watermark_keys"]])
     report = {"through": through, "bytes": size, "commits": len(kept.commits), "retired": len(gone)}
+    if _readable(ctl, topic, written["offset"]):
+        ctl.append_tombstones([*gone, *written["watermark_keys"]])
+    else:
+        report["tombstones"] = "not written: the checkpoint was not readable in time (the entries stay)"
     log.info("control checkpoint of '%s': %s", ctl.topic, report)
     return report
 
@@ -394,7 +397,7 @@ def _write_fenced(
     """Take the transactional id, read the state, commit its checkpoint (None: not newer than the
     latest; ``{"fenced": ...}``: a newer checkpointer took the id meanwhile)."""
     timeout = kafka_client.request_timeout(None)
-    prod.init_transactions(timeout)  # fences every earlier checkpointer of the table
+    kafka_client.init_transactions(prod, timeout)  # fences every earlier checkpointer of the table
     pause_point("checkpoint:token-taken")
     state = read_state(ctl)  # after the token: newer than every committed checkpoint
     if state.end_offset <= state.checkpoint_start:
@@ -404,10 +407,18 @@ def _write_fenced(
     through = state.end_offset - 1
     payload = _encode({**encode_state(kept, through), "control_topic_id": ctl.known_id()})
     pause_point("checkpoint:before-write")
+    offsets: list[int] = []
     try:
         prod.begin_transaction()
-        prod.produce(topic, key=CHECKPOINT_KEY, value=payload, partition=0)
+        prod.produce(
+            topic,
+            key=CHECKPOINT_KEY,
+            value=payload,
+            partition=0,
+            on_delivery=lambda error, message: offsets.append(-1 if error else message.offset()),
+        )
         prod.commit_transaction(timeout)
+        prod.poll(0)  # serve the delivery report if the commit's flush did not
     except Exception as exc:
         if kafka_client.is_fenced(exc):
             return {"fenced": f"checkpoint through {through} not written: a newer checkpointer took over"}
@@ -418,7 +429,22 @@ def _write_fenced(
         "through": through,
         "bytes": len(payload),
         "watermark_keys": list(state.watermark_keys),
+        "offset": offsets[0],  # commit_transaction delivered it
     }
+
+
+def _readable(ctl: ControlTopic, topic: str, offset: int) -> bool:
+    """Wait until readers take the checkpoint at ``offset`` (:func:`_latest`): only then are the
+    entries it retired tombstoned, so a publish that returned leaves a state every later read folds
+    from that checkpoint, and compaction never removes an entry no readable checkpoint holds."""
+    cons = kafka_client.committed_consumer(ctl.config, **{"fetch.wait.max.ms": 5})
+    try:
+        readable = kafka_client.await_committed(cons, topic, offset, kafka_client.request_timeout(None))
+    finally:
+        cons.close()
+    if not readable:
+        log.warning("control checkpoint of '%s' at %s not readable in time: no tombstones", ctl.topic, offset)
+    return readable
 
 
 def _encode(data: Mapping[str, Any]) -> bytes:

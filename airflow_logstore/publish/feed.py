@@ -70,7 +70,7 @@ def copy_to_feed(
         },
     )
     try:
-        prod.init_transactions(timeout)  # fences every earlier publisher of the feed
+        kafka_client.init_transactions(prod, timeout)  # fences every earlier publisher of the feed
         pause_point("feed:token-taken")
         progress = read_progress(side.kafka_config, progress_topic)  # after the token
         span = copy_range(progress, watermark, log_start)

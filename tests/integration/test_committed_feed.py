@@ -29,6 +29,7 @@ from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.reader import read_log
 from airflow_logstore.table.tables import LogStoreTable
 from airflow_logstore.testing.tables import make_table
+from tests.pause_files import wait_reached
 
 FEED = {"log-store.committed-feed.enabled": "true"}
 Feed = list[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]]]]
@@ -36,7 +37,8 @@ Feed = list[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]]]]
 
 def read_feed(handle: LogStoreTable, timeout: float = 60.0, settled: bool = True) -> Feed:
     """Everything a plain read_committed consumer gets from the committed topic, up to its last stable
-    offset: (partition, key, value, headers), in log order per partition. Only confluent-kafka here.
+    offset: (partition, key, value, headers), partition by partition, each in log order (a consumer
+    interleaves partitions in no fixed order: two reads compare equal only so). Only confluent-kafka here.
 
     A transaction's commit returns once the coordinator has decided it; the broker writes its commit
     markers to the partitions a moment later, and only then do read_committed consumers see its records.
@@ -48,7 +50,7 @@ def read_feed(handle: LogStoreTable, timeout: float = 60.0, settled: bool = True
     while True:
         found, ends = _read_committed(config.bootstrap_servers, topic, deadline)
         if not settled or ends == _ends(config.bootstrap_servers, topic, list(ends)):
-            return found
+            return sorted(found, key=lambda record: record[0])  # by partition; stable: log order kept
         assert time.monotonic() < deadline, f"{topic}: transactions not settled: {ends}"
         time.sleep(0.1)
 
@@ -220,12 +222,10 @@ def test_a_publisher_killed_inside_its_copy_leaves_nothing_and_the_next_copies_o
         stderr=subprocess.STDOUT,
     )
     try:
-        reached = folder / "feed_copied.reached"
-        deadline = time.monotonic() + 120
-        while not reached.exists():
-            assert process.poll() is None, process.communicate()[0][-3000:]
-            assert time.monotonic() < deadline, "the publisher never reached feed:copied"
-            time.sleep(0.05)
+        try:
+            wait_reached(process, folder, "feed:copied", 120)
+        except AssertionError as exc:
+            raise AssertionError(f"the publisher: {exc}: {process.communicate()[0][-3000:]}") from None
         os.kill(process.pid, signal.SIGKILL)
         process.wait(30)
     finally:

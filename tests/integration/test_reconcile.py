@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ from airflow_logstore.table.tables import LogStoreTable, create_table, merged_st
 from airflow_logstore.testing.environment import REPO_ROOT
 from airflow_logstore.testing.tables import fold_log, log_values, table_state, write_jsonl
 from airflow_logstore.write.writer import open_writer
+from tests.pause_files import wait_reached
 
 SCHEMA = "id int, name string, amount long"
 BATCHES: list[list[dict[str, Any]]] = [
@@ -705,8 +705,8 @@ def _kill_at(args: list[str], point: str, folder: Path) -> int:
     Returns its exit code; fails if it ended before reaching the point."""
     folder.mkdir(parents=True)
     env = {**os.environ, "LOGSTORE_PAUSE_AT": point, "LOGSTORE_PAUSE_DIR": str(folder)}
-    reached = folder / f"{point.replace(':', '_')}.reached"
-    with (folder / "writer.log").open("w") as out:
+    log = folder / "writer.log"
+    with log.open("w") as out:
         process = subprocess.Popen(
             [sys.executable, str(REPO_ROOT / "spark_jobs" / "dual_write.py"), *args],
             stdout=out,
@@ -714,15 +714,13 @@ def _kill_at(args: list[str], point: str, folder: Path) -> int:
             env=env,
             start_new_session=True,
         )
-        deadline = time.monotonic() + 300
-        while not reached.exists():  # a file the writer writes when it stops: nothing is timed
-            if process.poll() is not None or time.monotonic() > deadline:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                tail = (folder / "writer.log").read_text()[-3000:]
-                raise AssertionError(f"the writer never reached {point}: {tail}")
-            time.sleep(0.05)
-        os.killpg(process.pid, signal.SIGKILL)
+        try:
+            wait_reached(process, folder, point, 300)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {log.read_text()[-3000:]}") from None
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
         return process.wait(60)
 
 

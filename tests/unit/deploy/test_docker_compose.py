@@ -194,7 +194,7 @@ def test_every_airflow_component_gets_the_topologys_connections(services: dict[s
 def test_airflows_jobs_name_the_spark_images_executors_python(services: dict[str, Any]) -> None:
     """What every Airflow task sends with its jobs (``PYSPARK_PYTHON``, as the local cluster profile's tasks
     send ``LOGSTORE_EXECUTOR_PYTHON``): the Spark image's executors' environment, whose Python version is
-    the Airflow image's (tests/unit/test_executors.py checks both Dockerfiles), not a bare ``python3``
+    the Airflow image's (tests/unit/spark/test_executors.py checks both Dockerfiles), not a bare ``python3``
     (the Spark base image's is 3.10, which PySpark refuses for a 3.11 driver)."""
     for name in (*AIRFLOW_COMPONENTS, "airflow-init"):
         env = services[name]["environment"]

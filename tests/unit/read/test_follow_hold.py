@@ -19,7 +19,7 @@ from airflow_logstore.core.properties import ChangelogMode
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.read import follow
 from airflow_logstore.read.reader import LogReader, ReadReport, filter_for
-from tests.unit.test_topic_scan import _Message
+from tests.unit.log.test_topic_scan import _Message
 
 TASK = "0.17"
 

@@ -19,8 +19,8 @@ from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.core.visibility import Decision
 from airflow_logstore.read import follow
 from airflow_logstore.read.reader import LogReader, ReadReport, SnapshotStart, StartPosition, filter_for
+from tests.unit.log.test_topic_scan import _Message
 from tests.unit.read.test_follow_hold import _DeadLetters
-from tests.unit.test_topic_scan import _Message
 
 TASK, ZOMBIE_TASK = "0.1", "0.9"
 S = SnapshotStart(sequence=5, included=frozenset({"w/1"}), snapshot_id=77, positions=((0, 0), (1, 3)))

@@ -13,7 +13,7 @@ from airflow_logstore.core import reconcile as core
 from airflow_logstore.exceptions import FencedError
 from airflow_logstore.reconcile import reconciler as rec
 from airflow_logstore.reconcile.reconciler import PlanResult, ReconcilerLease, ScanJob, TableLog
-from tests.unit.test_reconciler_lease import Broker, InMemoryControlTopic
+from tests.unit.reconcile.test_reconciler_lease import Broker, InMemoryControlTopic
 
 
 @pytest.fixture

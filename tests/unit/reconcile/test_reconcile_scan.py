@@ -13,7 +13,7 @@ from airflow_logstore.core import reconcile as R
 from airflow_logstore.log import kafka_client
 from airflow_logstore.reconcile import scan as reconcile_scan
 from tests.unit.core.test_reconcile import _comparable, _copy_state, _random_history
-from tests.unit.test_topic_scan import _Consumer
+from tests.unit.log.test_topic_scan import _Consumer
 
 
 class _Record:

@@ -11,7 +11,7 @@ from confluent_kafka import KafkaError
 
 from airflow_logstore.exceptions import KafkaUnavailableError
 from airflow_logstore.log import kafka_client
-from tests.unit.test_topic_scan import _Consumer, _Error, _Message
+from tests.unit.log.test_topic_scan import _Consumer, _Error, _Message
 
 
 def _view(batches: Sequence[Sequence[_Message]]) -> list[list[tuple[int, int]]]:
