@@ -25,6 +25,16 @@ class Consistency(StrEnum):
 
     CONSISTENT = "consistent"  # exactly-once: only records of committed, published snapshots
     EVENTUAL = "eventual"  # at-least-once: every record at once, reversals included
+    #: Deprecated: the old name of ``CONSISTENT``, kept for code that imports it. An alias (the same value),
+    #: so ``Consistency.TRANSACTIONAL is Consistency.CONSISTENT``; its value is now ``consistent``, and
+    #: iterating the class lists each consistency once.
+    TRANSACTIONAL = "consistent"
+
+    @classmethod
+    def _missing_(cls, value: object) -> Consistency | None:
+        """``Consistency(name)`` takes every name of :data:`CONSISTENCY_NAMES`, in any case: older code and
+        stored values that say ``transactional`` (the old value) still convert."""
+        return CONSISTENCY_NAMES.get(value.strip().lower()) if isinstance(value, str) else None
 
 
 #: Every name a user may give a consistency, case-insensitive: ours, and ``transactional``, Paimon's name of
@@ -51,15 +61,13 @@ def parse_consistency(
     :param error: :class:`OptionError` for an option or parameter, :class:`TablePropertyError` for a property
     :raises OptionError: (or ``error``) naming the bad value and the accepted names
     """
-    if isinstance(value, Consistency):
-        return value
-    found = CONSISTENCY_NAMES.get(str(value).strip().lower())
-    if found is None:
+    try:
+        return Consistency(value)  # a member, or any name of CONSISTENCY_NAMES (Consistency._missing_)
+    except ValueError:
         hint = nearest_key(str(value).strip().lower(), list(CONSISTENCY_NAMES))
         suffix = f"; did you mean '{hint}'?" if hint else ""
         accepted = "consistent, eventual or transactional (Paimon's name of consistent)"
-        raise error(key, f"'{value}' is not one of {accepted}{suffix}")
-    return found
+        raise error(key, f"'{value}' is not one of {accepted}{suffix}") from None
 
 
 def consistency_argument(text: str) -> str:

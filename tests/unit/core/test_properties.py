@@ -778,3 +778,13 @@ def test_the_consistency_contradiction_quotes_what_was_written() -> None:
         {**AMORO, "log-store.consistency-guarantee.enabled": "false", "log.consistency": "consistent"}
     )
     assert "('false' vs 'consistent')" in str(error)
+
+
+def test_the_old_name_transactional_is_a_deprecated_alias_of_consistent() -> None:
+    """Code written against the old enum keeps working: the member, and converting the old value."""
+    assert Consistency.TRANSACTIONAL is Consistency.CONSISTENT
+    assert Consistency["TRANSACTIONAL"] is Consistency.CONSISTENT
+    assert Consistency("transactional") is Consistency.CONSISTENT  # a stored value of an older version
+    assert list(Consistency) == [Consistency.CONSISTENT, Consistency.EVENTUAL]  # each consistency once
+    with pytest.raises(ValueError, match="'strong' is not a valid Consistency"):
+        Consistency("strong")
