@@ -8,7 +8,6 @@ missing topic or address when the log is enabled, and settings that contradict e
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import re
 from collections.abc import Mapping
@@ -68,15 +67,6 @@ def parse_consistency(
         suffix = f"; did you mean '{hint}'?" if hint else ""
         accepted = "consistent, eventual or transactional (Paimon's name of consistent)"
         raise error(key, f"'{value}' is not one of {accepted}{suffix}") from None
-
-
-def consistency_argument(text: str) -> str:
-    """:func:`parse_consistency` as an argparse ``type=``: the value's name in our vocabulary, and the
-    parser's error as argparse's message (argparse hides a ValueError's own message)."""
-    try:
-        return parse_consistency(text).value
-    except OptionError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 class ChangelogMode(StrEnum):

@@ -31,7 +31,7 @@ from airflow_logstore.core.codec import (
     RecordMeta,
     decode_headers,
 )
-from airflow_logstore.core.properties import ChangelogMode, Consistency, consistency_argument
+from airflow_logstore.core.properties import ChangelogMode, Consistency, parse_consistency
 from airflow_logstore.core.visibility import (
     Decision,
     ReadFilter,
@@ -39,7 +39,7 @@ from airflow_logstore.core.visibility import (
     output_identity,
     visible_end,
 )
-from airflow_logstore.exceptions import LogStoreError, RecordDecodeError
+from airflow_logstore.exceptions import LogStoreError, OptionError, RecordDecodeError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -295,6 +295,16 @@ def send_dead_letters(reader: LogReader, dead: DataFrame) -> tuple[int, str]:
         topic.add(reader.topic, record, row["_dead_reason"])
     topic.flush()
     return topic.count, topic.topic
+
+
+def consistency_argument(text: str) -> str:
+    """:func:`~airflow_logstore.core.properties.parse_consistency` as an argparse ``type=`` (this job's
+    ``--consistency`` and the CLI's ``read --consistency``): the name in our vocabulary, and the parser's
+    error as argparse's message (argparse hides a ValueError's own message)."""
+    try:
+        return parse_consistency(text).value
+    except OptionError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parser() -> argparse.ArgumentParser:

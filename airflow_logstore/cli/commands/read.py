@@ -20,7 +20,7 @@ from airflow_logstore.cli.commands import (
     parse_properties,
     print_json,
 )
-from airflow_logstore.core.properties import consistency_argument
+from airflow_logstore.read.read_job import consistency_argument
 
 if TYPE_CHECKING:
     from airflow_logstore.table.tables import LogStoreTable

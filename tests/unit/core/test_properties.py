@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import re
 from typing import Any
 
@@ -21,7 +20,6 @@ from airflow_logstore.core.properties import (
     CompactionPolicy,
     Consistency,
     LogStoreConfig,
-    consistency_argument,
     emit_mode_from_options,
     format_emit_mode,
     nearest_key,
@@ -750,12 +748,6 @@ def test_parse_consistency_names_the_bad_value_and_the_accepted_ones() -> None:
     )
     with pytest.raises(TablePropertyError, match=r"table property 'log.consistency': 'strict' is not one of"):
         parse_consistency("strict", key="log.consistency", error=TablePropertyError)
-
-
-def test_the_consistency_argument_type_gives_argparse_the_parsers_message() -> None:
-    assert consistency_argument("Transactional") == "consistent"
-    with pytest.raises(argparse.ArgumentTypeError, match=r"'strong' is not one of consistent, eventual"):
-        consistency_argument("strong")
 
 
 @pytest.mark.parametrize("value", ["transactional", "TRANSACTIONAL", "consistent", "Consistent"])

@@ -6,6 +6,7 @@ tests/unit/read/test_source.py."""
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 import pytest
@@ -69,6 +70,12 @@ def test_the_cli_read_option_takes_both_names_of_consistent(name: str) -> None:
 def test_the_spark_read_jobs_option_takes_both_names_of_consistent(name: str) -> None:
     args = read_job.parser().parse_args(["--table", "ns.t", "--mode", "log", "--consistency", name])
     assert args.consistency == "consistent"
+
+
+def test_the_consistency_argument_type_gives_argparse_the_parsers_message() -> None:
+    assert read_job.consistency_argument("Transactional") == "consistent"
+    with pytest.raises(argparse.ArgumentTypeError, match=r"'strong' is not one of consistent, eventual"):
+        read_job.consistency_argument("strong")
 
 
 def test_a_bad_consistency_option_is_argparses_error_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
