@@ -259,8 +259,9 @@ def test_a_checkpoint_written_by_version_1_of_the_source_is_read(
     env: Any, spark: Any, tmp_path: Path
 ) -> None:
     """``fixtures/logstore_source_checkpoint_v1``: a consistent log stream's checkpoint after batch 1 of
-    ``BATCHES``, written by version 1 (``make_checkpoint_fixture.py``). Keys go to partitions by their
-    hash, so batch 1 ends at the same positions in any new table; the stream goes on from there."""
+    ``BATCHES``, written by version 1 (``make_checkpoint_fixture.py``), which named the consistency
+    ``transactional`` (its old name). Keys go to partitions by their hash, so batch 1 ends at the same
+    positions in any new table; the stream goes on from there."""
     handle = make_table(env, prefix="v1")
     writer = _writer(spark, handle)
     writer.write_path(_path(tmp_path, 1), 1)
@@ -268,6 +269,7 @@ def test_a_checkpoint_written_by_version_1_of_the_source_is_read(
     publish_visible_offsets(handle)
     checkpoint = tmp_path / "checkpoint"
     shutil.copytree(FIXTURE_V1, checkpoint)
+    assert '"consistency": "transactional"' in (checkpoint / "offsets" / "0").read_text()  # the old name
     sink = _Sink()
     query = (
         spark.readStream.format("logstore")

@@ -540,6 +540,27 @@ def test_the_stream_reads_only_below_the_watermark_of_its_state(kafka: Any) -> N
         planner.partitions(latest, {**latest, "consistency": "eventual"})
 
 
+def test_a_stream_whose_checkpoint_says_transactional_continues(kafka: Any) -> None:
+    """A checkpoint of an older version names the consistency ``transactional`` (the old name of
+    consistent): a restarted consistent stream takes it, goes on from its positions, and keeps the name in
+    its later offsets (Spark compares offsets by their JSON: a rewritten name would look like progress)."""
+    clock = _Clock(_History())
+    clock.history.records = [_Record(0, o, RecordMeta("w", 1, 1, TASK)) for o in range(4)]
+    clock.history.arrive = [0] * 4
+    state = ControlState(epochs={"w": 1}, commits={("w", 1): _commit(1, {0: (0, 3)})}, watermark={0: 1})
+    clock.history.states = [state]
+    kafka(clock.log())
+    old = {"version": 1, "mode": "log", "consistency": "transactional", "positions": {"0": 0, "1": 0},
+           "origin": {"0": 0, "1": 0}}  # fmt: skip
+    planner = _planner(clock, None)
+    assert planner.partitions(old, old) == []  # Spark's setLatestSeenOffset: the checkpoint is accepted
+    latest = planner.latest_offset()
+    assert latest["consistency"] == "transactional" and latest["positions"] == {"0": 2, "1": 0}
+    assert [row for piece in planner.partitions(old, latest) for row in _read(piece)] == [(0, 0), (0, 1)]
+    assert planner.latest_offset() == latest  # nothing new: the same JSON, no micro-batch
+    assert planner.initial_offset()["consistency"] == "consistent"  # a new stream says ours
+
+
 def test_slices_take_whole_partitions_until_they_are_large(
     kafka: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
