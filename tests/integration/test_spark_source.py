@@ -143,14 +143,14 @@ def test_a_batch_read_equals_the_python_reader(mixed: dict[str, Any], spark: Any
     if case.startswith("consistent"):
         scanner = "jvm" if case.endswith("jvm-scan") else "auto"  # the JVM scan in a Spark task's worker
         rows = _spark_rows(spark, name, consistency="consistent", scanner=scanner)
-        want = read_log(handle, consistency="transactional").records
+        want = read_log(handle, consistency="consistent").records
     elif case == "eventual":
         rows = _spark_rows(spark, name, consistency="eventual")
         want = read_log(handle, consistency="eventual").records
         assert {r["_record_type"] for r in rows} >= {"data", "reversal"}
     elif case == "append-only":
         rows = _spark_rows(spark, name, consistency="consistent", **{"changelog-mode": "append-only"})
-        want = read_log(handle, consistency="transactional", changelog_mode="append-only").records
+        want = read_log(handle, consistency="consistent", changelog_mode="append-only").records
         assert {r["_kind"] for r in rows} == {"+I"}
     elif case == "eventual-from-snapshot":
         rows = _spark_rows(spark, name, consistency="eventual", startingPosition=f"snapshot:{s1}")
@@ -159,8 +159,7 @@ def test_a_batch_read_equals_the_python_reader(mixed: dict[str, Any], spark: Any
         consistency = case.split("-")[1]
         options = {"startingPosition": f"snapshot:{s1}"} if consistency == "eventual" else {}
         rows = _spark_rows(spark, name, mode="hybrid", consistency=consistency, **options)
-        python = "transactional" if consistency == "consistent" else consistency
-        hybrid = read_hybrid(handle, s1 if consistency == "eventual" else None, consistency=python)
+        hybrid = read_hybrid(handle, s1 if consistency == "eventual" else None, consistency=consistency)
         files = [r for r in rows if r["_source"] == "file"]
         assert Counter(_file_key(r) for r in files) == Counter(
             _file_key(r) for r in hybrid.file_rows.to_pylist()
@@ -282,7 +281,7 @@ def test_a_checkpoint_written_by_version_1_of_the_source_is_read(
     )
     query.awaitTermination(WAIT_S)
     assert query.exception() is None
-    want = [r for r in read_log(handle, consistency="transactional").records if r.meta.batch_id == 2]
+    want = [r for r in read_log(handle, consistency="consistent").records if r.meta.batch_id == 2]
     assert Counter(_log_key(r) for r in sink.rows()) == _python_log(want)
     assert min(sink.batches) == 1  # the fixture's batch 0 is committed: the stream went on after it
 
@@ -322,7 +321,7 @@ def test_streams_return_batches_a_control_checkpoint_retired_once(
         try:
             write_batches(handle, 13, 3)
             publish_visible_offsets(handle)
-            want = _python_log(read_log(handle, consistency="transactional").records)
+            want = _python_log(read_log(handle, consistency="consistent").records)
             assert sum(want.values()) == 15 * 5
             _until(lambda: min(len(across.rows()), len(after.rows())) >= 75, "every committed record")
         finally:
@@ -492,8 +491,8 @@ def test_streams_return_each_committed_change_once_across_sigkills_of_the_driver
     _failover(spark, handle, tmp_path, 5)
     reconcile(handle)
     publish_visible_offsets(handle)
-    consistent = read_log(handle, consistency="transactional").records
-    hybrid = read_hybrid(handle, s2, consistency="transactional")
+    consistent = read_log(handle, consistency="consistent").records
+    hybrid = read_hybrid(handle, s2, consistency="consistent")
     table = {row["id"]: row for row in table_state(handle).values()}
     _until(lambda: len(_received(root, "log")) >= len(consistent), "the consistent stream")
     _until(

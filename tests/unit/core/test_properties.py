@@ -79,7 +79,7 @@ def test_amoro_vocabulary_defaults_to_eventual() -> None:
     assert config.control_topic == "orders.logstore-control"
 
 
-def test_paimon_vocabulary_defaults_to_transactional() -> None:
+def test_paimon_vocabulary_defaults_to_consistent() -> None:
     config = parse_table_properties(PAIMON)
     assert config.enabled is True
     assert config.topic == "orders"
