@@ -60,7 +60,7 @@ def logstore_batch(
     change_column: str = "op",
     missing_as_null: bool = False,
     read_mode: str | None = "log",
-    consistency: str | None = "transactional",
+    consistency: str | None = "consistent",
     read_start: str = "earliest",
     read_output_path: str | None = None,
     retries: int = 2,

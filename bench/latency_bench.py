@@ -212,7 +212,7 @@ def main() -> None:
         feed_records: list[float] = []
         threads = [
             follow_into(handle, "eventual", eventual_seen, stop, eventual_records),
-            follow_into(handle, "transactional", consistent_seen, stop, consistent_records),
+            follow_into(handle, "consistent", consistent_seen, stop, consistent_records),
             feed_into(handle, feed_seen, stop, feed_records),
         ]
         publisher = Publisher(handle)

@@ -219,6 +219,7 @@ def main() -> None:
                 tables[size] = (str(handle.name), filled)
             for size in sizes:
                 for what in ("read", "run_read"):
+                    # the old name of consistent: the --before worktree's code takes only it
                     for consistency in ("eventual", "transactional"):
                         if what == "run_read" and consistency == "transactional":
                             continue

@@ -44,7 +44,7 @@ def python_batch(handle: Any) -> dict[str, Any]:
     from airflow_logstore.read.reader import LogReader
 
     started = time.perf_counter()
-    reader = LogReader(handle, consistency="transactional")
+    reader = LogReader(handle, consistency="consistent")
     report = reader.new_report()
     returned = sum(table.num_rows for table in reader.iterate_batches("earliest", report=report))
     return {**_rate(returned, time.perf_counter() - started), "scanner": report.scanner}
@@ -72,7 +72,7 @@ def python_follower(handle: Any, expected: int) -> dict[str, Any]:
 
     done = _Done()
     started = time.perf_counter()
-    for _ in follow(LogReader(handle, consistency="transactional"), "earliest", stop=done):
+    for _ in follow(LogReader(handle, consistency="consistent"), "earliest", stop=done):
         done.count += 1
     return _rate(done.count, time.perf_counter() - started)
 
@@ -138,7 +138,7 @@ def latency(spark: Any, handle: Any, batches: int, folder: str) -> dict[str, Any
     stop = threading.Event()
 
     def run_follower() -> None:
-        for record in follow(LogReader(handle, consistency="transactional"), "earliest", stop=stop):
+        for record in follow(LogReader(handle, consistency="consistent"), "earliest", stop=stop):
             python_seen.setdefault(record.meta.batch_id, time.time())
 
     follower = threading.Thread(target=run_follower, daemon=True)

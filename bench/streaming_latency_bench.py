@@ -131,7 +131,7 @@ def main() -> None:
         published: list[float] = []
         threads = [
             follow_into(handle, "eventual", eventual, stop),
-            follow_into(handle, "transactional", consistent, stop),
+            follow_into(handle, "consistent", consistent, stop),
             publisher(table, stop, published),
         ]
         operator = LogStoreStreamingDualWriteOperator(

@@ -53,12 +53,12 @@ PARAMS = {
         "from its offsets",
     ),
     "consistency": Param(
-        "transactional",
+        "consistent",
         type="string",
-        enum=["transactional", "eventual"],
+        enum=["consistent", "eventual", "transactional"],
         title="Log consistency",
-        description="transactional: exactly-once, after the snapshot commits; "
-        "eventual: at once, at-least-once",
+        description="consistent: exactly-once, after the snapshot commits; "
+        "eventual: at once, at-least-once; transactional: Paimon's name of consistent",
     ),
     "emit_mode": Param(
         "file,log",

@@ -156,7 +156,7 @@ def summarize(settings: LocalSettings, log_file: Path, airflow_home: Path | None
     shown = show_table(handle)
     rows = handle.load().scan().to_arrow().to_pylist()
     eventual = read_log(handle, consistency="eventual")
-    consistent = read_log(handle, consistency="transactional")
+    consistent = read_log(handle, consistency="consistent")
     table_state = {(r["id"],): r for r in rows}
 
     def fold(records: Any, upsert: bool = False) -> dict[Any, Any]:

@@ -22,8 +22,51 @@ from airflow_logstore.exceptions import OptionError, TablePropertyError
 class Consistency(StrEnum):
     """How a log reader treats records that no Iceberg snapshot has committed yet."""
 
-    TRANSACTIONAL = "transactional"  # exactly-once: only records of committed, published snapshots
+    CONSISTENT = "consistent"  # exactly-once: only records of committed, published snapshots
     EVENTUAL = "eventual"  # at-least-once: every record at once, reversals included
+    #: Deprecated: the old name of ``CONSISTENT``, kept for code that imports it. An alias (the same value),
+    #: so ``Consistency.TRANSACTIONAL is Consistency.CONSISTENT``; its value is now ``consistent``, and
+    #: iterating the class lists each consistency once.
+    TRANSACTIONAL = "consistent"
+
+    @classmethod
+    def _missing_(cls, value: object) -> Consistency | None:
+        """``Consistency(name)`` takes every name of :data:`CONSISTENCY_NAMES`, in any case: older code and
+        stored values that say ``transactional`` (the old value) still convert."""
+        return CONSISTENCY_NAMES.get(value.strip().lower()) if isinstance(value, str) else None
+
+
+#: Every name a user may give a consistency, case-insensitive: ours, and ``transactional``, Paimon's name of
+#: ``consistent`` (its ``log.consistency`` value). Everything inside and every output says ours.
+CONSISTENCY_NAMES: dict[str, Consistency] = {
+    "consistent": Consistency.CONSISTENT,
+    "transactional": Consistency.CONSISTENT,
+    "eventual": Consistency.EVENTUAL,
+}
+
+
+def parse_consistency(
+    value: Consistency | str,
+    *,
+    key: str = "consistency",
+    error: type[OptionError] | type[TablePropertyError] = OptionError,
+) -> Consistency:
+    """The :class:`Consistency` a name means, in either vocabulary (see :data:`CONSISTENCY_NAMES`).
+
+    Every edge that takes a consistency (table properties, read hints, operator and function parameters,
+    CLI and Spark-job options, the Spark source's option) calls this, so all accept the same names.
+
+    :param key: the property or option that held ``value``, named in the error
+    :param error: :class:`OptionError` for an option or parameter, :class:`TablePropertyError` for a property
+    :raises OptionError: (or ``error``) naming the bad value and the accepted names
+    """
+    try:
+        return Consistency(value)  # a member, or any name of CONSISTENCY_NAMES (Consistency._missing_)
+    except ValueError:
+        hint = nearest_key(str(value).strip().lower(), list(CONSISTENCY_NAMES))
+        suffix = f"; did you mean '{hint}'?" if hint else ""
+        accepted = "consistent, eventual or transactional (Paimon's name of consistent)"
+        raise error(key, f"'{value}' is not one of {accepted}{suffix}") from None
 
 
 class ChangelogMode(StrEnum):
@@ -34,7 +77,7 @@ class ChangelogMode(StrEnum):
 @dataclass(frozen=True)
 class PropertySpec:
     key: str
-    kind: str  # "bool", "int", "float", "str", or "enum"
+    kind: str  # "bool", "int", "float", "str", "enum" or "consistency" (a name parse_consistency takes)
     default: Any
     description: str
     vocabulary: str  # "amoro", "paimon" or "logstore" (ours)
@@ -105,11 +148,11 @@ PROPERTY_SPECS: tuple[PropertySpec, ...] = (
     PropertySpec("kafka.topic", "str", None, "Kafka topic of the table's log.", "paimon"),
     PropertySpec(
         "log.consistency",
-        "enum",
-        "transactional",
-        "transactional: visible after the snapshot commits; eventual: visible at once.",
+        "consistency",
+        "consistent",
+        "consistent (Paimon's transactional): visible after the snapshot commits; eventual: visible at once.",
         "paimon",
-        choices=("transactional", "eventual"),
+        choices=("consistent", "transactional", "eventual"),
     ),
     PropertySpec(
         "log-store.partitions",
@@ -251,7 +294,7 @@ class LogStoreConfig:
 
     @property
     def consistent(self) -> bool:
-        return self.consistency is Consistency.TRANSACTIONAL
+        return self.consistency is Consistency.CONSISTENT
 
     def feed_topics(self) -> tuple[str, str]:
         """(the committed topic, its progress topic), or fail when the table has no committed feed."""
@@ -306,6 +349,9 @@ def _convert(spec: PropertySpec, raw: Any) -> Any:
         if spec.minimum is not None and value < spec.minimum:
             raise TablePropertyError(spec.key, f"must be at least {spec.minimum:g}, got {value}")
         return value
+    if spec.kind == "consistency":  # validated here, kept as written (for errors), mapped by _consistency
+        parse_consistency(text, key=spec.key, error=TablePropertyError)
+        return text.lower()
     if spec.kind == "enum":
         if text.lower() not in spec.choices:
             hint = nearest_key(text.lower(), list(spec.choices))
@@ -342,15 +388,14 @@ def _agree(typed: Mapping[str, Any], amoro_key: str, paimon_key: str, amoro: Any
 
 def _consistency(typed: Mapping[str, Any], default: Consistency) -> Consistency:
     """The consistency the two vocabularies name, Amoro's ``log-store.consistency-guarantee.enabled``
-    flag and Paimon's ``log.consistency``, for table properties and read options alike: both may be set
-    when they agree; neither set is ``default``."""
+    flag and Paimon's ``log.consistency`` (already parsed by :func:`parse_consistency`), for table
+    properties and read options alike: both may be set when they agree; neither set is ``default``."""
     amoro, paimon = "log-store.consistency-guarantee.enabled", "log.consistency"
-    _agree(typed, amoro, paimon, typed.get(amoro), typed.get(paimon) == Consistency.TRANSACTIONAL.value)
+    named = {paimon: parse_consistency(typed[paimon], key=paimon)} if paimon in typed else {}
     if amoro in typed:
-        return Consistency.TRANSACTIONAL if typed[amoro] else Consistency.EVENTUAL
-    if paimon in typed:
-        return Consistency(typed[paimon])
-    return default
+        named[amoro] = Consistency.CONSISTENT if typed[amoro] else Consistency.EVENTUAL
+    _agree(typed, amoro, paimon, named.get(amoro), named.get(paimon))
+    return named.get(amoro) or named.get(paimon) or default
 
 
 def _text(value: Any) -> str:
@@ -390,7 +435,7 @@ def parse_table_properties(properties: Mapping[str, Any]) -> LogStoreConfig:
     )
     uses_paimon = "log.system" in typed and "log-store.enabled" not in typed
     # each vocabulary keeps its own default
-    consistency = _consistency(typed, Consistency.TRANSACTIONAL if uses_paimon else Consistency.EVENTUAL)
+    consistency = _consistency(typed, Consistency.CONSISTENT if uses_paimon else Consistency.EVENTUAL)
 
     _agree(
         typed,

@@ -18,7 +18,8 @@ class LogStoreReadOperator(LineageMixin, BaseOperator):
 
     :param table: ``namespace.table``
     :param mode: ``file``, ``log`` or ``hybrid`` (templated)
-    :param consistency: ``transactional`` or ``eventual``; default: the table's setting (templated)
+    :param consistency: ``consistent`` (or Paimon's name of it, ``transactional``) or ``eventual``; default:
+        the table's setting (templated)
     :param changelog_mode: ``all-kinds`` or ``append-only``; default: the table's setting
     :param start: log start: earliest, latest, timestamp:<ms|ISO>, snapshot:<id> (templated)
     :param snapshot_id: the snapshot of a file or hybrid read (default: current; templated)

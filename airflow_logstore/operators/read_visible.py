@@ -141,7 +141,7 @@ class LogStoreReadVisibleOperator(LineageMixin, LogStoreOperator):
         return run_read(
             self.logstore_table(self.table),
             mode="log",
-            consistency="transactional",
+            consistency="consistent",
             changelog_mode=self.changelog_mode,
             start=StartPosition.at(window.start),
             end=window.end,

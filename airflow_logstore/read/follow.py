@@ -251,7 +251,7 @@ def follow(
         first = reader.start_offsets(start, cons, bounds)
         hybrid = reader.snapshot_start(start)
         position = ResumePosition(first, hybrid)
-        if reader.consistency is Consistency.TRANSACTIONAL:
+        if reader.consistency is Consistency.CONSISTENT:
             gated = ControlFollower.of(reader)
         # one per read: it remembers the reconciler records it let through, and drops their later copies
         eventual: ReadFilter | EventualAfterSnapshot = ReadFilter(None, consistent=False)

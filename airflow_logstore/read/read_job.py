@@ -31,7 +31,7 @@ from airflow_logstore.core.codec import (
     RecordMeta,
     decode_headers,
 )
-from airflow_logstore.core.properties import ChangelogMode, Consistency
+from airflow_logstore.core.properties import ChangelogMode, Consistency, parse_consistency
 from airflow_logstore.core.visibility import (
     Decision,
     ReadFilter,
@@ -39,7 +39,7 @@ from airflow_logstore.core.visibility import (
     output_identity,
     visible_end,
 )
-from airflow_logstore.exceptions import LogStoreError, RecordDecodeError
+from airflow_logstore.exceptions import LogStoreError, OptionError, RecordDecodeError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -163,7 +163,7 @@ def read_log_frame(
     :param hybrid: the log part of a hybrid read of this snapshot.
     """
 
-    consistent = reader.consistency is Consistency.TRANSACTIONAL
+    consistent = reader.consistency is Consistency.CONSISTENT
     read_filter = reader.read_filter(consistent, hybrid, start)
     state = read_filter.state
     if state is not None and consistent:
@@ -297,13 +297,23 @@ def send_dead_letters(reader: LogReader, dead: DataFrame) -> tuple[int, str]:
     return topic.count, topic.topic
 
 
+def consistency_argument(text: str) -> str:
+    """:func:`~airflow_logstore.core.properties.parse_consistency` as an argparse ``type=`` (this job's
+    ``--consistency`` and the CLI's ``read --consistency``): the name in our vocabulary, and the parser's
+    error as argparse's message (argparse hides a ValueError's own message)."""
+    try:
+        return parse_consistency(text).value
+    except OptionError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parser() -> argparse.ArgumentParser:
     from airflow_logstore.spark.results import add_report_id
 
     p = argparse.ArgumentParser(prog="read_table", description="Read a LogStore table with Spark")
     p.add_argument("--table", required=True)
     p.add_argument("--mode", choices=("file", "log", "hybrid"), default="file")
-    p.add_argument("--consistency", choices=("transactional", "eventual"), default=None)
+    p.add_argument("--consistency", type=consistency_argument, default=None, metavar="{consistent,eventual}")
     p.add_argument("--changelog-mode", choices=("all-kinds", "append-only"), default=None)
     p.add_argument("--from", dest="start", default="earliest")
     p.add_argument("--snapshot-id", type=int, default=None)

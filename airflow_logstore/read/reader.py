@@ -1,9 +1,10 @@
 """Read a LogStore table: ``file`` (an Iceberg snapshot), ``log`` (consistent or eventual) or ``hybrid``.
 
 - ``file``: the rows of the current or a given snapshot.
-- ``log`` consistent (``log-store.consistency-guarantee.enabled=true`` / ``log.consistency=transactional``,
-  or the same key as a per-read option): records at or below the published visibility watermark whose
-  (writer, batch, epoch) was committed: every committed change exactly once, no Kafka transaction.
+- ``log`` consistent (``log-store.consistency-guarantee.enabled=true`` / ``log.consistency=consistent``, or
+  Paimon's ``transactional``, or the same key as a per-read option): records at or below the published
+  visibility watermark whose (writer, batch, epoch) was committed: every committed change exactly once,
+  no Kafka transaction.
 - ``log`` eventual: every record at once, at-least-once, reconciliation's reversals included;
   ``normalize=True`` deduplicates per key with keyed state (costly: see BENCHMARKS.md).
 - ``hybrid``: a snapshot's rows, then the log from that snapshot's log positions, without the records
@@ -33,7 +34,12 @@ from airflow_logstore.core.codec import (
     typed_row,
 )
 from airflow_logstore.core.control import ControlState
-from airflow_logstore.core.properties import ChangelogMode, Consistency, resolve_read_options
+from airflow_logstore.core.properties import (
+    ChangelogMode,
+    Consistency,
+    parse_consistency,
+    resolve_read_options,
+)
 from airflow_logstore.core.summary import S_POSITIONS, CommitInfo, positions_from_json
 from airflow_logstore.core.visibility import Decision, ReadFilter, visible_end
 from airflow_logstore.exceptions import OptionError, RecordDecodeError
@@ -385,7 +391,7 @@ class LogReader:
         self.table = handle.load()
         self.config = handle.config(self.table)
         resolved = resolve_read_options(self.config, options)
-        self.consistency = Consistency(consistency) if consistency else resolved.consistency
+        self.consistency = parse_consistency(consistency) if consistency else resolved.consistency
         self.changelog_mode = ChangelogMode(changelog_mode) if changelog_mode else resolved.changelog_mode
         self.topic, _, _ = self.config.require_log()
         self.kafka_config = handle.kafka_config(self.config)
@@ -395,7 +401,7 @@ class LogReader:
             self.kafka_config, self.topic, self.config.replication_factor
         )
         self.normalize = normalize
-        if normalize and self.consistency is Consistency.TRANSACTIONAL:
+        if normalize and self.consistency is Consistency.CONSISTENT:
             raise OptionError(
                 "normalize", "normalize applies to eventual reads; consistent reads are exactly-once"
             )
@@ -602,7 +608,7 @@ class LogReader:
                 if end is None
                 else {p: min(int(end.get(p, bounds[p][1])), bounds[p][1]) for p in bounds}
             )
-            consistent = self.consistency is Consistency.TRANSACTIONAL
+            consistent = self.consistency is Consistency.CONSISTENT
             read_filter = self.read_filter(consistent, hybrid or self.snapshot_start(start), first)
             state = read_filter.state
             report.log_end = {str(p): o for p, o in sorted(last.items())}

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.core.codec import RecordMeta, RecordType, decode_headers
 from airflow_logstore.core.control import ControlState
-from airflow_logstore.core.properties import READ_OPTION_KEYS, ChangelogMode, Consistency
+from airflow_logstore.core.properties import READ_OPTION_KEYS, ChangelogMode, Consistency, parse_consistency
 from airflow_logstore.core.visibility import Decision, ReadFilter
 from airflow_logstore.exceptions import (
     IdentifierError,
@@ -81,9 +81,6 @@ OPTIONS = ("table", "path", "mode", "consistency", "changelog-mode", "startingpo
 #: Prefixes of the connection settings :func:`airflow_logstore.read.spark_source.logstore_options` writes.
 SETTING_PREFIXES = ("catalog.", "kafka.")
 MODES = ("log", "hybrid")
-#: ``consistency`` values: the two of ``core.properties.Consistency`` and ``consistent`` for the first
-CONSISTENCY_NAMES = {"consistent": Consistency.TRANSACTIONAL, "transactional": Consistency.TRANSACTIONAL,
-                     "eventual": Consistency.EVENTUAL}  # fmt: skip
 #: A hybrid read's file rows carry this in ``_source``; its log rows ``log``.
 SOURCE_COLUMN = "_source"
 #: The version of :class:`StreamOffset`'s JSON; every later version of the package reads version 1.
@@ -146,12 +143,7 @@ class SourceOptions:
             raise OptionError("mode", f"'{opts['mode']}' is not log or hybrid")
         consistency = None
         if "consistency" in opts:
-            name = opts["consistency"].strip().lower()
-            if name not in CONSISTENCY_NAMES:
-                raise OptionError(
-                    "consistency", f"'{opts['consistency']}' is not consistent, transactional or eventual"
-                )
-            consistency = CONSISTENCY_NAMES[name]
+            consistency = parse_consistency(opts["consistency"])
         changelog = None
         if "changelog-mode" in opts:
             try:
@@ -213,7 +205,7 @@ class SourceOptions:
 
     @property
     def consistent(self) -> bool:
-        return self.consistency is Consistency.TRANSACTIONAL
+        return self.consistency is Consistency.CONSISTENT
 
 
 def parse_start(text: str | None, mode: str) -> StartPosition:
@@ -559,7 +551,7 @@ def plan_batch(opts: SourceOptions, file_tasks: int = 4) -> BatchPlan:
     """The slices of ``spark.read.format("logstore")``: the Python reader's read, one slice per log
     partition (a log read from its start; ``hybrid``: a snapshot's files, then its log part)."""
     reader = opts.open_reader()
-    consistent = reader.consistency is Consistency.TRANSACTIONAL
+    consistent = reader.consistency is Consistency.CONSISTENT
     cons = kafka_client.consumer(reader.kafka_config)
     try:
         bounds = kafka_client.partition_offsets(cons, reader.topic, reader.config.partitions)
@@ -634,6 +626,8 @@ class StreamOffset:
     :param snapshot: the snapshot the stream's log part continues (hybrid, or a start at a snapshot).
     :param files: hybrid only: ``pending`` until the snapshot's rows were handed out, then ``read``.
     :param lag: what the offset reports and nothing reads back: ``log_end`` and ``watermark``.
+    :param consistency: as the checkpoint holds it (older ones say ``transactional``; read it with
+        :func:`~airflow_logstore.core.properties.parse_consistency`), kept so the JSON stays the same.
     """
 
     mode: str
@@ -768,7 +762,7 @@ class StreamPlanner:
 
     @property
     def consistent(self) -> bool:
-        return self.reader.consistency is Consistency.TRANSACTIONAL
+        return self.reader.consistency is Consistency.CONSISTENT
 
     def _bounds(self) -> dict[int, tuple[int, int]]:
         if self._consumer is None:
@@ -872,10 +866,12 @@ class StreamPlanner:
                 "mode",
                 f"the checkpoint is of a '{offset.mode}' stream, not '{self.opts.mode}': use a new one",
             )
-        if offset.consistency != self.reader.consistency.value:
+        # kept as written (Spark compares offsets by their JSON): older checkpoints say "transactional"
+        stream = parse_consistency(offset.consistency)
+        if stream is not self.reader.consistency:
             raise OptionError(
                 "consistency",
-                f"the checkpoint is of a {offset.consistency} stream, not {self.reader.consistency.value}: "
+                f"the checkpoint is of a {stream.value} stream, not {self.reader.consistency.value}: "
                 "use a new checkpoint",
             )
 

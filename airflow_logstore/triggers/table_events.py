@@ -285,7 +285,7 @@ class LogStoreVisibleTrigger(_TableEventTrigger):
         from airflow_logstore.read.follow import ControlFollower
         from airflow_logstore.read.reader import LogReader
 
-        reader = LogReader(self._handle(), consistency="transactional")
+        reader = LogReader(self._handle(), consistency="consistent")
         end = reader.handle.control(reader.config).end_offset()
         follower = ControlFollower.of(reader)
         try:

@@ -88,7 +88,7 @@ class Follower:
 
         self.records: list[LogRecord] = []
         self.stop = threading.Event()
-        reader = LogReader(handle, consistency="transactional")
+        reader = LogReader(handle, consistency="consistent")
         self.thread = threading.Thread(
             target=lambda: self.records.extend(follow(reader, "earliest", stop=self.stop)), daemon=True
         )
@@ -280,7 +280,7 @@ def test_a_broker_and_a_worker_die_mid_write(
         assert [(c.writer_id, c.batch_id) for c in commits] == [("chaos", 1), ("chaos", 2), ("chaos", 3)]
         assert _plain(table_state(handle)) == expected
 
-        consistent = read_log(handle, consistency="transactional")
+        consistent = read_log(handle, consistency="consistent")
         changes = sum(1 for _ in consistent.records)
         assert len(set(_positions(consistent.records))) == changes  # no record twice
         assert _plain(fold_log(consistent, ["id"])) == expected

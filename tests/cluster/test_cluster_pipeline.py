@@ -83,12 +83,12 @@ def test_pipeline_reconcile_and_compaction_on_the_cluster(cluster: LocalCluster,
     ]
     expected = expected_state(*batches)
     assert plain(table_state(handle)) == expected
-    assert plain(fold_log(read_log(handle, consistency="transactional"), ["id"])) == expected
+    assert plain(fold_log(read_log(handle, consistency="consistent"), ["id"])) == expected
 
     runs.append(("logstore_reconcile", *_run(cluster, "logstore_reconcile", {"table": table})))
     runs.append(("logstore_compaction", *_run(cluster, "logstore_compaction", {"table": table})))
     assert plain(table_state(handle)) == expected
-    assert plain(fold_log(read_log(handle, consistency="transactional"), ["id"])) == expected
+    assert plain(fold_log(read_log(handle, consistency="consistent"), ["id"])) == expected
     assert plain(fold_log(read_log(handle, consistency="eventual"), ["id"])) == expected
 
     # no secret of the cluster in any task log of these runs, as Airflow serves them and as files

@@ -145,7 +145,7 @@ def test_the_installed_wheel_dual_writes_with_a_jre_only(
 
     assert sorted(table_state(table).values(), key=lambda row: row["id"]) == ROWS
     publish_visible_offsets(table)  # the batch's records become visible only as a committed batch's
-    committed = read_log(table, consistency="transactional")
+    committed = read_log(table, consistency="consistent")
     assert sorted((r.row for r in committed.records), key=lambda row: row["id"]) == ROWS
 
 

@@ -190,7 +190,7 @@ def pipeline_run(env, airflow: LocalAirflow) -> PipelineRun:
             "input_path": str(input_path),
             "batch_id": 1,
             "read_mode": "log",
-            "consistency": "transactional",
+            "consistency": "consistent",
         },
     )
     return PipelineRun(table, input_path, run_id, airflow.wait_for_run("logstore_pipeline", run_id))
@@ -228,7 +228,7 @@ def test_pipeline_triggered_through_the_rest_api(airflow: LocalAirflow, pipeline
     rows = handle.load().scan().to_arrow().to_pylist()
     assert len(rows) == 20 and sorted(r["id"] for r in rows) == list(range(1, 21))
     assert is_visible(handle, "logstore_pipeline", 1)
-    consistent = read_log(handle, consistency="transactional")
+    consistent = read_log(handle, consistency="consistent")
     assert len(consistent.records) == 20 and all(r.meta.batch_id == 1 for r in consistent.records)
 
 
@@ -569,7 +569,7 @@ def test_a_killed_streaming_writer_is_retried_reconciled_and_read_downstream_onc
         if run["dag_run_id"] in reads:
             _visible_before_start(airflow, handle, run)
     read = [(r["_partition"], r["_offset"]) for rows in reads.values() for r in rows]
-    consistent = read_log(handle, consistency="transactional")
+    consistent = read_log(handle, consistency="consistent")
     assert sorted(read) == sorted((r.partition, r.offset) for r in consistent.records)  # once, none lost
     assert sorted(r["id"] for rows in reads.values() for r in rows) == list(range(1, 21))
     committed_epochs = {c.epoch for c in snapshot_commits(handle.load())}

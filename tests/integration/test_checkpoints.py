@@ -80,7 +80,7 @@ def test_publish_checkpoints_and_a_read_decides_like_the_whole_topic(table: LogS
     assert state.retired["w"].batches == [[1, 12]]
     assert all(state.committed("w", b) is not None for b in range(1, 16))
     publish_visible_offsets(table)
-    consistent = read_log(table, consistency="transactional")
+    consistent = read_log(table, consistency="consistent")
     assert len(consistent.records) == 15 * BATCH
     assert sorted({r.meta.batch_id for r in consistent.records}) == list(range(1, 16))
     eventual = read_log(table, consistency="eventual")
@@ -124,7 +124,7 @@ def test_retention_retires_ledger_entries_and_leaves_what_the_protocol_asks(tabl
     moves = [k for k in keys if not k.startswith(control.K_COMMIT.encode())]
     assert moves and all(k.startswith(control.K_WATERMARK_PREFIX.encode()) for k in moves)
     publish_visible_offsets(table)
-    consistent = read_log(table, consistency="transactional")
+    consistent = read_log(table, consistency="consistent")
     assert len(consistent.records) == 8 * BATCH
 
 
@@ -175,7 +175,7 @@ def test_records_deleted_while_a_publish_scans_fail_the_publish_not_settle_unsee
     assert report.advanced
     state = table.control().read()
     assert state.watermark[0] == 3 * BATCH - 1
-    consistent = read_log(table, consistency="transactional")
+    consistent = read_log(table, consistency="consistent")
     assert sorted({r.meta.batch_id for r in consistent.records}) == [3]  # batches 1-2 are gone
 
 
@@ -234,7 +234,7 @@ def test_a_stalled_publish_never_writes_a_checkpoint_older_than_the_latest(table
     assert "fenced" in results["older"].checkpoint
     assert newer.checkpoint["retired"] == 24  # its checkpoint holds its own watermark move
     publish_visible_offsets(table)
-    assert len(read_log(table, consistency="transactional").records) == 24 * BATCH
+    assert len(read_log(table, consistency="consistent").records) == 24 * BATCH
 
 
 def test_a_checkpoint_of_a_deleted_control_topic_is_not_read_for_the_new_one(table: LogStoreTable) -> None:

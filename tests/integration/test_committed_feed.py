@@ -115,7 +115,7 @@ def changes(feed: Feed) -> list[tuple[int, bytes | None, str, dict[str, Any]]]:
 
 
 def consistent_changes(handle: LogStoreTable) -> list[tuple[int, bytes | None, str, dict[str, Any]]]:
-    read = read_log(handle, consistency="transactional")
+    read = read_log(handle, consistency="consistent")
     ordered = sorted(read.records, key=lambda r: (r.partition, r.offset))
     return [(r.partition, r.key, r.kind.value, r.row) for r in ordered]
 
@@ -195,7 +195,7 @@ def test_the_feed_is_what_a_consistent_reader_returns_and_folds_to_the_table(
     assert report.feed["copied"] == len(feed) == len(ROWS[0]) + 4  # batch 2: -U/+U, -D, +I
     assert report.feed["redundant"] > 0 and report.feed["reversal"] > 0
     consistent = sorted(
-        read_log(handle, consistency="transactional").records, key=lambda r: (r.partition, r.offset)
+        read_log(handle, consistency="consistent").records, key=lambda r: (r.partition, r.offset)
     )
     assert [decode_headers(headers) for *_, headers in sorted(feed, key=lambda r: r[0])] == [
         r.meta for r in consistent

@@ -109,9 +109,9 @@ def test_thirty_batches_compact_expire_and_read_the_same(env, spark, tmp_path: P
 
     before_rows = file_rows(handle)
     assert before_rows == expected_rows(range(1, 31))
-    before_consistent = log_view(read_log(handle, consistency="transactional"))
+    before_consistent = log_view(read_log(handle, consistency="consistent"))
     before_eventual = log_view(read_log(handle, consistency="eventual"))
-    before_hybrid = read_hybrid(handle, consistency="transactional")
+    before_hybrid = read_hybrid(handle, consistency="consistent")
     before_ledger = ledger_view(handle)
     assert sorted(b for _, b in before_ledger) == list(range(1, 31))
     last_batch_snapshot = results[-1].snapshot_id
@@ -161,9 +161,9 @@ def test_thirty_batches_compact_expire_and_read_the_same(env, spark, tmp_path: P
     # Reads: file, consistent (after publishing again), eventual and hybrid are unchanged.
     assert file_rows(handle) == before_rows
     publish_visible_offsets(handle)
-    assert log_view(read_log(handle, consistency="transactional")) == before_consistent
+    assert log_view(read_log(handle, consistency="consistent")) == before_consistent
     assert log_view(read_log(handle, consistency="eventual")) == before_eventual
-    hybrid = read_hybrid(handle, consistency="transactional")
+    hybrid = read_hybrid(handle, consistency="consistent")
     assert hybrid.snapshot_id == handle.load().current_snapshot().snapshot_id != before_hybrid.snapshot_id
     assert hybrid.positions == before_hybrid.positions
     assert sorted(hybrid.file_rows.to_pylist(), key=lambda r: r["id"]) == sorted(
@@ -208,7 +208,7 @@ def test_thirty_batches_compact_expire_and_read_the_same(env, spark, tmp_path: P
     final = {(row["id"],): row for row in expected_rows(range(1, 32))}
     assert fold_log(read_log(handle, consistency="eventual"), ["id"]) == final
     publish_visible_offsets(handle)
-    assert fold_log(read_log(handle, consistency="transactional"), ["id"]) == final
+    assert fold_log(read_log(handle, consistency="consistent"), ["id"]) == final
 
 
 def test_dry_run_cli_and_the_spark_job(env, spark, capsys: pytest.CaptureFixture[str]) -> None:
@@ -440,7 +440,7 @@ def test_compaction_while_a_dual_write_commits(env, spark, tmp_path, caplog) -> 
     assert file_rows(handle) == expected_rows(range(1, 12))
     assert sorted(b for _, b in handle.control().read().commits) == list(range(1, 12))
     publish_visible_offsets(handle)
-    consistent = read_log(handle, consistency="transactional")
+    consistent = read_log(handle, consistency="consistent")
     assert sorted({r.meta.batch_id for r in consistent.records}) == list(range(1, 12))
     for snapshot in handle.load().snapshots():
         if snapshot.snapshot_id in report.compaction_snapshots:

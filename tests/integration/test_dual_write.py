@@ -153,7 +153,7 @@ def test_crash_after_log_then_restart(env, table, tmp_path: Path) -> None:
 
     # A consistent reader never returns the dead attempt's records.
     publish_visible_offsets(table)
-    consistent = read_log(table, consistency="transactional")
+    consistent = read_log(table, consistency="consistent")
     assert {r.meta.epoch for r in consistent.records if r.meta.batch_id == 2} == {result["epoch"]}
     assert _plain(fold_log(consistent, ["id"])) == _plain(table_state(table))
 
@@ -231,7 +231,7 @@ def test_emit_modes(env, spark, table, tmp_path: Path) -> None:
     assert len(eventual_log(table).records) == 3
 
     publish_visible_offsets(table)
-    assert read_log(table, consistency="transactional").records == []  # log-only records never become visible
+    assert read_log(table, consistency="consistent").records == []  # log-only records never become visible
     with pytest.raises(OptionError, match=r"mixed-format\.emit\.mode"):
         emit_mode_from_options({"mixed-format.emit.mode": "kafka"}, writer.config)
 

@@ -180,7 +180,7 @@ def test_the_table_holds_exactly_the_rows_written(written: dict[str, Any]) -> No
 
 
 def test_per_record_reads_are_exact(written: dict[str, Any]) -> None:
-    read = read_log(written["handle"], consistency="transactional")
+    read = read_log(written["handle"], consistency="consistent")
     assert read.report.dead_lettered == 0
     got = [(r.kind.value, r.row) for r in read.records]
     _same(got, written["changes"])
@@ -188,7 +188,7 @@ def test_per_record_reads_are_exact(written: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("scanner", ["librdkafka", "jvm"])
 def test_bulk_reads_are_exact(written: dict[str, Any], scanner: str) -> None:
-    reader = LogReader(written["handle"], consistency="transactional", scanner=scanner)
+    reader = LogReader(written["handle"], consistency="consistent", scanner=scanner)
     report = reader.new_report()
     rows = [row for table in reader.iterate_batches("earliest", report=report) for row in table.to_pylist()]
     assert report.dead_lettered == 0
@@ -197,7 +197,7 @@ def test_bulk_reads_are_exact(written: dict[str, Any], scanner: str) -> None:
 
 def test_json_lines_of_a_read_are_exact(written: dict[str, Any], tmp_path: Path) -> None:
     out = tmp_path / "log.jsonl"
-    summary = run_read(written["handle"], mode="log", consistency="transactional", output_path=str(out))
+    summary = run_read(written["handle"], mode="log", consistency="consistent", output_path=str(out))
     assert summary["records"] == 190
     lines = _lines(out)
     _same(_json_changes(iter(lines), written["types"]), written["changes"])
@@ -213,7 +213,7 @@ def test_a_normalized_eventual_read_is_exact(written: dict[str, Any]) -> None:
 
 def test_hybrid_reads_are_exact(written: dict[str, Any], tmp_path: Path) -> None:
     handle, types = written["handle"], written["types"]
-    hybrid = read_hybrid(handle, snapshot_id=written["snapshot_1"], consistency="transactional")
+    hybrid = read_hybrid(handle, snapshot_id=written["snapshot_1"], consistency="consistent")
     file_rows = [("+I", row) for row in hybrid.file_rows.to_pylist()]
     _same(file_rows, written["changes_1"])
     log = [(r.kind.value, r.row) for r in hybrid.log.records]
@@ -223,7 +223,7 @@ def test_hybrid_reads_are_exact(written: dict[str, Any], tmp_path: Path) -> None
         handle,
         mode="hybrid",
         snapshot_id=written["snapshot_1"],
-        consistency="transactional",
+        consistency="consistent",
         output_path=str(out),
     )
     lines = _lines(out)
@@ -233,7 +233,7 @@ def test_hybrid_reads_are_exact(written: dict[str, Any], tmp_path: Path) -> None
 
 def _spark_read(spark: Any, table: str, out: Path, *options: str) -> dict[str, Any]:
     args = read_job.parser().parse_args(
-        ["--table", table, "--consistency", "transactional", "--output", str(out), *options]
+        ["--table", table, "--consistency", "consistent", "--output", str(out), *options]
     )
     return read_job.run(spark, args, None, {})
 
@@ -303,7 +303,7 @@ def test_the_log_values_are_what_the_codec_writes(written: dict[str, Any]) -> No
     text of a double, and escape control characters, differently; both read back exactly)."""
     from airflow_logstore.core.codec import value_text
 
-    read = read_log(written["handle"], consistency="transactional")
+    read = read_log(written["handle"], consistency="consistent")
     raw_values = _raw_values(written["handle"])
     types = written["types"]
     checked = 0
@@ -348,11 +348,11 @@ def test_debezium_json_reads_back_exactly_on_every_path(
         envelope = json.loads(value)
         assert envelope["op"] == codec.debezium_op(layout[1])
         assert envelope["source"] == {"connector": "airflow-logstore", "row_kind": layout[1].value}
-    read = read_log(handle, consistency="transactional")
+    read = read_log(handle, consistency="consistent")
     assert read.report.dead_lettered == 0
     _same([(r.kind.value, r.row) for r in read.records], changes)
     for scanner in ("librdkafka", "jvm"):
-        reader = LogReader(handle, consistency="transactional", scanner=scanner)
+        reader = LogReader(handle, consistency="consistent", scanner=scanner)
         report = reader.new_report()
         rows = [
             row for table in reader.iterate_batches("earliest", report=report) for row in table.to_pylist()

@@ -137,7 +137,7 @@ def snapshot_table(env, spark, tmp_path_factory: pytest.TempPathFactory) -> tupl
     handle = make_table(env)
     writer = open_writer(spark, str(handle.name), writer_id="snap")
     first = writer.write_path(str(write_jsonl(tmp_path / "b1.jsonl", ROWS[0])), 1)
-    hybrid = read_hybrid(handle, first.snapshot_id, consistency="transactional")
+    hybrid = read_hybrid(handle, first.snapshot_id, consistency="consistent")
     assert hybrid.file_rows.num_rows == len(ROWS[0]) and hybrid.log.records == []
     publish_visible_offsets(handle)
     writer.write_path(str(write_jsonl(tmp_path / "b2.jsonl", ROWS[1])), 2)
@@ -145,7 +145,7 @@ def snapshot_table(env, spark, tmp_path_factory: pytest.TempPathFactory) -> tupl
     return handle, first.snapshot_id, hybrid
 
 
-@pytest.mark.parametrize("consistency", ["transactional", "eventual"])
+@pytest.mark.parametrize("consistency", ["consistent", "eventual"])
 def test_a_follower_from_a_snapshot_returns_each_change_once_with_the_snapshots_rows(
     snapshot_table: tuple[LogStoreTable, Any, Any], consistency: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -204,7 +204,7 @@ def test_a_consistent_follower_restarted_from_its_resume_position_yields_each_re
     publish_visible_offsets(handle)
     written |= {batch: _write_batch(handle, batch) for batch in (3, 4)}  # committed, above the watermark
     delivered = _Delivered(monkeypatch, handle.config().topic or "")
-    reader = LogReader(handle, consistency="transactional")
+    reader = LogReader(handle, consistency="consistent")
 
     # run 1 stops once it yielded batches 1-2 and its consumer delivered batches 3-4 (held)
     total = _log_size(handle)
@@ -328,7 +328,7 @@ def test_a_follower_stalled_past_compaction_re_bases_on_the_checkpoint_and_loses
         return followers[-1]
 
     monkeypatch.setattr(follow_module.ControlFollower, "of", of)
-    reader = LogReader(handle, consistency="transactional")  # its table has no snapshot yet
+    reader = LogReader(handle, consistency="consistent")  # its table has no snapshot yet
 
     def stall_through_compaction() -> None:
         """The follower stands at its first round, its control consumer at offset 0: it stalls (no

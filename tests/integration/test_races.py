@@ -134,7 +134,7 @@ def test_zombie_paused_after_its_decision_cannot_commit_the_batch_again(
     rows_now = handle.load().scan().to_arrow().to_pylist()
     assert sorted(r["id"] for r in rows_now) == list(range(1, 11))  # not twice (append-only)
     publish_visible_offsets(handle)
-    consistent = read_log(handle, consistency="transactional")
+    consistent = read_log(handle, consistency="consistent")
     assert sorted(r.row["id"] for r in consistent.records) == list(range(1, 11))
     assert {r.meta.epoch for r in consistent.records} == {newer.epoch}
 
@@ -205,9 +205,7 @@ def test_publish_paused_between_its_reads_loses_no_record_of_a_new_epoch(env, sp
     seen: list[Any] = []
     stop = threading.Event()
     follower = threading.Thread(
-        target=lambda: seen.extend(
-            follow(LogReader(handle, consistency="transactional"), "earliest", stop=stop)
-        )
+        target=lambda: seen.extend(follow(LogReader(handle, consistency="consistent"), "earliest", stop=stop))
     )
     follower.start()
     held_publish, held_b = Paused(is_actor), Paused(is_actor)
@@ -230,7 +228,7 @@ def test_publish_paused_between_its_reads_loses_no_record_of_a_new_epoch(env, sp
             # partition -> (watermark, b's first offset) where the watermark passed b's undecided records
             passed = {p: (watermark[p], o) for p, o in b_first.items() if watermark.get(p, -1) >= o}
             assert not passed, f"the paused publish passed writer b's undecided records: {passed}"
-            before_b = read_log(handle, consistency="transactional")
+            before_b = read_log(handle, consistency="consistent")
             assert sorted(r.row["id"] for r in before_b.records) == list(range(1, 6))
 
             held_b.released.set()
@@ -249,9 +247,9 @@ def test_publish_paused_between_its_reads_loses_no_record_of_a_new_epoch(env, sp
     expected = Counter([*range(1, 6), *range(101, 106)])
     assert Counter(r.row["id"] for r in seen) == expected  # each committed record exactly once
     resumed = {int(p): o for p, o in before_b.report.end.items()}
-    after_b = read_log(handle, resumed, consistency="transactional")
+    after_b = read_log(handle, resumed, consistency="consistent")
     assert Counter(r.row["id"] for r in [*before_b.records, *after_b.records]) == expected
-    consistent = read_log(handle, consistency="transactional")
+    consistent = read_log(handle, consistency="consistent")
     assert Counter(r.row["id"] for r in consistent.records) == expected
 
 
@@ -276,7 +274,7 @@ def test_two_writers_on_disjoint_keys_interleaved_hybrid_reads_equal_the_table(
 
     table_now = table_state(handle)
     assert len(table_now) == 20
-    for consistency in ("transactional", "eventual"):
+    for consistency in ("consistent", "eventual"):
         for snapshot_id in (fast_result.snapshot_id, None):
             read = read_hybrid(handle, snapshot_id, consistency=consistency)
             assert hybrid_state(read) == table_now, (consistency, snapshot_id)
@@ -328,7 +326,7 @@ def test_task_retried_after_a_failure_inside_the_produce_step_duplicates_nothing
     [commit] = commits_of(handle, "retry", 1)
     assert set(commit.tasks or ()) == succeeded  # the snapshot summary: the failed attempt is not in it
     publish_visible_offsets(handle)
-    consistent = read_log(handle, consistency="transactional")
+    consistent = read_log(handle, consistency="consistent")
     assert not {r.meta.task for r in consistent.records} & failed
     assert Counter(r.row["id"] for r in consistent.records) == Counter(range(1, 41))
 
@@ -468,4 +466,4 @@ def test_a_control_topic_recreated_while_a_writer_runs_stops_its_commit(env, spa
     [commit] = snapshot_commits(handle.load())
     assert commit.control_topic_id == retried.control_topic_id != claimed_in
     publish_visible_offsets(handle)
-    assert len(read_log(handle, consistency="transactional").records) == 4
+    assert len(read_log(handle, consistency="consistent").records) == 4

@@ -53,9 +53,9 @@ def reference(table: Any, consistency: str, changelog_mode: str) -> tuple[list[s
     try:
         bounds = kafka_client.partition_offsets(cons, reader.topic, reader.config.partitions)
         first = {p: low for p, (low, _) in bounds.items()}
-        read_filter = reader.read_filter(consistency == "transactional", None, first)
+        read_filter = reader.read_filter(consistency == "consistent", None, first)
         last = {p: high for p, (_, high) in bounds.items()}
-        if consistency == "transactional" and read_filter.state is not None:
+        if consistency == "consistent" and read_filter.state is not None:
             last = {p: min(last[p], read_filter.state.watermark.get(p, -1) + 1) for p in last}
         records = []
         for batch in kafka_client.scan(cons, reader.topic, first, last):
@@ -97,7 +97,7 @@ def table(env: Any, spark: Any, tmp_path: Path) -> Any:
 
 
 @pytest.mark.parametrize("changelog_mode", ["all-kinds", "append-only"])
-@pytest.mark.parametrize("consistency", ["eventual", "transactional"])
+@pytest.mark.parametrize("consistency", ["eventual", "consistent"])
 def test_streaming_read_equals_the_per_record_read_across_chunk_boundaries(
     table: Any, consistency: str, changelog_mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

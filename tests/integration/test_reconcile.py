@@ -95,7 +95,7 @@ def assert_views_agree(handle: LogStoreTable, want: dict[int, tuple[Any, Any]]) 
     """Iceberg == want; consistent reader (after publish) == want; eventual + reversals == want (2 ways)."""
     assert plain(table_state(handle)) == want
     publish_visible_offsets(handle)
-    assert plain(fold_log(read_log(handle, consistency="transactional"), ["id"])) == want
+    assert plain(fold_log(read_log(handle, consistency="consistent"), ["id"])) == want
     eventual = read_log(handle, consistency="eventual")
     assert plain(fold_log(eventual, ["id"])) == want, "eventual reader, retract semantics"
     assert plain(fold_log(eventual, ["id"], "upsert")) == want, "eventual reader, upsert semantics"
@@ -585,7 +585,7 @@ def test_log_reads_in_the_jvm_equal_reads_with_librdkafka(env, spark, tmp_path: 
     prod.produce(config.topic, key=b"[1]", value=b"not a logstore record", partition=0, on_delivery=tracker)
     kafka_client.flush(prod, tracker, 1, "a foreign record")
     publish_visible_offsets(handle)
-    for mode, consistency in (("log", "eventual"), ("log", "transactional"), ("hybrid", "eventual")):
+    for mode, consistency in (("log", "eventual"), ("log", "consistent"), ("hybrid", "eventual")):
         found = {}
         for scanner in ("librdkafka", "jvm"):
             out = io.StringIO()

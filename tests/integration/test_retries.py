@@ -75,7 +75,7 @@ def test_every_operator_twice(env, spark_connection: None, tmp_path: Path) -> No
     assert len(expected) == 30
     assert {
         k: (v["name"], v["amount"])
-        for k, v in fold_log(read_log(handle, consistency="transactional"), ["id"]).items()
+        for k, v in fold_log(read_log(handle, consistency="consistent"), ["id"]).items()
     } == expected
     assert len(read_log(handle, consistency="eventual").records) == records + reconciled["reversed"]
     assert compacted is not None and recompacted is not None

@@ -176,7 +176,7 @@ def test_pipeline_over_sasl_leaks_no_secret(
     assert not any(SECRET in line for line in submit_output)
 
     handle = LogStoreHook(kafka_config_id="kafka_sasl").table(table)
-    assert len(read_log(handle, consistency="transactional").records) == 10
+    assert len(read_log(handle, consistency="consistent").records) == 10
     assert len(read_log(handle, consistency="eventual").records) == 10
 
 

@@ -143,14 +143,14 @@ def test_a_batch_read_equals_the_python_reader(mixed: dict[str, Any], spark: Any
     if case.startswith("consistent"):
         scanner = "jvm" if case.endswith("jvm-scan") else "auto"  # the JVM scan in a Spark task's worker
         rows = _spark_rows(spark, name, consistency="consistent", scanner=scanner)
-        want = read_log(handle, consistency="transactional").records
+        want = read_log(handle, consistency="consistent").records
     elif case == "eventual":
         rows = _spark_rows(spark, name, consistency="eventual")
         want = read_log(handle, consistency="eventual").records
         assert {r["_record_type"] for r in rows} >= {"data", "reversal"}
     elif case == "append-only":
         rows = _spark_rows(spark, name, consistency="consistent", **{"changelog-mode": "append-only"})
-        want = read_log(handle, consistency="transactional", changelog_mode="append-only").records
+        want = read_log(handle, consistency="consistent", changelog_mode="append-only").records
         assert {r["_kind"] for r in rows} == {"+I"}
     elif case == "eventual-from-snapshot":
         rows = _spark_rows(spark, name, consistency="eventual", startingPosition=f"snapshot:{s1}")
@@ -159,8 +159,7 @@ def test_a_batch_read_equals_the_python_reader(mixed: dict[str, Any], spark: Any
         consistency = case.split("-")[1]
         options = {"startingPosition": f"snapshot:{s1}"} if consistency == "eventual" else {}
         rows = _spark_rows(spark, name, mode="hybrid", consistency=consistency, **options)
-        python = "transactional" if consistency == "consistent" else consistency
-        hybrid = read_hybrid(handle, s1 if consistency == "eventual" else None, consistency=python)
+        hybrid = read_hybrid(handle, s1 if consistency == "eventual" else None, consistency=consistency)
         files = [r for r in rows if r["_source"] == "file"]
         assert Counter(_file_key(r) for r in files) == Counter(
             _file_key(r) for r in hybrid.file_rows.to_pylist()
@@ -179,7 +178,7 @@ def test_a_batch_read_equals_the_python_reader(mixed: dict[str, Any], spark: Any
         ({"table": "it.no_such_table"}, "option 'table': table 'it.no_such_table' does not exist in catalog"),
         ({"startingPosition": "offset:12"}, "option 'startingPosition': 'offset:12' is not earliest"),
         ({"startingPosition": "snapshot:1"}, "option 'startingPosition': snapshot 1 does not exist"),
-        ({"consistency": "strict"}, "option 'consistency': 'strict' is not consistent"),
+        ({"consistency": "strict"}, "option 'consistency': 'strict' is not one of consistent, eventual or"),
     ],
 )
 def test_a_bad_option_fails_at_load_naming_it(
@@ -249,7 +248,7 @@ def test_a_streams_progress_shows_the_log_end_and_the_watermark_and_its_checkpoi
         query.stop()
     offsets = sorted((tmp_path / "checkpoint" / "offsets").glob("[0-9]*"), key=lambda p: int(p.name))
     last = json.loads(offsets[-1].read_text().splitlines()[-1])  # Spark's line, then the source's
-    assert last["version"] == 1 and last["consistency"] == "transactional"
+    assert last["version"] == 1 and last["consistency"] == "consistent"
     assert {int(p): o for p, o in last["positions"].items()} == {
         int(p): o for p, o in stream_lag(query.lastProgress)["log_end"].items()
     }
@@ -259,8 +258,9 @@ def test_a_checkpoint_written_by_version_1_of_the_source_is_read(
     env: Any, spark: Any, tmp_path: Path
 ) -> None:
     """``fixtures/logstore_source_checkpoint_v1``: a consistent log stream's checkpoint after batch 1 of
-    ``BATCHES``, written by version 1 (``make_checkpoint_fixture.py``). Keys go to partitions by their
-    hash, so batch 1 ends at the same positions in any new table; the stream goes on from there."""
+    ``BATCHES``, written by version 1 (``make_checkpoint_fixture.py``), which named the consistency
+    ``transactional`` (its old name). Keys go to partitions by their hash, so batch 1 ends at the same
+    positions in any new table; the stream goes on from there."""
     handle = make_table(env, prefix="v1")
     writer = _writer(spark, handle)
     writer.write_path(_path(tmp_path, 1), 1)
@@ -268,6 +268,7 @@ def test_a_checkpoint_written_by_version_1_of_the_source_is_read(
     publish_visible_offsets(handle)
     checkpoint = tmp_path / "checkpoint"
     shutil.copytree(FIXTURE_V1, checkpoint)
+    assert '"consistency": "transactional"' in (checkpoint / "offsets" / "0").read_text()  # the old name
     sink = _Sink()
     query = (
         spark.readStream.format("logstore")
@@ -280,7 +281,7 @@ def test_a_checkpoint_written_by_version_1_of_the_source_is_read(
     )
     query.awaitTermination(WAIT_S)
     assert query.exception() is None
-    want = [r for r in read_log(handle, consistency="transactional").records if r.meta.batch_id == 2]
+    want = [r for r in read_log(handle, consistency="consistent").records if r.meta.batch_id == 2]
     assert Counter(_log_key(r) for r in sink.rows()) == _python_log(want)
     assert min(sink.batches) == 1  # the fixture's batch 0 is committed: the stream went on after it
 
@@ -320,7 +321,7 @@ def test_streams_return_batches_a_control_checkpoint_retired_once(
         try:
             write_batches(handle, 13, 3)
             publish_visible_offsets(handle)
-            want = _python_log(read_log(handle, consistency="transactional").records)
+            want = _python_log(read_log(handle, consistency="consistent").records)
             assert sum(want.values()) == 15 * 5
             _until(lambda: min(len(across.rows()), len(after.rows())) >= 75, "every committed record")
         finally:
@@ -490,8 +491,8 @@ def test_streams_return_each_committed_change_once_across_sigkills_of_the_driver
     _failover(spark, handle, tmp_path, 5)
     reconcile(handle)
     publish_visible_offsets(handle)
-    consistent = read_log(handle, consistency="transactional").records
-    hybrid = read_hybrid(handle, s2, consistency="transactional")
+    consistent = read_log(handle, consistency="consistent").records
+    hybrid = read_hybrid(handle, s2, consistency="consistent")
     table = {row["id"]: row for row in table_state(handle).values()}
     _until(lambda: len(_received(root, "log")) >= len(consistent), "the consistent stream")
     _until(

@@ -75,7 +75,7 @@ def _read_window(handle: LogStoreTable, window: Any) -> list[tuple[int, int]]:
     run_read(
         handle,
         mode="log",
-        consistency="transactional",
+        consistency="consistent",
         start=StartPosition.at(window.start),
         end=window.end,
         output=Sink(),
@@ -134,7 +134,7 @@ def test_visible_events_give_each_committed_change_to_one_run_across_a_triggerer
     assert stored[1]["from"] != stored[0]["to"]  # the restarted trigger did not see batch 2's advance
     assert windows[1].start == windows[0].end  # ... and the second run starts where the first stopped
     reads = [_read_window(handle, window) for window in windows]
-    everything = read_log(handle, consistency="transactional")
+    everything = read_log(handle, consistency="consistent")
     committed = sorted((r.partition, r.offset) for r in everything.records)
     assert Counter(p for run in reads for p in run) == Counter(committed)  # each change once, none lost
     assert not set(dead) & {p for run in reads for p in run}  # the dead attempt's records never

@@ -84,19 +84,19 @@ def test_consistent_reader_is_gated_by_commit_and_publish(env, table_with_crash)
     eventual = eventual_log(handle)
     assert any(r.meta.batch_id == 2 and r.meta.epoch == dead_epoch for r in eventual.records)
     publish_visible_offsets(handle)
-    consistent = read_log(handle, consistency="transactional")
+    consistent = read_log(handle, consistency="consistent")
     assert [r for r in consistent.records if r.meta.batch_id == 2] == []
     assert consistent.report.by_decision.get("committed") == len(ROWS[0])
 
     retried = env.run_job("dual_write.py", [*base, "--input", str(b2), "--batch-id", "2"])
     epoch = parse_result(retried.stdout)["epoch"]
-    before_publish = read_log(handle, consistency="transactional")
+    before_publish = read_log(handle, consistency="consistent")
     assert [r for r in before_publish.records if r.meta.batch_id == 2] == []  # committed, not yet published
     assert before_publish.report.not_yet_visible > 0
 
     report = publish_visible_offsets(handle)
     assert report.advanced and f"vis-crash/2/{epoch}" in report.newly_visible
-    after = read_log(handle, consistency="transactional")
+    after = read_log(handle, consistency="consistent")
     batch_2 = [r for r in after.records if r.meta.batch_id == 2]
     assert {r.meta.epoch for r in batch_2} == {epoch} and len(batch_2) == 4  # exactly once
     assert after.report.by_decision.get("redundant") == 4  # the dead attempt's copy is filtered
@@ -124,10 +124,10 @@ def test_hybrid_equals_file_for_every_split_point(env, spark, tmp_path: Path) ->
     for result in [None, *results]:
         snapshot = result.snapshot_id if result else None
         if result is None:  # split before any data: the hybrid read is the whole log
-            hybrid_log = read_log(handle, consistency="transactional")
+            hybrid_log = read_log(handle, consistency="consistent")
             assert _plain(fold_log(hybrid_log, ["id"])) == final
             continue
-        hybrid = read_hybrid(handle, snapshot, consistency="transactional")
+        hybrid = read_hybrid(handle, snapshot, consistency="consistent")
         state = {(row["id"],): row for row in hybrid.file_rows.to_pylist()}
         for record in hybrid.log.records:
             key = (record.row["id"],)
@@ -239,7 +239,7 @@ def test_undecodable_records_are_dead_lettered_and_counted(env, spark, tmp_path:
     publish = publish_visible_offsets(handle)
     # Two have no readable headers; the third claims a writer that never claimed an epoch: foreign.
     assert publish.undecodable == 2 and publish.advanced and publish.blocked_by == {}
-    consistent = read_log(handle, consistency="transactional")
+    consistent = read_log(handle, consistency="consistent")
     assert len(consistent.records) == 4
 
 
@@ -270,7 +270,7 @@ def test_run_read_modes_write_jsonl(env, spark, tmp_path: Path) -> None:
     summary = run_read(
         handle,
         mode="hybrid",
-        consistency="transactional",
+        consistency="consistent",
         output_path=str(out),
         snapshot_id=sorted(handle.load().snapshots(), key=lambda s: s.sequence_number)[1].snapshot_id,
     )
@@ -296,7 +296,7 @@ def test_spark_read_job_matches_python_reader(env, spark, tmp_path: Path) -> Non
     catalog, kafka_extra = job_settings(spark_conf_dict(spark))
     for mode in ("file", "log", "hybrid"):
         out = tmp_path / f"spark_{mode}"
-        args = ["--table", str(handle.name), "--mode", mode, "--consistency", "transactional"]
+        args = ["--table", str(handle.name), "--mode", mode, "--consistency", "consistent"]
         args += ["--output", str(out)]
         if mode == "log":
             done = env.run_job("read_table.py", args)
@@ -308,7 +308,7 @@ def test_spark_read_job_matches_python_reader(env, spark, tmp_path: Path) -> Non
             assert result["file_rows"] == read_file(handle).num_rows
             assert spark.read.parquet(str(out)).count() == result["file_rows"]
         if mode == "log":
-            python_read = read_log(handle, consistency="transactional")
+            python_read = read_log(handle, consistency="consistent")
             assert result["log_records"] == len(python_read.records) and result["dead_lettered"] == 0
             rows = spark.read.parquet(str(out)).orderBy("_partition", "_offset").collect()
             assert [(r["_partition"], r["_offset"], r["_kind"], r["id"]) for r in rows] == [
@@ -316,7 +316,7 @@ def test_spark_read_job_matches_python_reader(env, spark, tmp_path: Path) -> Non
                 for r in sorted(python_read.records, key=lambda r: (r.partition, r.offset))
             ]
         if mode == "hybrid":
-            hybrid = read_hybrid(handle, consistency="transactional")
+            hybrid = read_hybrid(handle, consistency="consistent")
             assert result["file_rows"] == hybrid.file_rows.num_rows
             assert result["log_records"] == len(hybrid.log.records)
 
@@ -442,9 +442,8 @@ def test_followers_eventual_at_once_consistent_after_publish(
     monkeypatch.setattr(kafka_client, "consumer", consumer)
 
     def run(kind: str) -> None:
-        consistency = "transactional" if kind == "consistent" else "eventual"
         stop = gate if kind == "consistent" else gate.stop
-        for record in follow(LogReader(handle, consistency=consistency), "earliest", stop=stop):
+        for record in follow(LogReader(handle, consistency=kind), "earliest", stop=stop):
             seen[kind].append(record)
             if len(seen[kind]) >= len(ROWS[0]):
                 got_all[kind].set()

@@ -96,7 +96,7 @@ def test_a_batch_the_table_appends_is_written_through(env, spark, tmp_path: Path
         offsets = sorted(r.offset for r in eventual.records if r.partition == partition)
         assert (offsets[0], offsets[-1]) == (first, last)
     publish_visible_offsets(handle)
-    consistent = read_log(handle, consistency="transactional")
+    consistent = read_log(handle, consistency="consistent")
     assert len(consistent.records) == records
     if key:  # per key in input order: the log folds to the table
         assert _plain(fold_log(consistent, key)) == _plain(table_state(handle))
@@ -212,7 +212,7 @@ def test_a_crashed_write_through_leaves_its_staging_branch_to_the_next_epochs_fe
     by_epoch = Counter(r.meta.epoch for r in eventual_log(handle).records)
     assert by_epoch == {dead_epoch: records, result["epoch"]: records}  # the dead copy awaits reconciliation
     publish_visible_offsets(handle)
-    consistent = read_log(handle, consistency="transactional")
+    consistent = read_log(handle, consistency="consistent")
     assert {r.meta.epoch for r in consistent.records} == {result["epoch"]}
     assert _plain(fold_log(consistent, ["id"])) == _plain(expected)
 
@@ -293,7 +293,7 @@ def test_a_batch_that_changes_each_key_once_is_written_through_from_its_input_pa
     assert {r.meta.task for r in eventual.records} == commit.tasks
     assert commit.record_count == len(eventual.records) == records == len(ONCE) - 1
     publish_visible_offsets(handle)
-    assert _plain(fold_log(read_log(handle, consistency="transactional"), ["id"])) == _plain(expected)
+    assert _plain(fold_log(read_log(handle, consistency="consistent"), ["id"])) == _plain(expected)
 
 
 #: A column of each type a table may have (``table.schema``), with nulls and strings of many lengths

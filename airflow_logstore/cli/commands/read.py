@@ -20,6 +20,7 @@ from airflow_logstore.cli.commands import (
     parse_properties,
     print_json,
 )
+from airflow_logstore.read.read_job import consistency_argument
 
 if TYPE_CHECKING:
     from airflow_logstore.table.tables import LogStoreTable
@@ -147,10 +148,11 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--consistency",
-        choices=("transactional", "eventual"),
+        type=consistency_argument,
         default=None,
-        help="log and hybrid reads (default: the table's log-store.consistency-guarantee.enabled / "
-        "log.consistency)",
+        metavar="{consistent,eventual}",
+        help="log and hybrid reads; Paimon's name 'transactional' means consistent (default: the table's "
+        "log-store.consistency-guarantee.enabled / log.consistency)",
     )
     parser.add_argument(
         "--changelog-mode",

@@ -23,6 +23,7 @@ from airflow_logstore.core.properties import (
     emit_mode_from_options,
     format_emit_mode,
     nearest_key,
+    parse_consistency,
     parse_emit_mode,
     parse_table_properties,
     resolve_read_options,
@@ -78,12 +79,12 @@ def test_amoro_vocabulary_defaults_to_eventual() -> None:
     assert config.control_topic == "orders.logstore-control"
 
 
-def test_paimon_vocabulary_defaults_to_transactional() -> None:
+def test_paimon_vocabulary_defaults_to_consistent() -> None:
     config = parse_table_properties(PAIMON)
     assert config.enabled is True
     assert config.topic == "orders"
     assert config.bootstrap_servers == "kafka:9092"
-    assert config.consistency is Consistency.TRANSACTIONAL
+    assert config.consistency is Consistency.CONSISTENT
     assert config.consistent is True
     assert config.control_topic == "orders.logstore-control"
 
@@ -102,9 +103,9 @@ def test_amoro_disabled_needs_no_topic() -> None:
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
-        ({"log-store.consistency-guarantee.enabled": "true"}, Consistency.TRANSACTIONAL),
+        ({"log-store.consistency-guarantee.enabled": "true"}, Consistency.CONSISTENT),
         ({"log-store.consistency-guarantee.enabled": "false"}, Consistency.EVENTUAL),
-        ({"log.consistency": "transactional"}, Consistency.TRANSACTIONAL),
+        ({"log.consistency": "transactional"}, Consistency.CONSISTENT),
         ({"log.consistency": "eventual"}, Consistency.EVENTUAL),
         ({"log.consistency": "EVENTUAL"}, Consistency.EVENTUAL),
     ],
@@ -126,7 +127,7 @@ def test_both_vocabularies_agreeing_are_accepted() -> None:
         }
     )
     assert config.enabled and config.topic == "orders" and config.bootstrap_servers == "kafka:9092"
-    assert config.consistency is Consistency.TRANSACTIONAL
+    assert config.consistency is Consistency.CONSISTENT
 
 
 def test_mixed_vocabularies_take_topic_and_address_from_either() -> None:
@@ -318,7 +319,8 @@ def test_missing_topic_or_address_names_the_vocabulary_key(properties: dict[str,
         (
             "log.consistency",
             "eventually",
-            "'eventually' is not one of transactional, eventual; did you mean 'eventual'?",
+            "'eventually' is not one of consistent, eventual or transactional (Paimon's name of consistent);"
+            " did you mean 'eventual'?",
         ),
         (
             "log.consumer.changelog.modes",
@@ -528,11 +530,11 @@ def test_error_is_a_value_error() -> None:
     ("base", "options", "consistency", "mode"),
     [
         (AMORO, None, Consistency.EVENTUAL, ChangelogMode.ALL_KINDS),
-        (PAIMON, {}, Consistency.TRANSACTIONAL, ChangelogMode.ALL_KINDS),
+        (PAIMON, {}, Consistency.CONSISTENT, ChangelogMode.ALL_KINDS),
         (
             AMORO,
             {"log-store.consistency-guarantee.enabled": "true"},
-            Consistency.TRANSACTIONAL,
+            Consistency.CONSISTENT,
             ChangelogMode.ALL_KINDS,
         ),
         (
@@ -542,7 +544,7 @@ def test_error_is_a_value_error() -> None:
             ChangelogMode.ALL_KINDS,
         ),
         (PAIMON, {"log.consistency": "eventual"}, Consistency.EVENTUAL, ChangelogMode.ALL_KINDS),
-        (AMORO, {"log.consistency": "transactional"}, Consistency.TRANSACTIONAL, ChangelogMode.ALL_KINDS),
+        (AMORO, {"log.consistency": "transactional"}, Consistency.CONSISTENT, ChangelogMode.ALL_KINDS),
         (
             AMORO,
             {"log.consumer.changelog.modes": "append-only"},
@@ -564,7 +566,7 @@ def test_error_is_a_value_error() -> None:
         (
             AMORO,
             {"log-store.consistency-guarantee.enabled": "true", "log.consistency": "transactional"},
-            Consistency.TRANSACTIONAL,
+            Consistency.CONSISTENT,
             ChangelogMode.ALL_KINDS,
         ),
     ],
@@ -716,3 +718,65 @@ def test_data_formats_that_contradict_each_other() -> None:
     error = error_of({"log-store.data-format": "json", "log.format": "debezium-json"})
     assert error.key == "log-store.data-format"
     assert "contradicts 'log.format' ('json' vs 'debezium-json')" in str(error)
+
+
+# -- consistency names: ours and Paimon's, at every edge ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("consistent", Consistency.CONSISTENT),
+        ("transactional", Consistency.CONSISTENT),  # Paimon's name
+        ("Transactional", Consistency.CONSISTENT),
+        (" CONSISTENT ", Consistency.CONSISTENT),
+        ("eventual", Consistency.EVENTUAL),
+        ("EVENTUAL", Consistency.EVENTUAL),
+        (Consistency.EVENTUAL, Consistency.EVENTUAL),
+    ],
+)
+def test_parse_consistency_takes_both_vocabularies_in_any_case(name: str, expected: Consistency) -> None:
+    assert parse_consistency(name) is expected
+
+
+def test_parse_consistency_names_the_bad_value_and_the_accepted_ones() -> None:
+    with pytest.raises(OptionError) as raised:
+        parse_consistency("exactly-once")
+    assert str(raised.value) == (
+        "option 'consistency': 'exactly-once' is not one of consistent, eventual or transactional "
+        "(Paimon's name of consistent)"
+    )
+    with pytest.raises(TablePropertyError, match=r"table property 'log.consistency': 'strict' is not one of"):
+        parse_consistency("strict", key="log.consistency", error=TablePropertyError)
+
+
+@pytest.mark.parametrize("value", ["transactional", "TRANSACTIONAL", "consistent", "Consistent"])
+def test_the_paimon_property_takes_both_names_of_consistent(value: str) -> None:
+    config = parse_table_properties({**PAIMON, "log.consistency": value})
+    assert config.consistency is Consistency.CONSISTENT and config.consistent
+    agreeing = {**AMORO, "log-store.consistency-guarantee.enabled": "true", "log.consistency": value}
+    assert parse_table_properties(agreeing).consistency is Consistency.CONSISTENT
+
+
+def test_a_read_hint_takes_both_names_of_consistent() -> None:
+    config = parse_table_properties(AMORO)
+    for value in ("transactional", "consistent"):
+        hinted = resolve_read_options(config, {"log.consistency": value})
+        assert hinted.consistency is Consistency.CONSISTENT
+
+
+def test_the_consistency_contradiction_quotes_what_was_written() -> None:
+    error = error_of(
+        {**AMORO, "log-store.consistency-guarantee.enabled": "false", "log.consistency": "consistent"}
+    )
+    assert "('false' vs 'consistent')" in str(error)
+
+
+def test_the_old_name_transactional_is_a_deprecated_alias_of_consistent() -> None:
+    """Code written against the old enum keeps working: the member, and converting the old value."""
+    assert Consistency.TRANSACTIONAL is Consistency.CONSISTENT
+    assert Consistency["TRANSACTIONAL"] is Consistency.CONSISTENT
+    assert Consistency("transactional") is Consistency.CONSISTENT  # a stored value of an older version
+    assert list(Consistency) == [Consistency.CONSISTENT, Consistency.EVENTUAL]  # each consistency once
+    with pytest.raises(ValueError, match="'strong' is not a valid Consistency"):
+        Consistency("strong")

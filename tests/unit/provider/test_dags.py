@@ -31,7 +31,7 @@ def test_pipeline_params_have_types_defaults_and_validation(dagbag) -> None:
     schema = {name: params.get_param(name).schema for name in params}
     assert schema["batch_id"]["type"] == "integer" and schema["batch_id"]["minimum"] == 1
     assert schema["read_mode"]["enum"] == ["file", "log", "hybrid"]
-    assert schema["consistency"]["enum"] == ["transactional", "eventual"]
+    assert schema["consistency"]["enum"] == ["consistent", "eventual", "transactional"]
     assert "pattern" in schema["table"]
     assert params["table"] == "demo.orders" and params["batch_id"] == 1
     for name in params:

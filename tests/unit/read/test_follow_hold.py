@@ -71,7 +71,7 @@ def _state(watermark: int, *commits: CommitInfo) -> ControlState:
 
 
 def _release(state: ControlState, pending: dict[int, list[Any]]) -> list[int]:
-    report = ReadReport("t", "follow", "transactional", "all-kinds")
+    report = ReadReport("t", "follow", "consistent", "all-kinds")
     rule = filter_for(state, True, None, {})
     position = follow.ResumePosition({}, None)
     return [r.offset for r in follow._release(_reader(), state, rule, pending, report, position)]

@@ -81,7 +81,7 @@ def _reader() -> LogReader:
 
 
 def _report() -> ReadReport:
-    return ReadReport("t", "follow", "transactional", "all-kinds")
+    return ReadReport("t", "follow", "consistent", "all-kinds")
 
 
 def _consistent(hybrid: SnapshotStart | None) -> list[Any]:

@@ -56,9 +56,9 @@ def test_options_default_to_the_tables_settings() -> None:
     assert opts.start is None and opts.max_records is None and opts.scanner == "auto"
     assert SourceOptions.parse({"path": "ns.t"}, CATALOG, {}).table == "ns.t"  # .load("ns.t")
     named = _parse(consistency="consistent", **{"changelog-mode": "append-only", "MaxRecordsPerTrigger": "5"})
-    assert named.consistency is Consistency.TRANSACTIONAL and named.consistent
+    assert named.consistency is Consistency.CONSISTENT and named.consistent
     assert named.changelog_mode is ChangelogMode.APPEND_ONLY and named.max_records == 5
-    assert _parse(consistency="transactional").consistency is Consistency.TRANSACTIONAL
+    assert _parse(consistency="transactional").consistency is Consistency.CONSISTENT
     assert _parse(**{"log.consistency": "eventual"}).hints == {"log.consistency": "eventual"}
 
 
@@ -72,7 +72,7 @@ def test_options_default_to_the_tables_settings() -> None:
         ),
         (
             {"consistency": "strong"},
-            "option 'consistency': 'strong' is not consistent, transactional or eventual",
+            "option 'consistency': 'strong' is not one of consistent, eventual or transactional",
         ),
         ({"changelog-mode": "upsert"}, "option 'changelog-mode': 'upsert' is not all-kinds or append-only"),
         ({"startingPosition": "yesterday"}, "option 'startingPosition': 'yesterday' is not earliest"),
@@ -442,14 +442,14 @@ class _Clock:
 def _planner(clock: _Clock, max_records: int | None) -> StreamPlanner:
     reader = LogReader.__new__(LogReader)
     reader.topic, reader.kafka_config, reader.field_types = "log", {}, dict(TYPES)
-    reader.consistency, reader.changelog_mode = Consistency.TRANSACTIONAL, ChangelogMode.ALL_KINDS
+    reader.consistency, reader.changelog_mode = Consistency.CONSISTENT, ChangelogMode.ALL_KINDS
 
     class _Config:
         partitions, replication_factor = 2, None
 
     reader.config = _Config()  # type: ignore[assignment]
     opts = SourceOptions(
-        "ns.t", "log", Consistency.TRANSACTIONAL, None, {}, None, max_records, "librdkafka", CATALOG
+        "ns.t", "log", Consistency.CONSISTENT, None, {}, None, max_records, "librdkafka", CATALOG
     )
     planner = StreamPlanner(opts)
     planner._reader, planner._control = reader, clock  # type: ignore[assignment]
@@ -538,6 +538,27 @@ def test_the_stream_reads_only_below_the_watermark_of_its_state(kafka: Any) -> N
     assert planner.latest_offset() == latest  # nothing new: the same offset, no micro-batch
     with pytest.raises(OptionError, match="option 'consistency': the checkpoint is of a eventual stream"):
         planner.partitions(latest, {**latest, "consistency": "eventual"})
+
+
+def test_a_stream_whose_checkpoint_says_transactional_continues(kafka: Any) -> None:
+    """A checkpoint of an older version names the consistency ``transactional`` (the old name of
+    consistent): a restarted consistent stream takes it, goes on from its positions, and keeps the name in
+    its later offsets (Spark compares offsets by their JSON: a rewritten name would look like progress)."""
+    clock = _Clock(_History())
+    clock.history.records = [_Record(0, o, RecordMeta("w", 1, 1, TASK)) for o in range(4)]
+    clock.history.arrive = [0] * 4
+    state = ControlState(epochs={"w": 1}, commits={("w", 1): _commit(1, {0: (0, 3)})}, watermark={0: 1})
+    clock.history.states = [state]
+    kafka(clock.log())
+    old = {"version": 1, "mode": "log", "consistency": "transactional", "positions": {"0": 0, "1": 0},
+           "origin": {"0": 0, "1": 0}}  # fmt: skip
+    planner = _planner(clock, None)
+    assert planner.partitions(old, old) == []  # Spark's setLatestSeenOffset: the checkpoint is accepted
+    latest = planner.latest_offset()
+    assert latest["consistency"] == "transactional" and latest["positions"] == {"0": 2, "1": 0}
+    assert [row for piece in planner.partitions(old, latest) for row in _read(piece)] == [(0, 0), (0, 1)]
+    assert planner.latest_offset() == latest  # nothing new: the same JSON, no micro-batch
+    assert planner.initial_offset()["consistency"] == "consistent"  # a new stream says ours
 
 
 def test_slices_take_whole_partitions_until_they_are_large(
