@@ -379,18 +379,22 @@ def _read_log(piece: LogSlice) -> Iterator[pa.Table]:
 
 
 def _chunks(cons: Any, piece: LogSlice, bulk: Any, lookback: _Lookback | None) -> Iterator[Any]:
-    """The slice's records decoded a chunk at a time (the JVM scan for large slices, as the reader does)."""
-    first = {p: low for p, low, _ in piece.ranges}
-    last = {p: high for p, _, high in piece.ranges}
-    if lookback is None and jvm_scan.choose_scanner(piece.scanner, piece.records) == "jvm":
-        scan = jvm_scan.JvmScan(piece.kafka_config, piece.topic, first, last, frame_records=CHUNK_RECORDS)
-        for columns in scan.chunks():
-            yield decode_columns(columns, scan.header_sets, bulk, piece.field_types)
-        return
-    for messages in kafka_client.scan(cons, piece.topic, first, last, batch_size=CHUNK_RECORDS):
-        if lookback is not None:
-            lookback.cover(messages)
-        yield decode_chunk(messages, bulk, piece.field_types)
+    """The slice's records decoded a chunk at a time, one partition after the other (ascending), each in
+    offset order: a slice's rows come in (partition, offset) order
+    whatever order the broker's fetches interleave partitions in, so a replayed micro-batch hands Spark
+    the same rows in the same order (S2). A partition of at least ``JVM_MIN_RECORDS`` records is read
+    with the JVM scan, as the reader does (``scanner``: ``auto``)."""
+    for partition, low, high in sorted(piece.ranges):
+        first, last = {partition: low}, {partition: high}
+        if lookback is None and jvm_scan.choose_scanner(piece.scanner, high - low) == "jvm":
+            scan = jvm_scan.JvmScan(piece.kafka_config, piece.topic, first, last, frame_records=CHUNK_RECORDS)
+            for columns in scan.chunks():
+                yield decode_columns(columns, scan.header_sets, bulk, piece.field_types)
+            continue
+        for messages in kafka_client.scan(cons, piece.topic, first, last, batch_size=CHUNK_RECORDS):
+            if lookback is not None:
+                lookback.cover(messages)
+            yield decode_chunk(messages, bulk, piece.field_types)
 
 
 def _check_ranges(cons: Any, piece: LogSlice) -> None:
