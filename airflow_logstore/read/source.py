@@ -693,6 +693,24 @@ class StreamOffset:
         return other.positions != self.positions or other.files != self.files
 
 
+def replayed_start(start: StreamOffset, end: StreamOffset) -> StreamOffset:
+    """The start of the micro-batch that ends at ``end``, as the stream first planned it.
+
+    Spark keeps each micro-batch's end in the offset log, but not the first one's start: it asks the
+    source's ``initialOffset`` again when it replays micro-batch 0 after a restart, and a start
+    evaluated again (``latest``, a timestamp, ``earliest`` after retention, a hybrid stream's current
+    snapshot) may lie elsewhere than the one the micro-batch was planned from. Every offset of a stream
+    carries where it started (``origin``, ``snapshot``): a start that names another origin or snapshot
+    than ``end`` is such a start evaluated again, and the stream's first offset is rebuilt from ``end``
+    (positions at the origin; a hybrid stream's files not handed out yet). Any other start is the end of
+    the micro-batch before, from the offset log, and is returned as it is.
+    """
+    if (start.origin, start.snapshot) == (end.origin, end.snapshot):
+        return start
+    files = None if end.files is None else "pending"
+    return StreamOffset(end.mode, end.consistency, dict(end.origin), dict(end.origin), end.snapshot, files)
+
+
 def _text_keys(offsets: Mapping[int, int]) -> dict[str, int]:
     return {str(p): int(o) for p, o in sorted(offsets.items())}
 
@@ -845,6 +863,7 @@ class StreamPlanner:
     def partitions(self, start_json: Mapping[str, Any], end_json: Mapping[str, Any]) -> list[Slice]:
         start, end = StreamOffset.from_json(start_json), StreamOffset.from_json(end_json)
         self._check_options(end)
+        start = replayed_start(start, end)
         self._previous = end
         if not start.moved(end):
             return []

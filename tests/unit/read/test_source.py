@@ -458,7 +458,7 @@ class _Clock:
         pass
 
 
-def _planner(clock: _Clock, max_records: int | None) -> StreamPlanner:
+def _planner(clock: _Clock, max_records: int | None, start: str | None = None) -> StreamPlanner:
     reader = LogReader.__new__(LogReader)
     reader.topic, reader.kafka_config, reader.field_types = "log", {}, dict(TYPES)
     reader.consistency, reader.changelog_mode = Consistency.TRANSACTIONAL, ChangelogMode.ALL_KINDS
@@ -468,7 +468,7 @@ def _planner(clock: _Clock, max_records: int | None) -> StreamPlanner:
 
     reader.config = _Config()  # type: ignore[assignment]
     opts = SourceOptions(
-        "ns.t", "log", Consistency.TRANSACTIONAL, None, {}, None, max_records, "librdkafka", CATALOG
+        "ns.t", "log", Consistency.TRANSACTIONAL, None, {}, start, max_records, "librdkafka", CATALOG
     )
     planner = StreamPlanner(opts)
     planner._reader, planner._control = reader, clock  # type: ignore[assignment]
@@ -579,6 +579,54 @@ def test_a_slice_hands_out_its_rows_in_partition_then_offset_order_however_the_b
             reads.append(_read(piece))
         assert reads[0] == [(p, o) for p in range(3) for o in range(4)]
         assert all(rows == reads[0] for rows in reads)
+
+
+def test_a_replayed_first_micro_batch_starts_where_it_was_planned_not_at_its_start_evaluated_again(
+    kafka: Any,
+) -> None:
+    """Spark replays micro-batch 0 from ``initialOffset`` asked again (its start is not in the offset
+    log). From ``latest`` that start has moved past the micro-batch's end by then: the replay still
+    reads the records the first run read (the end's origin), not nothing. Planted: the start as Spark
+    passes it (the replay returns no row)."""
+    clock = _Clock(_History())
+    clock.history.records = [_Record(0, o, RecordMeta("w", 1, 1, TASK)) for o in range(6)]
+    clock.history.arrive = [0, 0, 1, 1, 2, 2]
+    commit = _commit(1, {0: (0, 5)})
+    clock.history.states = [
+        ControlState(epochs={"w": 1}, commits={commit.key: commit}, watermark={0: mark}) for mark in (1, 3, 5)
+    ]
+    kafka(clock.log())
+    planner = _planner(clock, None, start="latest")
+    start = planner.initial_offset()
+    assert start["positions"] == {"0": 2, "1": 0}
+    clock.now = 1
+    kafka(clock.log())
+    end = planner.latest_offset()
+    rows = [row for piece in planner.partitions(start, end) for row in _read(piece)]
+    assert rows == [(0, 2), (0, 3)]
+    # killed before the commit; the new driver's initialOffset is the log end now, past the end
+    clock.now = 2
+    kafka(clock.log())
+    planner = _planner(clock, None, start="latest")
+    again = planner.initial_offset()
+    assert again["positions"] == {"0": 6, "1": 0}
+    assert [row for piece in planner.partitions(again, end) for row in _read(piece)] == rows
+    assert planner.latest_offset()["positions"] == {"0": 6, "1": 0}  # and it goes on from the end
+
+
+def test_a_start_evaluated_again_is_the_streams_first_offset_rebuilt_from_the_end() -> None:
+    """A hybrid stream from the current snapshot: asked again after a new commit, ``initialOffset`` names
+    another snapshot; micro-batch 0 is replayed from the end's snapshot, its files not handed out yet.
+    The end of the micro-batch before (same origin and snapshot) is taken as it is."""
+    old = SnapshotStart(5, frozenset({"w/1"}), 11, ((0, 4),))
+    new = SnapshotStart(6, frozenset({"w/2"}), 12, ((0, 9),))
+    end = StreamOffset("hybrid", "transactional", {0: 7}, {0: 4}, old, "read")
+    again = StreamOffset("hybrid", "transactional", {0: 9}, {0: 9}, new, "pending")
+    assert source.replayed_start(again, end) == StreamOffset(
+        "hybrid", "transactional", {0: 4}, {0: 4}, old, "pending"
+    )
+    before = StreamOffset("hybrid", "transactional", {0: 4}, {0: 4}, old, "read")
+    assert source.replayed_start(before, end) is before
 
 
 def test_slices_take_whole_partitions_until_they_are_large(
