@@ -24,8 +24,10 @@ each slice; a task reads its slice's records *after* that state was read, so eve
 watermark is decided by it (invariant S1 in docs/PROTOCOL.md); the follower's hold rule is checked
 all the same, and a record it would hold fails the task instead of being skipped.
 
-A micro-batch replayed after a restart reads the same offsets with a state at least as new: decisions
-only move from undecided to decided, so it returns the same records (S2). Later copies of reconciler
+A micro-batch replayed after a restart reads the same offsets (micro-batch 0 from its end's origin:
+:func:`replayed_start`) with a state at least as new: decisions only move from undecided to decided, so
+it returns the same records, and a slice reads its partitions one after the other, so in the same order
+(S2; docs/PROTOCOL.md says why the offsets pin no control state). Later copies of reconciler
 records are dropped across micro-batches too: a task whose slice holds reconciler records first reads
 back, from the stream's origin or the record each names (every copy comes after it), what the stream
 handed out before, and feeds it to its rule (S3).
