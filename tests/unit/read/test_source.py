@@ -581,6 +581,22 @@ def test_a_slice_hands_out_its_rows_in_partition_then_offset_order_however_the_b
         assert all(rows == reads[0] for rows in reads)
 
 
+def test_a_partition_is_handed_out_once_every_lower_one_reached_its_end_or_the_scan_ended() -> None:
+    """``_PartitionOrder``: a higher partition's pieces wait for the lower ones; one whose last offsets
+    never come (a transaction marker ends it) is done when the scan ends."""
+    order = source._PartitionOrder([(0, 0, 4), (1, 0, 2), (2, 0, 3)])
+    assert order.add(1, 1, "1a") == []  # partition 1 at its end, but 0 is not
+    assert order.add(0, 1, "0a") == ["0a"]
+    assert order.add(2, 1, "2a") == []
+    assert order.add(0, 3, "0b") == ["0b", "1a", "2a"]  # 0 done, 1 done: 2 from now on
+    assert order.add(2, 1, "2b") == ["2b"]  # 2 never reaches 2 (a marker)
+    assert order.rest() == []
+    order = source._PartitionOrder([(0, 0, 4), (1, 0, 2)])
+    assert order.add(1, 1, "1a") == []
+    assert order.add(0, 2, "0a") == ["0a"]  # offset 3 of partition 0 is a marker: no piece reaches it
+    assert order.rest() == ["1a"]
+
+
 def test_a_replayed_first_micro_batch_starts_where_it_was_planned_not_at_its_start_evaluated_again(
     kafka: Any,
 ) -> None:
