@@ -24,8 +24,10 @@ each slice; a task reads its slice's records *after* that state was read, so eve
 watermark is decided by it (invariant S1 in docs/PROTOCOL.md); the follower's hold rule is checked
 all the same, and a record it would hold fails the task instead of being skipped.
 
-A micro-batch replayed after a restart reads the same offsets with a state at least as new: decisions
-only move from undecided to decided, so it returns the same records (S2). Later copies of reconciler
+A micro-batch replayed after a restart reads the same offsets (micro-batch 0 from its end's origin:
+:func:`replayed_start`) with a state at least as new: decisions only move from undecided to decided, so
+it returns the same records, and a slice hands out its partitions one after the other, so in the same
+order (S2; docs/PROTOCOL.md says why the offsets pin no control state). Later copies of reconciler
 records are dropped across micro-batches too: a task whose slice holds reconciler records first reads
 back, from the stream's origin or the record each names (every copy comes after it), what the stream
 handed out before, and feeds it to its rule (S3).
@@ -371,18 +373,87 @@ def _read_log(piece: LogSlice) -> Iterator[pa.Table]:
 
 
 def _chunks(cons: Any, piece: LogSlice, bulk: Any, lookback: _Lookback | None) -> Iterator[Any]:
-    """The slice's records decoded a chunk at a time (the JVM scan for large slices, as the reader does)."""
+    """The slice's records decoded a chunk at a time (the JVM scan for large slices, as the reader does),
+    handed out one partition after the other (:class:`_PartitionOrder`): a slice's rows come in
+    (partition, offset) order, so a replayed micro-batch hands Spark the same rows in the same order (S2)."""
     first = {p: low for p, low, _ in piece.ranges}
     last = {p: high for p, _, high in piece.ranges}
+    order = _PartitionOrder(piece.ranges)
     if lookback is None and jvm_scan.choose_scanner(piece.scanner, piece.records) == "jvm":
         scan = jvm_scan.JvmScan(piece.kafka_config, piece.topic, first, last, frame_records=CHUNK_RECORDS)
-        for columns in scan.chunks():
-            yield decode_columns(columns, scan.header_sets, bulk, piece.field_types)
+        for columns in scan.chunks():  # decoded at once: a chunk's header set ids hold in its generation
+            chunk = decode_columns(columns, scan.header_sets, bulk, piece.field_types)
+            reached = int(columns.offsets[-1]) if len(columns.offsets) else -1
+            yield from order.add(columns.partition, reached, chunk)
+        yield from order.rest()
         return
-    for messages in kafka_client.scan(cons, piece.topic, first, last, batch_size=CHUNK_RECORDS):
+
+    def decoded(messages: list[Any]) -> Any:
         if lookback is not None:
             lookback.cover(messages)
-        yield decode_chunk(messages, bulk, piece.field_types)
+        return decode_chunk(messages, bulk, piece.field_types)
+
+    for messages in kafka_client.scan(cons, piece.topic, first, last, batch_size=CHUNK_RECORDS):
+        for partition, reached, part in _by_partition(messages):
+            yield from map(decoded, order.add(partition, reached, part))
+    yield from map(decoded, order.rest())
+
+
+class _PartitionOrder:
+    """Hands out the pieces of a scan of several partitions one partition after the other (ascending),
+    each partition's pieces in the order they came.
+
+    One scan of all a slice's partitions reads them at once (a scan per partition waits for the broker's
+    long poll of the one before: about 0.5 s each), but it interleaves them as the broker's fetches
+    deliver, differently each time. A partition's pieces are held until every lower partition reached its
+    end (a piece at its last offset) or the scan ended; the consumer fetches partitions in turn, so what
+    is held stays about as large as what the lower partitions still had to read.
+    """
+
+    def __init__(self, ranges: Sequence[tuple[int, int, int]]) -> None:
+        self.order = sorted(p for p, _, _ in ranges)
+        self.last = {p: high for p, _, high in ranges}
+        self.held: dict[int, list[Any]] = {p: [] for p in self.order}
+        self.done: set[int] = set()
+        self.at = 0  # index in ``order`` of the partition handed out now
+
+    def add(self, partition: int, reached: int, piece: Any) -> list[Any]:
+        """Take ``piece`` of ``partition`` (its last offset ``reached``); return the pieces due now."""
+        self.held[partition].append(piece)
+        if reached >= self.last[partition] - 1:
+            self.done.add(partition)
+        return self._due()
+
+    def rest(self) -> list[Any]:
+        """The scan ended: every partition reached its end (what is left below it is gone)."""
+        self.done.update(self.order)
+        return self._due()
+
+    def _due(self) -> list[Any]:
+        due: list[Any] = []
+        while self.at < len(self.order):
+            partition = self.order[self.at]
+            due.extend(self.held[partition])
+            self.held[partition] = []
+            if partition not in self.done:
+                break
+            self.at += 1
+        return due
+
+
+def _by_partition(messages: list[Any]) -> list[tuple[int, int, list[Any]]]:
+    """(partition, last offset, its messages) for each partition of a scan's batch, in offset order."""
+    import numpy as np
+
+    kind = type(messages[0])
+    partitions = np.fromiter(map(kind.partition, messages), np.int64, len(messages))
+    if (partitions == partitions[0]).all():
+        return [(int(partitions[0]), messages[-1].offset(), messages)]
+    parts = []
+    for partition in np.unique(partitions).tolist():
+        part = [messages[i] for i in np.flatnonzero(partitions == partition).tolist()]
+        parts.append((partition, part[-1].offset(), part))
+    return parts
 
 
 def _check_ranges(cons: Any, piece: LogSlice) -> None:
@@ -683,6 +754,24 @@ class StreamOffset:
         return other.positions != self.positions or other.files != self.files
 
 
+def replayed_start(start: StreamOffset, end: StreamOffset) -> StreamOffset:
+    """The start of the micro-batch that ends at ``end``, as the stream first planned it.
+
+    Spark keeps each micro-batch's end in the offset log, but not the first one's start: it asks the
+    source's ``initialOffset`` again when it replays micro-batch 0 after a restart, and a start
+    evaluated again (``latest``, a timestamp, ``earliest`` after retention, a hybrid stream's current
+    snapshot) may lie elsewhere than the one the micro-batch was planned from. Every offset of a stream
+    carries where it started (``origin``, ``snapshot``): a start that names another origin or snapshot
+    than ``end`` is such a start evaluated again, and the stream's first offset is rebuilt from ``end``
+    (positions at the origin; a hybrid stream's files not handed out yet). Any other start is the end of
+    the micro-batch before, from the offset log, and is returned as it is.
+    """
+    if (start.origin, start.snapshot) == (end.origin, end.snapshot):
+        return start
+    files = None if end.files is None else "pending"
+    return StreamOffset(end.mode, end.consistency, dict(end.origin), dict(end.origin), end.snapshot, files)
+
+
 def _text_keys(offsets: Mapping[int, int]) -> dict[str, int]:
     return {str(p): int(o) for p, o in sorted(offsets.items())}
 
@@ -835,6 +924,7 @@ class StreamPlanner:
     def partitions(self, start_json: Mapping[str, Any], end_json: Mapping[str, Any]) -> list[Slice]:
         start, end = StreamOffset.from_json(start_json), StreamOffset.from_json(end_json)
         self._check_options(end)
+        start = replayed_start(start, end)
         self._previous = end
         if not start.moved(end):
             return []

@@ -175,6 +175,9 @@ class _Kafka:
     def __init__(self, log: list[_Record], low: Mapping[int, int] | None = None, chunk: int = 2) -> None:
         self.log, self.low, self.chunk = log, dict(low or {}), chunk
         self.scans: list[tuple[dict[int, int], dict[int, int]]] = []
+        #: set: a scan of several partitions interleaves them in a random order, as a broker's fetches
+        #: may (``kafka_client.scan`` promises offset order per partition only)
+        self.interleave: random.Random | None = None
 
     def consumer(self, config: Any, **overrides: Any) -> Any:
         return self
@@ -200,8 +203,24 @@ class _Kafka:
         self.scans.append((dict(start), dict(end)))
         found = [r for r in self.log if start.get(r.partition(), 0) <= r.offset() < end.get(r.partition(), 0)]
         found.sort(key=lambda r: (r.offset(), r.partition()))
+        if self.interleave is not None:
+            found = _interleaved(found, self.interleave)
         for i in range(0, len(found), self.chunk):
             yield found[i : i + self.chunk]
+
+
+def _interleaved(records: list[_Record], rng: random.Random) -> list[_Record]:
+    """``records`` (in offset order per partition) with the partitions merged in a random order."""
+    queues: dict[int, list[_Record]] = {}
+    for record in records:
+        queues.setdefault(record.partition(), []).append(record)
+    merged: list[_Record] = []
+    while queues:
+        partition = rng.choice(sorted(queues))
+        merged.append(queues[partition].pop(0))
+        if not queues[partition]:
+            del queues[partition]
+    return merged
 
 
 class _DeadLetters:
@@ -439,7 +458,7 @@ class _Clock:
         pass
 
 
-def _planner(clock: _Clock, max_records: int | None) -> StreamPlanner:
+def _planner(clock: _Clock, max_records: int | None, start: str | None = None) -> StreamPlanner:
     reader = LogReader.__new__(LogReader)
     reader.topic, reader.kafka_config, reader.field_types = "log", {}, dict(TYPES)
     reader.consistency, reader.changelog_mode = Consistency.CONSISTENT, ChangelogMode.ALL_KINDS
@@ -449,7 +468,7 @@ def _planner(clock: _Clock, max_records: int | None) -> StreamPlanner:
 
     reader.config = _Config()  # type: ignore[assignment]
     opts = SourceOptions(
-        "ns.t", "log", Consistency.CONSISTENT, None, {}, None, max_records, "librdkafka", CATALOG
+        "ns.t", "log", Consistency.CONSISTENT, None, {}, start, max_records, "librdkafka", CATALOG
     )
     planner = StreamPlanner(opts)
     planner._reader, planner._control = reader, clock  # type: ignore[assignment]
@@ -559,6 +578,92 @@ def test_a_stream_whose_checkpoint_says_transactional_continues(kafka: Any) -> N
     assert [row for piece in planner.partitions(old, latest) for row in _read(piece)] == [(0, 0), (0, 1)]
     assert planner.latest_offset() == latest  # nothing new: the same JSON, no micro-batch
     assert planner.initial_offset()["consistency"] == "consistent"  # a new stream says ours
+
+
+def test_a_slice_hands_out_its_rows_in_partition_then_offset_order_however_the_broker_interleaves_them(
+    kafka: Any,
+) -> None:
+    """S2 row for row: a micro-batch read again (a replay) hands Spark the same rows in the same order,
+    although a broker's fetches may interleave a scan's partitions differently each time (a replayed
+    micro-batch 0 of the SIGKILL test's consistent stream reached its sink with its rows in another
+    order). Planted: one scan over all of the slice's partitions, as before: the reads differ."""
+    log = [_Record(p, o, RecordMeta("w", 1, 1, TASK)) for p in range(3) for o in range(4)]
+    commit = CommitInfo("w", 1, 1, offsets={p: (0, 3) for p in range(3)}, tasks=frozenset({TASK}))
+    state = ControlState(epochs={"w": 1}, commits={commit.key: commit}, watermark=dict.fromkeys(range(3), 3))
+    installed = kafka(log)
+    for rule in (KeepRule(state, True, None, dict.fromkeys(range(3), 0)),  # consistent
+                 KeepRule(None, False, None, dict.fromkeys(range(3), 0), follows=True)):  # fmt: skip
+        piece = _slice(rule, [(0, 0, 4), (1, 0, 4), (2, 0, 4)], lookback=not rule.consistent)
+        reads = []
+        for seed in range(10):
+            installed.interleave = random.Random(seed)
+            reads.append(_read(piece))
+        assert reads[0] == [(p, o) for p in range(3) for o in range(4)]
+        assert all(rows == reads[0] for rows in reads)
+
+
+def test_a_partition_is_handed_out_once_every_lower_one_reached_its_end_or_the_scan_ended() -> None:
+    """``_PartitionOrder``: a higher partition's pieces wait for the lower ones; one whose last offsets
+    never come (a transaction marker ends it) is done when the scan ends."""
+    order = source._PartitionOrder([(0, 0, 4), (1, 0, 2), (2, 0, 3)])
+    assert order.add(1, 1, "1a") == []  # partition 1 at its end, but 0 is not
+    assert order.add(0, 1, "0a") == ["0a"]
+    assert order.add(2, 1, "2a") == []
+    assert order.add(0, 3, "0b") == ["0b", "1a", "2a"]  # 0 done, 1 done: 2 from now on
+    assert order.add(2, 1, "2b") == ["2b"]  # 2 never reaches 2 (a marker)
+    assert order.rest() == []
+    order = source._PartitionOrder([(0, 0, 4), (1, 0, 2)])
+    assert order.add(1, 1, "1a") == []
+    assert order.add(0, 2, "0a") == ["0a"]  # offset 3 of partition 0 is a marker: no piece reaches it
+    assert order.rest() == ["1a"]
+
+
+def test_a_replayed_first_micro_batch_starts_where_it_was_planned_not_at_its_start_evaluated_again(
+    kafka: Any,
+) -> None:
+    """Spark replays micro-batch 0 from ``initialOffset`` asked again (its start is not in the offset
+    log). From ``latest`` that start has moved past the micro-batch's end by then: the replay still
+    reads the records the first run read (the end's origin), not nothing. Planted: the start as Spark
+    passes it (the replay returns no row)."""
+    clock = _Clock(_History())
+    clock.history.records = [_Record(0, o, RecordMeta("w", 1, 1, TASK)) for o in range(6)]
+    clock.history.arrive = [0, 0, 1, 1, 2, 2]
+    commit = _commit(1, {0: (0, 5)})
+    clock.history.states = [
+        ControlState(epochs={"w": 1}, commits={commit.key: commit}, watermark={0: mark}) for mark in (1, 3, 5)
+    ]
+    kafka(clock.log())
+    planner = _planner(clock, None, start="latest")
+    start = planner.initial_offset()
+    assert start["positions"] == {"0": 2, "1": 0}
+    clock.now = 1
+    kafka(clock.log())
+    end = planner.latest_offset()
+    rows = [row for piece in planner.partitions(start, end) for row in _read(piece)]
+    assert rows == [(0, 2), (0, 3)]
+    # killed before the commit; the new driver's initialOffset is the log end now, past the end
+    clock.now = 2
+    kafka(clock.log())
+    planner = _planner(clock, None, start="latest")
+    again = planner.initial_offset()
+    assert again["positions"] == {"0": 6, "1": 0}
+    assert [row for piece in planner.partitions(again, end) for row in _read(piece)] == rows
+    assert planner.latest_offset()["positions"] == {"0": 6, "1": 0}  # and it goes on from the end
+
+
+def test_a_start_evaluated_again_is_the_streams_first_offset_rebuilt_from_the_end() -> None:
+    """A hybrid stream from the current snapshot: asked again after a new commit, ``initialOffset`` names
+    another snapshot; micro-batch 0 is replayed from the end's snapshot, its files not handed out yet.
+    The end of the micro-batch before (same origin and snapshot) is taken as it is."""
+    old = SnapshotStart(5, frozenset({"w/1"}), 11, ((0, 4),))
+    new = SnapshotStart(6, frozenset({"w/2"}), 12, ((0, 9),))
+    end = StreamOffset("hybrid", "transactional", {0: 7}, {0: 4}, old, "read")
+    again = StreamOffset("hybrid", "transactional", {0: 9}, {0: 9}, new, "pending")
+    assert source.replayed_start(again, end) == StreamOffset(
+        "hybrid", "transactional", {0: 4}, {0: 4}, old, "pending"
+    )
+    before = StreamOffset("hybrid", "transactional", {0: 4}, {0: 4}, old, "read")
+    assert source.replayed_start(before, end) is before
 
 
 def test_slices_take_whole_partitions_until_they_are_large(
