@@ -40,10 +40,6 @@ def check_before_spark(args: argparse.Namespace) -> tuple[LogStoreTable, LogStor
         raise BadInputError(f"input path '{args.input}' does not exist")
     if local is not None and args.input_format is None:
         infer_format(str(local), _local_folder)  # a folder with no file of a known format fails here
-    if args.crash_at:
-        from airflow_logstore.write.writer import CrashPoint
-
-        CrashPoint.parse(args.crash_at)
     handle = open_table(args.table, args)
     config = parse_table_properties(handle.load().properties)
     parse_emit_mode(args.emit_mode, config)
@@ -87,7 +83,6 @@ def job_argv(args: argparse.Namespace) -> list[str]:
     ]
     for flag, value in (
         ("--batch-id", args.batch_id),
-        ("--crash-at", args.crash_at),
         ("--emit-mode", args.emit_mode),
         ("--input-format", args.input_format),
     ):
@@ -218,5 +213,4 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="do not publish: consistent log reads hold the batch back until 'logstore publish'",
     )
-    parser.add_argument("--crash-at", default=None, help="after-log:N or after-commit:N (tests)")
     parser.set_defaults(handler=run)
