@@ -26,11 +26,14 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from airflow_logstore.exceptions import LogStoreError
 
 _HOOKS: dict[str, list[Callable[[], None]]] = {}
 
@@ -120,8 +123,11 @@ KILL_POINTS: dict[str, bool] = {
 }
 
 
-class KillPointError(ValueError):
-    """``LOGSTORE_KILL_AT`` names no kill point."""
+class KillPointError(LogStoreError, ValueError):
+    """``LOGSTORE_KILL_AT`` names no kill point: a test's setting that no retry can fix (a LogStore
+    error, so jobs report it in one line and operators fail at once, as for a bad option)."""
+
+    retryable = False
 
 
 def kill_points(text: str | None = None) -> frozenset[tuple[str, int | None]]:
@@ -138,7 +144,7 @@ def _kill_point(entry: str) -> tuple[str, int | None]:
     if KILL_POINTS.get(entry) is False:
         return entry, None
     point, _, batch = entry.rpartition(":")
-    if KILL_POINTS.get(point) and batch.strip().lstrip("-").isdigit():
+    if KILL_POINTS.get(point) and re.fullmatch(r"-?[0-9]+", batch.strip()):
         return point, int(batch)
     forms = ", ".join(f"{name}:<batch>" if batched else name for name, batched in KILL_POINTS.items())
     raise KillPointError(f"LOGSTORE_KILL_AT: '{entry}' is not a kill point; the kill points are {forms}")

@@ -95,10 +95,12 @@ def test_kill_points_parse_a_point_with_its_batch_or_a_stage() -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        "after-log:2",  # the old --crash-at form: no actor
+        "after-log:2",  # no actor
         "write:after-log",  # a writer's point needs its batch
         "write:after-log:x",
         "write:after-log:",
+        "write:after-log:--2",
+        "write:after-log:\u00b2",  # a digit to str.isdigit, not to int()
         "write:before-log:1",
         "reconcile:planned:1",  # a reconciler's stage has no batch
         "reconcile:planed",
@@ -108,6 +110,22 @@ def test_a_value_that_names_no_kill_point_is_an_error_that_lists_them(text: str)
     with pytest.raises(KillPointError, match=rf"^LOGSTORE_KILL_AT: '{text}' is not a kill point; ") as error:
         kill_points(f"reconcile:planned,{text}")
     assert "write:after-log:<batch>, write:after-commit:<batch>, reconcile:lease-acquired" in str(error.value)
+
+
+def test_a_bad_value_is_a_logstore_error_that_no_retry_can_fix() -> None:
+    """A LogStore error: jobs print it in one line, operators fail without retries (a plain ValueError
+    would count as retryable, and Airflow would run the misconfigured task again)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_logstore.exceptions import classify
+    from airflow_logstore.operators._failures import fail_fast
+
+    with pytest.raises(KillPointError) as error:
+        kill_points("write:after-log")
+    assert isinstance(error.value, ValueError) and classify(error.value) == ("KillPointError", False)
+    failed = pytest.raises(AirflowFailException, match="KillPointError: LOGSTORE_KILL_AT: 'write:after-log'")
+    with failed, fail_fast():
+        kill_points("write:after-log")
 
 
 def test_the_reconcilers_kill_points_are_its_stages() -> None:

@@ -28,13 +28,16 @@ INPUT_FORMATS = ("json", "jsonl", "ndjson", "csv", "parquet")
 
 
 def check_before_spark(args: argparse.Namespace) -> tuple[LogStoreTable, LogStoreConfig]:
-    """Fail before a JVM starts: the table, the emit mode, a local input path and its format and, for a
-    table with a log, its broker and log topic (``LOGSTORE_KAFKA_TIMEOUT_S`` when the broker does not
-    answer). Returns the table and its LogStore settings."""
+    """Fail before a JVM starts: a test's ``LOGSTORE_KILL_AT``, the table, the emit mode, a local input
+    path and its format and, for a table with a log, its broker and log topic
+    (``LOGSTORE_KAFKA_TIMEOUT_S`` when the broker does not answer). Returns the table and its LogStore
+    settings."""
     from airflow_logstore.core.properties import parse_emit_mode, parse_table_properties
     from airflow_logstore.log.kafka_client import require_topic
+    from airflow_logstore.pause import kill_points
     from airflow_logstore.write.inputs import infer_format
 
+    kill_points()
     local = local_input_path(args.input)  # the input first: no catalog or Kafka client is needed
     if local is not None and not local.exists():
         raise BadInputError(f"input path '{args.input}' does not exist")

@@ -57,4 +57,4 @@ def test_cli_subcommand() -> None:
     assert build_parser().parse_args(["reconcile", "db.t", "--scanner", "jvm"]).scanner == "jvm"
     assert args.scanner == "auto"
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["reconcile", "db.t", "--crash-at", "somewhere"])
+        build_parser().parse_args(["reconcile", "db.t", "--scanner", "somewhere"])

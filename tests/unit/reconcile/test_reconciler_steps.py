@@ -13,6 +13,7 @@ import pytest
 from airflow_logstore.core import control
 from airflow_logstore.core import reconcile as core
 from airflow_logstore.exceptions import FencedError
+from airflow_logstore.pause import KillPointError
 from airflow_logstore.reconcile import reconciler as rec
 from airflow_logstore.reconcile.reconciler import PlanResult, ReconcilerLease, ScanJob, TableLog
 from tests.unit.reconcile.test_reconciler_lease import Broker, InMemoryControlTopic
@@ -172,3 +173,10 @@ def test_a_kill_point_stops_a_run_at_its_stage(
         _run(ctl, monkeypatch, lease, stages=stages)
     assert signals == [signal.SIGKILL] and stages == ["planned", "lease-checked"]
     assert ctl.read().reconcile_progress is None
+
+
+def test_a_bad_kill_point_fails_a_run_before_it_reads_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOGSTORE_KILL_AT", "reconcile:planed")
+    monkeypatch.setattr(TableLog, "open", lambda handle: pytest.fail("the run read the table"))
+    with pytest.raises(KillPointError, match=r"'reconcile:planed' is not a kill point; .* reconcile:planned"):
+        rec.reconcile(SimpleNamespace(name="db.t"))  # type: ignore[arg-type]

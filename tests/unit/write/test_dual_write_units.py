@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass
+import os
+import signal
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -11,6 +16,7 @@ import pytest
 from airflow_logstore.core.commit import CommitDecision, Verdict
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.exceptions import CommitConflictError, FencedError
+from airflow_logstore.write import write_job, writer
 from airflow_logstore.write.committing import branch_table, check_staged_head, settled_by, write_sql
 from airflow_logstore.write.planning import KeyFilter, sql_literal
 from airflow_logstore.write.producing import (
@@ -23,7 +29,7 @@ from airflow_logstore.write.producing import (
 )
 from airflow_logstore.write.streaming import kafka_replay_metrics_bug, stream_writer_id
 from airflow_logstore.write.write_job import DEFAULT_WRITER_ID, dual_write_parser, job_writer_id
-from airflow_logstore.write.writer import BatchResult, task_identity
+from airflow_logstore.write.writer import DUAL, BatchResult, DualWriter, task_identity
 
 
 @pytest.mark.parametrize(
@@ -224,6 +230,63 @@ def test_a_staged_head_on_the_base_with_this_batch_s_summary_passes() -> None:
 def test_a_staged_head_that_is_not_this_write_is_a_conflict(head: Any, message: str) -> None:
     with pytest.raises(CommitConflictError, match=message):
         check_staged_head(head, 10, "b", ("w", 4, 3))
+
+
+class _Killed(BaseException):
+    """What SIGKILL does to the writer, in this stand-in: nothing after it runs."""
+
+
+@pytest.mark.parametrize(
+    ("kill_at", "done", "killed"),
+    [
+        ("write:after-log:2", [], True),  # the records are flushed: neither the commit nor the ledger entry
+        ("write:after-commit:2", ["commit"], True),  # committed: no ledger entry
+        ("write:after-log:1,write:after-commit:3", ["commit", "record"], False),  # other batches
+    ],
+)
+def test_the_writer_is_killed_at_its_kill_points(
+    monkeypatch: pytest.MonkeyPatch, kill_at: str, done: list[str], killed: bool
+) -> None:
+    """The steps after a batch's flush (:meth:`DualWriter._commit_logged`) with ``LOGSTORE_KILL_AT``."""
+    signals: list[int] = []
+
+    def kill(pid: int, sig: int) -> None:
+        signals.append(sig)
+        raise _Killed
+
+    monkeypatch.setattr(os, "kill", kill)
+    monkeypatch.setenv("LOGSTORE_KILL_AT", kill_at)
+    steps: list[str] = []
+
+    def commit_batch(target: Any, rows: Any, commit: CommitInfo) -> CommitInfo:
+        steps.append("commit")
+        return replace(commit, snapshot_id=7)
+
+    monkeypatch.setattr(writer, "commit_batch", commit_batch)
+    dual = DualWriter.__new__(DualWriter)  # only what the steps after the flush read
+    dual.writer_id, dual.epoch, dual.emit_mode, dual.control_topic_id = "w", 3, DUAL, "id"
+    dual.config = SimpleNamespace(enabled=True)  # type: ignore[assignment]
+    dual.control = SimpleNamespace(record_commit=lambda *args: steps.append("record"))  # type: ignore[assignment]
+    monkeypatch.setattr(dual, "_commit_target", lambda: None)
+    produced = Produced({0: (0, 4)}, frozenset({"0.0"}), 5)
+    expect: AbstractContextManager[Any] = pytest.raises(_Killed) if killed else nullcontext()
+    with expect:
+        dual._commit_logged(BatchResult("db.t", "w", 2, 3, "file,log"), produced, object())  # type: ignore[arg-type]
+    assert steps == done and signals == ([signal.SIGKILL] if killed else [])
+
+
+def test_a_bad_kill_point_fails_the_job_before_spark_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """spark-submit's entry point: one line naming the value and the kill points, exit code 1."""
+    monkeypatch.setenv("LOGSTORE_KILL_AT", "after-log:2")
+    monkeypatch.setenv("LOGSTORE_HOME", str(tmp_path))  # its failure report's table is looked up there
+    monkeypatch.setattr(write_job, "job_session", lambda app: pytest.fail("Spark started"))
+    argv = ["--table", "db.t", "--input", str(tmp_path), "--batch-id", "2"]
+    assert write_job.dual_write_main(argv) == 1
+    err = capsys.readouterr().err
+    assert "dual_write: error: LOGSTORE_KILL_AT: 'after-log:2' is not a kill point; the kill points " in err
+    assert "write:after-log:<batch>, write:after-commit:<batch>, reconcile:lease-acquired" in err
 
 
 def test_batch_results_are_new_values_and_the_old_one_is_unchanged() -> None:
