@@ -14,18 +14,30 @@ A failure point (:func:`fail_once`) is the other half: ``LOGSTORE_FAIL_ONCE_AT=p
 the first process (or Spark task) that reaches it raise, once per ``LOGSTORE_PAUSE_DIR`` (a marker
 file, created atomically, says it happened), so a test can make one Spark task attempt fail for real.
 
+A kill point (:func:`kill_point`) is a process's death: ``LOGSTORE_KILL_AT=write:after-log:2`` makes the
+writer SIGKILL its own process once batch 2's log records are flushed, before its commit (a failover, with
+nothing cleaned up); ``LOGSTORE_KILL_AT=reconcile:output-flushed`` kills a reconciler between its reversals
+and its progress record. :data:`KILL_POINTS` lists them; a value that names none is an error at once.
+
 Outside tests nothing is registered and nothing is named: a pause point costs one dictionary lookup.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
+import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from airflow_logstore.exceptions import LogStoreError
+
 _HOOKS: dict[str, list[Callable[[], None]]] = {}
+
+log = logging.getLogger(__name__)
 
 #: How long a file-controlled pause waits for its release before it fails the step.
 FILE_PAUSE_TIMEOUT_S = 600.0
@@ -96,3 +108,54 @@ def fail_once(name: str) -> None:
 
 class InjectedFailure(RuntimeError):
     """A failure a test asked for at a named point."""
+
+
+#: The kill points, and whether each is reached once per batch (then the value names the batch too,
+#: ``write:after-log:2``). The reconciler's are ``core.reconcile.STAGES`` (a unit test keeps them equal).
+KILL_POINTS: dict[str, bool] = {
+    "write:after-log": True,  # the batch's log records are flushed; no commit yet
+    "write:after-commit": True,  # the batch is committed to the table; not yet recorded in the ledger
+    "reconcile:lease-acquired": False,
+    "reconcile:planned": False,
+    "reconcile:lease-checked": False,
+    "reconcile:output-flushed": False,
+    "reconcile:before-progress": False,
+}
+
+
+class KillPointError(LogStoreError, ValueError):
+    """``LOGSTORE_KILL_AT`` names no kill point: a test's setting that no retry can fix (a LogStore
+    error, so jobs report it in one line and operators fail at once, as for a bad option)."""
+
+    retryable = False
+
+
+def kill_points(text: str | None = None) -> frozenset[tuple[str, int | None]]:
+    """The (point, batch) pairs ``text`` (default: ``LOGSTORE_KILL_AT``) names, comma-separated.
+
+    :raises KillPointError: for an entry that is not a point of :data:`KILL_POINTS`, with its batch
+        exactly when the point is reached once per batch
+    """
+    named = os.environ.get("LOGSTORE_KILL_AT", "") if text is None else text
+    return frozenset(_kill_point(part.strip()) for part in named.split(",") if part.strip())
+
+
+def _kill_point(entry: str) -> tuple[str, int | None]:
+    if KILL_POINTS.get(entry) is False:
+        return entry, None
+    point, _, batch = entry.rpartition(":")
+    if KILL_POINTS.get(point) and re.fullmatch(r"-?[0-9]+", batch.strip()):
+        return point, int(batch)
+    forms = ", ".join(f"{name}:<batch>" if batched else name for name, batched in KILL_POINTS.items())
+    raise KillPointError(f"LOGSTORE_KILL_AT: '{entry}' is not a kill point; the kill points are {forms}")
+
+
+def kill_point(name: str, batch: int | None = None) -> None:
+    """SIGKILL this process if ``LOGSTORE_KILL_AT`` names point ``name`` (of batch ``batch``): a
+    failover as a test wants it: no ``finally``, no producer flush, nothing cleaned up (module docstring)."""
+    if "LOGSTORE_KILL_AT" not in os.environ or (name, batch) not in kill_points():
+        return
+    log.warning(
+        "kill point %s%s: SIGKILL (LOGSTORE_KILL_AT)", name, "" if batch is None else f" of batch {batch}"
+    )
+    os.kill(os.getpid(), signal.SIGKILL)

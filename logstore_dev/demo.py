@@ -125,10 +125,8 @@ def run_demo(dags_folder: Path | None = None) -> dict[str, Any]:
                 "2",
                 "--writer-id",
                 "logstore_pipeline",
-                "--crash-at",
-                "after-log:2",
             ],
-            airflow.env(),
+            {**airflow.env(), "LOGSTORE_KILL_AT": "write:after-log:2"},
             log_file,
             "failover: a writer attempt of batch 2 dies after its log records are flushed",
         )

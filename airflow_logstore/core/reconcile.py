@@ -82,9 +82,9 @@ from airflow_logstore.core.visibility import Decision, FirstCopies, classify
 from airflow_logstore.exceptions import RecordDecodeError
 
 LEASE_NAME = RECONCILER_LEASE
-#: the points of a run where a test can crash it (``--crash-at``): after the lease, after planning,
-#: after the lease check before producing, after the reversals are flushed (before the progress record),
-#: right before the progress record
+#: the stages of a run, where a test can stop it (a stage hook) or kill it (``LOGSTORE_KILL_AT`` of
+#: ``reconcile:<stage>``): after the lease, after planning, after the lease check before producing, after
+#: the reversals are flushed (before the progress record), right before the progress record
 STAGES = ("lease-acquired", "planned", "lease-checked", "output-flushed", "before-progress")
 
 #: decisions of data records that count as the key's legitimate history (the table's state to keep)

@@ -431,7 +431,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--table", required=True)
     p.add_argument("--dry-run", action="store_true", help="report only; write nothing")
     p.add_argument("--lease-ttl", type=float, default=None, help="lease time-to-live in seconds")
-    p.add_argument("--crash-at", default=None, help="SIGKILL at a stage (tests): " + ", ".join(core.STAGES))
     add_report_id(p)
     return p
 
@@ -439,7 +438,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``spark_jobs/reconcile.py``: the reconciler with its scan in Spark; its report as
     the result (:func:`~airflow_logstore.spark.results.run_table_job`)."""
-    from airflow_logstore.reconcile.reconciler import DEFAULT_LEASE_TTL_S, kill_at, reconcile
+    from airflow_logstore.reconcile.reconciler import DEFAULT_LEASE_TTL_S, reconcile
     from airflow_logstore.spark.results import run_table_job
 
     args = parser().parse_args(argv)
@@ -451,7 +450,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             dry_run=args.dry_run,
             lease_ttl_s=args.lease_ttl or DEFAULT_LEASE_TTL_S,
             engine=SparkEngine(spark),
-            stage_hook=kill_at(args.crash_at) if args.crash_at else None,
         )
         return report.to_dict()
 

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import threading
 import time
@@ -55,6 +54,7 @@ from airflow_logstore.core.records import LeaseClaim, LeaseRelease
 from airflow_logstore.exceptions import FencedError, OptionError
 from airflow_logstore.log import control_topic, jvm_scan, kafka_client
 from airflow_logstore.log.deadletter import dead_letter_topic_name
+from airflow_logstore.pause import kill_point, kill_points
 from airflow_logstore.publish.publisher import record_commits
 from airflow_logstore.reconcile import scan as reconcile_scan
 from airflow_logstore.table.tables import LogStoreTable, merged_state, snapshot_commits
@@ -353,19 +353,6 @@ def produce_outputs(
 # --- one run ----------------------------------------------------------------------------------------
 
 
-def kill_at(stage: str) -> StageHook:
-    """A stage hook that SIGKILLs this process at ``stage`` (crash tests; like dual write's --crash-at)."""
-    if stage not in STAGES:
-        raise OptionError("crash-at", f"'{stage}' is not one of {', '.join(STAGES)}")
-
-    def hook(current: str) -> None:
-        if current == stage:
-            log.warning("crash injection: SIGKILL at %s", stage)
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return hook
-
-
 @dataclass(frozen=True)
 class TableLog:
     """What a run reads of the table once, at its start: the table, its settings, its log and control
@@ -416,7 +403,8 @@ def reconcile(
     """Reconcile the table's log once (see the module docstring); return the report."""
     started = time.monotonic()
     engine = engine or PythonEngine()
-    hook = stage_hook or _no_hook
+    kill_points()  # a test's LOGSTORE_KILL_AT that names no kill point fails before the lease is taken
+    hook = _at_stage(stage_hook)
     log_side = TableLog.open(handle)
     owner = owner or default_owner()
     report = ReconcileReport(
@@ -447,8 +435,16 @@ def reconcile(
     return report
 
 
-def _no_hook(stage: str) -> None:
-    return None
+def _at_stage(stage_hook: StageHook | None) -> StageHook:
+    """What a run does at each of its :data:`STAGES`: the kill point ``reconcile:<stage>`` (tests'
+    ``LOGSTORE_KILL_AT``), then the caller's hook (tests that stop a run at a stage in-process)."""
+
+    def at(stage: str) -> None:
+        kill_point(f"reconcile:{stage}")
+        if stage_hook is not None:
+            stage_hook(stage)
+
+    return at
 
 
 def _run(
@@ -724,4 +720,4 @@ def _log_report(report: ReconcileReport) -> None:
     )
 
 
-__all__ = ["DEFAULT_LEASE_TTL_S", "LEASE_NAME", "ReconcileReport", "ReconcilerLease", "kill_at", "reconcile"]
+__all__ = ["DEFAULT_LEASE_TTL_S", "LEASE_NAME", "ReconcileReport", "ReconcilerLease", "reconcile"]

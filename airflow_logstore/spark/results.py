@@ -107,12 +107,14 @@ def run_table_job(
     table)`` and leave its result next to the table (:func:`emit_result`). A failure leaves its report
     there instead (:func:`emit_failure`): a LogStore error prints one line and returns 1, any other is
     raised (its traceback is the job's output)."""
+    from airflow_logstore.pause import kill_points
     from airflow_logstore.spark.jobconf import job_settings, spark_conf_dict
     from airflow_logstore.table.tables import LogStoreTable
 
     catalog: CatalogSpec | None = None
     handle: LogStoreTable | None = None
     try:
+        kill_points()  # a test's LOGSTORE_KILL_AT that names no kill point fails before Spark starts
         spark = job_session(f"logstore-{job}-{table_name}")
         catalog, kafka_extra = job_settings(spark_conf_dict(spark))
         handle = LogStoreTable.open(table_name, catalog, kafka_extra)

@@ -38,7 +38,6 @@ def dual_write_parser() -> argparse.ArgumentParser:
         help=f"default: {DEFAULT_WRITER_ID} (batch), derived from --checkpoint (stream)",
     )
     parser.add_argument("--emit-mode", default=None, help="file,log (default), log or file")
-    parser.add_argument("--crash-at", default=None, help="after-log:N or after-commit:N (tests)")
     parser.add_argument("--change-column", default="op")
     parser.add_argument(
         "--missing-columns",
@@ -98,8 +97,9 @@ def dual_write_main(
         result line; the CLI passes no ``--report-id``)
     """
     from airflow_logstore.core.properties import parse_emit_mode
+    from airflow_logstore.pause import kill_points
     from airflow_logstore.spark.jobconf import job_settings, spark_conf_dict
-    from airflow_logstore.write.writer import CrashPoint, open_writer
+    from airflow_logstore.write.writer import open_writer
 
     args = dual_write_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -111,7 +111,7 @@ def dual_write_main(
     writer: DualWriter | None = None
     catalog: CatalogSpec | None = None
     try:
-        crash_at = CrashPoint.parse(args.crash_at)
+        kill_points()  # a test's LOGSTORE_KILL_AT that names no kill point fails before anything is written
         spark = job_session(f"logstore-dual-write-{args.table}")
         catalog, kafka_extra = job_settings(spark_conf_dict(spark))
         writer = open_writer(
@@ -120,7 +120,6 @@ def dual_write_main(
             catalog=catalog,
             kafka_extra=kafka_extra,
             writer_id=job_writer_id(args),
-            crash_at=crash_at,
             change_column=args.change_column,
             missing_as_null=args.missing_columns == "null",
         )

@@ -10,15 +10,15 @@ Per batch (writer W, epoch E, batch B), :meth:`DualWriter.write_frame` runs the 
    summary ``logstore.*``; a newer epoch of W fences this attempt (:mod:`.committing`);
 6. record the commit in the control topic's ledger.
 
-Crash points for tests: ``after-log:N`` dies after batch N's records are flushed, ``after-commit:N``
-right after its Iceberg commit; both by SIGKILL, with no cleanup.
+Kill points for tests (:func:`~airflow_logstore.pause.kill_point`): ``write:after-log`` of a batch dies
+after its records are flushed, ``write:after-commit`` right after its Iceberg commit; both by SIGKILL,
+with no cleanup.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import signal
 import time
 import uuid
 from collections.abc import Mapping
@@ -29,7 +29,7 @@ from airflow_logstore.core.commit import attempt_refs
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import EMIT_FILE, EMIT_LOG, LogStoreConfig, format_emit_mode
 from airflow_logstore.core.summary import CommitInfo
-from airflow_logstore.exceptions import OptionError
+from airflow_logstore.pause import kill_point
 from airflow_logstore.table import staged_commit
 from airflow_logstore.table.catalog import CatalogSpec
 from airflow_logstore.table.schema import primary_key_of
@@ -62,32 +62,12 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["BatchResult", "CrashPoint", "DualWriter", "open_writer", "task_identity"]
+__all__ = ["BatchResult", "DualWriter", "open_writer", "task_identity"]
 
 #: The emit mode of a dual write (both stores).
 DUAL = frozenset({EMIT_FILE, EMIT_LOG})
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class CrashPoint:
-    stage: str  # "after-log" or "after-commit"
-    batch_id: int
-
-    @classmethod
-    def parse(cls, text: str | None) -> CrashPoint | None:
-        if not text:
-            return None
-        stage, _, batch = text.partition(":")
-        if stage not in ("after-log", "after-commit") or not batch.strip().lstrip("-").isdigit():
-            raise OptionError("crash-at", f"'{text}' is not after-log:N or after-commit:N")
-        return cls(stage, int(batch))
-
-    def hit(self, stage: str, batch_id: int) -> None:
-        if self.stage == stage and self.batch_id == batch_id:
-            log.warning("crash injection: SIGKILL at %s of batch %s", stage, batch_id)
-            os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass(frozen=True)
@@ -144,7 +124,6 @@ class DualWriter:
         *,
         writer_id: str,
         emit_mode: frozenset[str] | None = None,
-        crash_at: CrashPoint | None = None,
         change_column: str = "op",
         missing_as_null: bool = False,
     ) -> None:
@@ -153,7 +132,6 @@ class DualWriter:
         self.missing_as_null = missing_as_null
         self.handle = handle
         self.writer_id = writer_id
-        self.crash_at = crash_at
         self.change_column = change_column
         table = handle.load()
         self.config: LogStoreConfig = handle.config(table)
@@ -359,12 +337,12 @@ class DualWriter:
         batch_id = counted.batch_id
         logged = counted.produced(produced)
         log.info("batch %s: %s log records flushed, offsets %s", batch_id, produced.count, logged.offsets)
-        self._crash_point("after-log", batch_id)
+        kill_point("write:after-log", batch_id)
         commit = self._commit_info(batch_id, produced)
         if rows is None:
             return self._record(logged, commit)
         landed = commit_batch(self._commit_target(), rows, commit)
-        self._crash_point("after-commit", batch_id)
+        kill_point("write:after-commit", batch_id)
         return self._record(replace(logged, snapshot_id=landed.snapshot_id), landed)
 
     def _record(self, result: BatchResult, commit: CommitInfo) -> BatchResult:
@@ -374,10 +352,6 @@ class DualWriter:
         if self.config.enabled and (EMIT_FILE in self.emit_mode or commit.record_count):
             self.control.record_commit(commit.to_json(), self.writer_id, commit.batch_id)
         return result
-
-    def _crash_point(self, stage: str, batch_id: int) -> None:
-        if self.crash_at:
-            self.crash_at.hit(stage, batch_id)
 
     def _commit_info(self, batch_id: int, produced: Produced) -> CommitInfo:
         return CommitInfo(
@@ -426,7 +400,6 @@ def open_writer(
     kafka_extra: Mapping[str, Any] | None = None,
     writer_id: str = "logstore-cli",
     emit_mode: frozenset[str] | None = None,
-    crash_at: CrashPoint | None = None,
     change_column: str = "op",
     missing_as_null: bool = False,
 ) -> DualWriter:
@@ -436,7 +409,6 @@ def open_writer(
         handle,
         writer_id=writer_id,
         emit_mode=emit_mode,
-        crash_at=crash_at,
         change_column=change_column,
         missing_as_null=missing_as_null,
     )

@@ -131,7 +131,9 @@ def test_crash_after_log_then_restart(env, table, tmp_path: Path) -> None:
     ok = env.run_job("dual_write.py", [*base, "--input", str(b1), "--batch-id", "1"])
     assert ok.returncode == 0, ok.stderr[-3000:]
     crashed = env.run_job(
-        "dual_write.py", [*base, "--input", str(b2), "--batch-id", "2", "--crash-at", "after-log:2"]
+        "dual_write.py",
+        [*base, "--input", str(b2), "--batch-id", "2"],
+        extra_env={"LOGSTORE_KILL_AT": "write:after-log:2"},
     )
     assert crashed.returncode in (-9, 137), crashed.stderr[-3000:]
     dead_epoch = table.control().read().latest_epoch("crashy")
@@ -161,7 +163,7 @@ def test_crash_after_log_then_restart(env, table, tmp_path: Path) -> None:
 def test_crash_after_commit_retry_skips(env, table, tmp_path: Path) -> None:
     b1 = write_jsonl(tmp_path / "b1.jsonl", BATCHES[0])
     base = ["--table", str(table.name), "--writer-id", "late-crash", "--input", str(b1), "--batch-id", "1"]
-    crashed = env.run_job("dual_write.py", [*base, "--crash-at", "after-commit:1"])
+    crashed = env.run_job("dual_write.py", base, extra_env={"LOGSTORE_KILL_AT": "write:after-commit:1"})
     assert crashed.returncode in (-9, 137)
     retried = env.run_job("dual_write.py", base)
     result = parse_result(retried.stdout)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from airflow_logstore.core.batch_plan import apply_final, plan_batch
+from airflow_logstore.pause import pause_file
 from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.reader import read_log
 from airflow_logstore.spark.results import parse_result
@@ -21,6 +22,7 @@ from airflow_logstore.table.tables import LogStoreTable, create_table, snapshot_
 from logstore_dev.services.local import BrokerOptions, LocalBroker
 from logstore_dev.testing.environment import free_port_pair
 from logstore_dev.testing.tables import fold_log, table_state, write_jsonl
+from tests.pause_files import wait_reached
 
 FAST_FAILING_KAFKA = json.dumps({"message.timeout.ms": 8000, "socket.timeout.ms": 4000})
 BATCH_1 = [{"id": i, "name": f"n{i}", "amount": i} for i in range(1, 401)]
@@ -133,13 +135,6 @@ def _hold_lock(database: Path, locked: threading.Event, unlock: threading.Event)
     connection.close()
 
 
-def _wait_for_file(path: Path, job: subprocess.Popen[str], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists() and job.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)  # polls a file the job writes at its pause point; nothing is timed
-    assert path.exists(), f"{path.name} never appeared (job exit code {job.poll()})"
-
-
 @pytest.mark.parametrize("lock_seconds, commits", [(5.0, True), (None, False)])
 def test_catalog_locked_during_the_commit(
     env, tmp_path: Path, lock_seconds: float | None, commits: bool
@@ -173,12 +168,12 @@ def test_catalog_locked_during_the_commit(
     output: list[str] = []
     drain = threading.Thread(target=lambda: output.extend(job.stdout or ()), daemon=True)
     drain.start()  # a paused job must never block on a full pipe
-    _wait_for_file(pauses / "commit_before-publish.reached", job, 300)
+    wait_reached(job, pauses, "commit:before-publish", 300)
     locked, unlock = threading.Event(), threading.Event()
     holder = threading.Thread(target=_hold_lock, args=(env.settings.catalog_db, locked, unlock))
     holder.start()
     assert locked.wait(30)
-    (pauses / "commit_before-publish.release").touch()
+    pause_file(pauses, "commit:before-publish", "release").touch()
     if lock_seconds is not None:  # a short lock: the fault's length, well under the 30 s busy timeout
         threading.Timer(lock_seconds, unlock.set).start()
     try:

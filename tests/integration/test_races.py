@@ -30,6 +30,7 @@ from airflow_logstore.read.reader import HybridRead, LogReader, read_hybrid, rea
 from airflow_logstore.table.tables import LogStoreTable, snapshot_commits
 from airflow_logstore.write.writer import open_writer
 from logstore_dev.testing.tables import make_table, table_state, write_jsonl
+from tests.pause_files import wait_reached
 
 WAIT_S = 300.0
 
@@ -409,9 +410,11 @@ def test_attempt_killed_before_its_publish_leaves_nothing_the_next_attempt_keeps
     command += ["--batch-id", "1", "--writer-id", "w"]
     process = subprocess.Popen(command, env=process_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        reached = tmp_path / "commit_before-publish.reached"
-        assert wait_until(lambda: reached.exists() or process.poll() is not None, timeout=WAIT_S)
-        assert reached.exists(), process.stderr.read().decode()[-3000:] if process.stderr else ""
+        try:
+            wait_reached(process, tmp_path, "commit:before-publish", WAIT_S)
+        except AssertionError as exc:
+            tail = process.stderr.read().decode()[-3000:] if process.stderr else ""
+            raise AssertionError(f"{exc}: {tail}") from None
     finally:
         process.kill()
         process.wait(60)

@@ -1,8 +1,8 @@
 """Failover reconciliation on the real broker, Spark and Iceberg: reversals, idempotence, leases, retention.
 
-Writer failovers are real: a writer process SIGKILLed by ``--crash-at`` or at a random moment, or an
-attempt fenced by a newer epoch of the same writer (it produced its records, then found a newer epoch
-and stopped before committing — what a zombie attempt does).
+Writer failovers are real: a writer process SIGKILLed at a kill point (``LOGSTORE_KILL_AT``) or at a
+random moment, or an attempt fenced by a newer epoch of the same writer (it produced its records, then
+found a newer epoch and stopped before committing — what a zombie attempt does).
 """
 
 from __future__ import annotations
@@ -134,8 +134,11 @@ def write_args(handle: LogStoreTable, writer: str, path: Path, batch: int, *extr
 
 
 def crash_writer(env: Any, handle: LogStoreTable, writer: str, path: Path, batch: int, point: str) -> int:
-    """Run the writer as its own process with ``--crash-at``; return the epoch that died."""
-    done = env.run_job("dual_write.py", write_args(handle, writer, path, batch, "--crash-at", point))
+    """Run the writer as its own process, killed at ``point`` (``LOGSTORE_KILL_AT``); return the epoch
+    that died."""
+    done = env.run_job(
+        "dual_write.py", write_args(handle, writer, path, batch), extra_env={"LOGSTORE_KILL_AT": point}
+    )
     assert done.returncode in (-9, 137), done.stderr[-3000:]
     epoch = handle.control().read().latest_epoch(writer)
     assert epoch is not None
@@ -188,7 +191,7 @@ def test_one_failover_reversed_exactly_and_eventual_reader_converges(env, spark,
     handle = new_table(env, "one", **{"log-store.data-format": "debezium-json"})
     paths = [write_jsonl(tmp_path / f"b{n}.jsonl", rows) for n, rows in enumerate(BATCHES[:2], start=1)]
     writer_for(spark, handle, "w").write_path(str(paths[0]), 1)
-    dead_epoch = crash_writer(env, handle, "w", paths[1], 2, "after-log:2")
+    dead_epoch = crash_writer(env, handle, "w", paths[1], 2, "write:after-log:2")
     restarted = env.run_job("dual_write.py", write_args(handle, "w", paths[1], 2))  # same writer, same batch
     assert restarted.returncode == 0, restarted.stderr[-3000:]
     assert parse_result(restarted.stdout)["epoch"] > dead_epoch
@@ -222,7 +225,7 @@ def test_an_attempt_in_flight_is_kept_pending_then_reversed_by_one_rescan(env, s
     handle = new_table(env, "pending")
     paths = [write_jsonl(tmp_path / f"p{n}.jsonl", rows) for n, rows in enumerate(BATCHES[:3], start=1)]
     writer_for(spark, handle, "w").write_path(str(paths[0]), 1)
-    dead_epoch = crash_writer(env, handle, "w", paths[1], 2, "after-log:2")
+    dead_epoch = crash_writer(env, handle, "w", paths[1], 2, "write:after-log:2")
     dead = data_records(read_log(handle, consistency="eventual"), batch=2, epochs={dead_epoch})
     first = reconcile(handle)
     assert first.skipped_in_flight == len(dead) == 15 and first.reversed == 0
@@ -260,12 +263,12 @@ def test_several_failovers_in_a_row_with_updates_and_deletes(env, spark, tmp_pat
     paths = [write_jsonl(tmp_path / f"b{n}.jsonl", rows) for n, rows in enumerate(BATCHES, start=1)]
     writer = "w"
     writer_for(spark, handle, writer).write_path(str(paths[0]), 1)
-    dead_2 = crash_writer(env, handle, writer, paths[1], 2, "after-log:2")
+    dead_2 = crash_writer(env, handle, writer, paths[1], 2, "write:after-log:2")
     writer_for(spark, handle, writer).write_path(str(paths[1]), 2)  # the restart
     middle = reconcile(handle)
     assert middle.reversed == 15 and middle.redundant_by_epoch == {f"{writer}/{dead_2}": 15}
 
-    crash_writer(env, handle, writer, paths[2], 3, "after-commit:3")  # committed, ledger not written
+    crash_writer(env, handle, writer, paths[2], 3, "write:after-commit:3")  # committed, ledger not written
     retry = writer_for(spark, handle, writer).write_path(str(paths[2]), 3)
     assert retry.skipped  # nothing redundant: the crash came after the commit
     dead_4 = fenced_attempts(spark, handle, writer, paths[3], 4, dead=2)  # two failovers of one batch
@@ -309,11 +312,11 @@ def test_reconcile_killed_between_reversals_and_progress_then_rerun(env, spark, 
         "600",  # certainly live when the next run comes, however slow the machine
     ]
     killed = subprocess.run(
-        [*command, "--crash-at", "output-flushed"],
+        command,
         capture_output=True,
         text=True,
         timeout=300,
-        env=os.environ,
+        env={**os.environ, "LOGSTORE_KILL_AT": "reconcile:output-flushed"},
     )
     assert killed.returncode in (-9, 137), killed.stderr[-3000:]
     state = control_state(handle)

@@ -64,7 +64,9 @@ def table_with_crash(env, tmp_path_factory: pytest.TempPathFactory):
     base = ["--table", str(handle.name), "--writer-id", "vis-crash"]
     assert env.run_job("dual_write.py", [*base, "--input", str(b1), "--batch-id", "1"]).returncode == 0
     crashed = env.run_job(
-        "dual_write.py", [*base, "--input", str(b2), "--batch-id", "2", "--crash-at", "after-log:2"]
+        "dual_write.py",
+        [*base, "--input", str(b2), "--batch-id", "2"],
+        extra_env={"LOGSTORE_KILL_AT": "write:after-log:2"},
     )
     assert crashed.returncode in (-9, 137)
     return handle, handle.control().read().latest_epoch("vis-crash"), base, b2

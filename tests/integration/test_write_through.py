@@ -196,7 +196,7 @@ def test_a_crashed_write_through_leaves_its_staging_branch_to_the_next_epochs_fe
     handle = make_table(env)
     path = write_jsonl(tmp_path / "b1.jsonl", BATCH)
     base = ["--table", str(handle.name), "--writer-id", "crashy", "--input", str(path), "--batch-id", "1"]
-    crashed = env.run_job("dual_write.py", [*base, "--crash-at", "after-log:1"])
+    crashed = env.run_job("dual_write.py", base, extra_env={"LOGSTORE_KILL_AT": "write:after-log:1"})
     assert crashed.returncode in (-9, 137), crashed.stderr[-3000:]
     dead_epoch = handle.control().read().latest_epoch("crashy")
     [left] = _stage_refs(handle)  # the rows were staged, the records flushed, nothing committed

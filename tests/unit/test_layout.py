@@ -23,7 +23,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "airflow_logstore"
 #: Lowest first. ``__init__``, the package's own module (its version, provider info and the public API it
 #: re-exports from the layers below), is the top: nothing inside the package imports it.
 LAYERS: list[set[str]] = [
-    {"exceptions", "versions", "pause"},
+    {"exceptions"},  # the errors users see: every layer raises them (pause's KillPointError too)
+    {"versions", "pause"},
     {"settings", "tempdirs"},
     {"jars", "javac"},
     {"core"},

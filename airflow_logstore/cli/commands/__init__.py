@@ -14,11 +14,10 @@ if TYPE_CHECKING:
     from airflow_logstore.table.catalog import CatalogSpec
     from airflow_logstore.table.tables import LogStoreTable
 
-#: ``log.jvm_scan``'s scanners and threshold, and ``core.reconcile``'s stages: the parser is built without
-#: importing numpy and the reconciler (a unit test keeps these equal to theirs)
+#: ``log.jvm_scan``'s scanners and threshold: the parser is built without importing numpy and the
+#: reconciler (a unit test keeps these equal to theirs)
 SCANNERS = ("auto", "jvm", "librdkafka")
 JVM_MIN_RECORDS = 200_000
-RECONCILE_STAGES = ("lease-acquired", "planned", "lease-checked", "output-flushed", "before-progress")
 
 #: librdkafka logs each failed connection attempt on stderr (syslog level 3); the CLI reports the
 #: last one in its error message instead, unless --verbose.

@@ -127,6 +127,8 @@ _STEPS: dict[str, str] = {
     "TableNotFoundError": "create it with 'logstore table create', or point LOGSTORE_HOME / LOGSTORE_CATALOG "
     "at the catalog that has it",
     "CatalogUnavailableError": "check LOGSTORE_HOME / LOGSTORE_CATALOG and that the catalog can be reached",
+    "KillPointError": "unset LOGSTORE_KILL_AT (tests set it to kill a writer or reconciler), or name a "
+    "kill point listed above",
 }
 #: Errors in what the user gave (exit code 2, like a usage error); the others are about resources (1).
 _USAGE_ERRORS = {

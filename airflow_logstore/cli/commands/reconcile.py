@@ -5,18 +5,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from airflow_logstore.cli.commands import JVM_MIN_RECORDS, RECONCILE_STAGES, SCANNERS, open_table, report
+from airflow_logstore.cli.commands import JVM_MIN_RECORDS, SCANNERS, open_table, report
 
 
 def run(args: argparse.Namespace) -> int:
-    from airflow_logstore.reconcile.reconciler import PythonEngine, kill_at, reconcile
+    from airflow_logstore.reconcile.reconciler import PythonEngine, reconcile
 
     done = reconcile(
         open_table(args.table, args),
         dry_run=args.dry_run,
         lease_ttl_s=args.lease_ttl,
         engine=PythonEngine(args.workers, scanner=args.scanner),
-        stage_hook=kill_at(args.crash_at) if args.crash_at else None,
     )
     report(args, done.to_dict())
     return 0
@@ -39,8 +38,5 @@ def register(subparsers: Any) -> None:
         choices=SCANNERS,
         help="read the log in a JVM (needs a JDK) or with librdkafka; auto: the JVM from "
         f"{JVM_MIN_RECORDS:,} records on when a JDK is installed",
-    )
-    parser.add_argument(
-        "--crash-at", default=None, choices=RECONCILE_STAGES, help="SIGKILL at a stage (tests)"
     )
     parser.set_defaults(handler=run)

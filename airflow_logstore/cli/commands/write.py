@@ -28,22 +28,21 @@ INPUT_FORMATS = ("json", "jsonl", "ndjson", "csv", "parquet")
 
 
 def check_before_spark(args: argparse.Namespace) -> tuple[LogStoreTable, LogStoreConfig]:
-    """Fail before a JVM starts: the table, the emit mode, a local input path and its format and, for a
-    table with a log, its broker and log topic (``LOGSTORE_KAFKA_TIMEOUT_S`` when the broker does not
-    answer). Returns the table and its LogStore settings."""
+    """Fail before a JVM starts: a test's ``LOGSTORE_KILL_AT``, the table, the emit mode, a local input
+    path and its format and, for a table with a log, its broker and log topic
+    (``LOGSTORE_KAFKA_TIMEOUT_S`` when the broker does not answer). Returns the table and its LogStore
+    settings."""
     from airflow_logstore.core.properties import parse_emit_mode, parse_table_properties
     from airflow_logstore.log.kafka_client import require_topic
+    from airflow_logstore.pause import kill_points
     from airflow_logstore.write.inputs import infer_format
 
+    kill_points()
     local = local_input_path(args.input)  # the input first: no catalog or Kafka client is needed
     if local is not None and not local.exists():
         raise BadInputError(f"input path '{args.input}' does not exist")
     if local is not None and args.input_format is None:
         infer_format(str(local), _local_folder)  # a folder with no file of a known format fails here
-    if args.crash_at:
-        from airflow_logstore.write.writer import CrashPoint
-
-        CrashPoint.parse(args.crash_at)
     handle = open_table(args.table, args)
     config = parse_table_properties(handle.load().properties)
     parse_emit_mode(args.emit_mode, config)
@@ -87,7 +86,6 @@ def job_argv(args: argparse.Namespace) -> list[str]:
     ]
     for flag, value in (
         ("--batch-id", args.batch_id),
-        ("--crash-at", args.crash_at),
         ("--emit-mode", args.emit_mode),
         ("--input-format", args.input_format),
     ):
@@ -218,5 +216,4 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="do not publish: consistent log reads hold the batch back until 'logstore publish'",
     )
-    parser.add_argument("--crash-at", default=None, help="after-log:N or after-commit:N (tests)")
     parser.set_defaults(handler=run)

@@ -148,7 +148,6 @@ BAD_OPTIONS = [
     (["compact", "t.plain", "--target-size", "0"], "option 'target-size': must be at least 1 byte"),
     (["read", "t.plain", "--limit", "-1"], "argument --limit: must be 0 or more, not -1"),
     (["write", "t.plain", "--input", "{input}", "--input-format", "xml"], "invalid choice: 'xml'"),
-    (["write", "t.plain", "--input", "{input}", "--crash-at", "later"], "'later' is not after-log:N"),
     (["table", "drop", "t.plain"], "pass --yes to do it"),
     (["table", "alter", "t.plain"], "give at least one KEY=VALUE"),
     (["table", "alter", "t.plain", "--property", "log.sytem=kafka"], "log.sytem"),
@@ -157,7 +156,6 @@ BAD_OPTIONS = [
         ["table", "create", "t.x", "--schema", "id int", "--no-log", "--property", "log-store.enabled=true"],
         "contradicts",
     ),
-    (["reconcile", "t.logged", "--crash-at", "bogus"], "argument --crash-at: invalid choice"),
     # the development setup's commands are ./dev's (python -m logstore_dev), not in the wheel's CLI
     (["services", "status"], "argument command: invalid choice: 'services'"),
     (["airflow", "up"], "argument command: invalid choice: 'airflow'"),
@@ -175,6 +173,25 @@ def test_bad_option(state: State, capfd: pytest.CaptureFixture[str], argv: list[
     code, out, err = run(capfd, [arg.format(input=state.input) for arg in argv])
     assert_message(code, out, err, expected, 2)
     assert "--help' lists the options" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "value"),
+    [(["write", "t.plain", "--input", "{input}"], "after-log:1"), (["reconcile", "t.logged"], "planned")],
+)
+def test_a_bad_kill_point_fails_before_spark_or_the_broker(
+    state: State,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    value: str,
+) -> None:
+    """A test's ``LOGSTORE_KILL_AT`` that names no kill point: its value and the kill points, at once."""
+    monkeypatch.setenv("LOGSTORE_KILL_AT", value)
+    code, out, err = run(capfd, [arg.format(input=state.input) for arg in argv])
+    assert_message(code, out, err, f"LOGSTORE_KILL_AT: '{value}' is not a kill point; the kill points are", 1)
+    assert "write:after-log:<batch>" in err and "reconcile:planned" in err and "unset LOGSTORE_KILL_AT" in err
+    assert "starting Spark" not in err and "broker" not in err
 
 
 @pytest.mark.parametrize(
@@ -463,11 +480,9 @@ def test_table_create_alter_and_drop_without_a_log(state: State, capfd: pytest.C
 
 def test_the_parsers_copies_of_choices_are_the_library_s() -> None:
     from airflow_logstore.cli import commands
-    from airflow_logstore.core.reconcile import STAGES
     from airflow_logstore.log import jvm_scan
 
     assert commands.SCANNERS == jvm_scan.SCANNERS and commands.JVM_MIN_RECORDS == jvm_scan.JVM_MIN_RECORDS
-    assert commands.RECONCILE_STAGES == STAGES
 
 
 def test_spark_output_goes_to_its_log_file(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:

@@ -53,8 +53,8 @@ def test_operator_refuses_an_unknown_engine() -> None:
 
 def test_cli_subcommand() -> None:
     args = build_parser().parse_args(["reconcile", "db.t", "--dry-run", "--lease-ttl", "30"])
-    assert (args.table, args.dry_run, args.lease_ttl, args.crash_at) == ("db.t", True, 30.0, None)
+    assert (args.table, args.dry_run, args.lease_ttl) == ("db.t", True, 30.0)
     assert build_parser().parse_args(["reconcile", "db.t", "--scanner", "jvm"]).scanner == "jvm"
     assert args.scanner == "auto"
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["reconcile", "db.t", "--crash-at", "somewhere"])
+        build_parser().parse_args(["reconcile", "db.t", "--scanner", "somewhere"])

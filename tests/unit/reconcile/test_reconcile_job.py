@@ -13,7 +13,9 @@ import pytest
 
 from airflow_logstore.core import ranges
 from airflow_logstore.core import reconcile as R
+from airflow_logstore.reconcile import reconcile_job
 from airflow_logstore.reconcile.reconcile_job import PlanContext, _planned_output, plan_batches
+from airflow_logstore.spark import results
 from tests.unit.core.test_reconcile import World, _comparable, _copy_state, _random_history
 
 LEASE, RUN = 7, 3  # the run's lease and number, as the produce stage stamps them
@@ -107,3 +109,17 @@ def test_the_spark_engine_plans_what_the_python_engine_plans(seed: int) -> None:
     expected = _python_plan(world, ctx)
     assert any(entry["outputs"] for entry in expected.values())
     assert _spark_plan(world, ctx, rng) == expected
+
+
+def test_a_bad_kill_point_fails_the_spark_job_before_spark_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The kill points are the reconciler's (``reconcile:<stage>``); a bad value is one line, exit code 1,
+    before the job's Spark session (every table job checks it: ``spark.results.run_table_job``)."""
+    monkeypatch.setenv("LOGSTORE_KILL_AT", "output-flushed")
+    monkeypatch.setattr(results, "job_session", lambda app: pytest.fail("Spark started"))
+    monkeypatch.setattr(results, "emit_failure", lambda exc, **where: None)  # no table to report next to
+    assert reconcile_job.main(["--table", "db.t"]) == 1
+    err = capsys.readouterr().err
+    assert "reconcile: error: LOGSTORE_KILL_AT: 'output-flushed' is not a kill point; the kill points " in err
+    assert "reconcile:output-flushed" in err

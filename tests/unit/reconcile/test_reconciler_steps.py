@@ -3,6 +3,8 @@ topic and a scripted engine (no Kafka, no table)."""
 
 from __future__ import annotations
 
+import os
+import signal
 from types import SimpleNamespace
 from typing import Any
 
@@ -11,6 +13,7 @@ import pytest
 from airflow_logstore.core import control
 from airflow_logstore.core import reconcile as core
 from airflow_logstore.exceptions import FencedError
+from airflow_logstore.pause import KillPointError
 from airflow_logstore.reconcile import reconciler as rec
 from airflow_logstore.reconcile.reconciler import PlanResult, ReconcilerLease, ScanJob, TableLog
 from tests.unit.reconcile.test_reconciler_lease import Broker, InMemoryControlTopic
@@ -94,6 +97,7 @@ def _run(
     monkeypatch: pytest.MonkeyPatch,
     lease: ReconcilerLease | None,
     outputs: int = 1,
+    stages: list[str] | None = None,
 ) -> tuple[dict[str, Any], list[str], _Engine]:
     stats = [
         core.PartitionStats(0, 0, 10, first_offset=0, reversed=1, next_position=7),
@@ -102,8 +106,8 @@ def _run(
     engine = _Engine(PlanResult(stats, outputs, None), {0: (10, 10)} if outputs else {})
     monkeypatch.setattr(rec, "safe_point", lambda log_side: {0: (0, 10), 1: (2, 4)})
     monkeypatch.setattr(rec, "control_state", lambda log_side, record_ledger: (ctl.read(), ["w/1/1"]))
-    stages: list[str] = []
-    fields = rec._run(_table_log(ctl), engine, lease, stages.append)
+    stages = [] if stages is None else stages
+    fields = rec._run(_table_log(ctl), engine, lease, rec._at_stage(stages.append))
     return fields, stages, engine
 
 
@@ -144,3 +148,35 @@ def test_a_fenced_run_stops_before_writing(
     # nothing produced, no progress (the gap records go first, unchecked, as they always did)
     assert ctl.read().reconcile_progress is None
     assert {r.key for r in ctl.broker.records} <= {control.lease_key(rec.LEASE_NAME), control.gap_key(1)}
+
+
+class _Killed(BaseException):
+    """What SIGKILL does to the run: nothing after it runs (``finally`` blocks aside, in this stand-in)."""
+
+
+def test_a_kill_point_stops_a_run_at_its_stage(
+    ctl: InMemoryControlTopic, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``LOGSTORE_KILL_AT=reconcile:output-flushed``: killed after its reversals, before its progress."""
+    signals: list[int] = []
+
+    def kill(pid: int, sig: int) -> None:
+        signals.append(sig)
+        raise _Killed
+
+    monkeypatch.setattr(os, "kill", kill)
+    monkeypatch.setenv("LOGSTORE_KILL_AT", "reconcile:output-flushed")
+    lease = rec.take_lease(ctl, "me", 30.0)
+    assert isinstance(lease, ReconcilerLease)
+    stages: list[str] = []
+    with pytest.raises(_Killed):
+        _run(ctl, monkeypatch, lease, stages=stages)
+    assert signals == [signal.SIGKILL] and stages == ["planned", "lease-checked"]
+    assert ctl.read().reconcile_progress is None
+
+
+def test_a_bad_kill_point_fails_a_run_before_it_reads_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOGSTORE_KILL_AT", "reconcile:planed")
+    monkeypatch.setattr(TableLog, "open", lambda handle: pytest.fail("the run read the table"))
+    with pytest.raises(KillPointError, match=r"'reconcile:planed' is not a kill point; .* reconcile:planned"):
+        rec.reconcile(SimpleNamespace(name="db.t"))  # type: ignore[arg-type]

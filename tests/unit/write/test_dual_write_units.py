@@ -1,19 +1,22 @@
-"""Pure parts of the dual-write job: task tags, pause points, and the steps of a batch that need no Spark."""
+"""Pure parts of the dual-write job: task tags and the steps of a batch that need no Spark."""
 
 from __future__ import annotations
 
 import datetime
-import threading
-from dataclasses import dataclass
+import os
+import signal
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from airflow_logstore.core.commit import CommitDecision, Verdict
 from airflow_logstore.core.summary import CommitInfo
-from airflow_logstore.exceptions import CommitConflictError, FencedError, OptionError
-from airflow_logstore.pause import InjectedFailure, fail_once, on_pause, pause_point
+from airflow_logstore.exceptions import CommitConflictError, FencedError
+from airflow_logstore.write import write_job, writer
 from airflow_logstore.write.committing import branch_table, check_staged_head, settled_by, write_sql
 from airflow_logstore.write.planning import KeyFilter, sql_literal
 from airflow_logstore.write.producing import (
@@ -26,7 +29,7 @@ from airflow_logstore.write.producing import (
 )
 from airflow_logstore.write.streaming import kafka_replay_metrics_bug, stream_writer_id
 from airflow_logstore.write.write_job import DEFAULT_WRITER_ID, dual_write_parser, job_writer_id
-from airflow_logstore.write.writer import BatchResult, CrashPoint, task_identity
+from airflow_logstore.write.writer import DUAL, BatchResult, DualWriter, task_identity
 
 
 @pytest.mark.parametrize(
@@ -78,61 +81,6 @@ def test_task_tags_differ_between_a_stage_retry_and_the_first_run() -> None:
     first_run, stage_retry = task_identity(3, 17), task_identity(3, 42)
     assert first_run == "3.17" and stage_retry == "3.42"
     assert first_run != stage_retry
-
-
-def test_pause_point_calls_the_registered_hook_only_inside_the_block() -> None:
-    calls: list[str] = []
-    with on_pause("commit:decided", lambda: calls.append("hit")):
-        pause_point("commit:decided")
-        pause_point("publish:offsets-read")
-    pause_point("commit:decided")
-    assert calls == ["hit"]
-
-
-def test_pause_point_holds_a_thread_until_released() -> None:
-    reached, release, done = threading.Event(), threading.Event(), threading.Event()
-
-    def hold() -> None:
-        reached.set()
-        release.wait(10)
-
-    def actor() -> None:
-        pause_point("commit:decided")
-        done.set()
-
-    with on_pause("commit:decided", hold):
-        thread = threading.Thread(target=actor)
-        thread.start()
-        assert reached.wait(10)
-        assert not done.is_set()
-        release.set()
-        thread.join(10)
-    assert done.is_set()
-
-
-def test_file_pause_point_waits_for_its_release_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LOGSTORE_PAUSE_AT", "commit:decided")
-    monkeypatch.setenv("LOGSTORE_PAUSE_DIR", str(tmp_path))
-    (tmp_path / "commit_decided.release").write_text("")
-    pause_point("commit:decided")
-    assert (tmp_path / "commit_decided.reached").exists()
-
-
-def test_file_pause_point_without_a_folder_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LOGSTORE_PAUSE_AT", "commit:decided")
-    monkeypatch.delenv("LOGSTORE_PAUSE_DIR", raising=False)
-    with pytest.raises(RuntimeError, match="LOGSTORE_PAUSE_DIR is unset"):
-        pause_point("commit:decided")
-
-
-def test_failure_point_fails_exactly_once_per_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LOGSTORE_FAIL_ONCE_AT", "produce:flushed")
-    monkeypatch.setenv("LOGSTORE_PAUSE_DIR", str(tmp_path))
-    fail_once("commit:decided")  # not named: nothing happens
-    with pytest.raises(InjectedFailure, match="produce:flushed"):
-        fail_once("produce:flushed")
-    fail_once("produce:flushed")  # the second time passes
-    assert (tmp_path / "produce_flushed.failed").exists()
 
 
 # -- the dual write's steps that need no Spark ---------------------------------------------------------
@@ -284,6 +232,63 @@ def test_a_staged_head_that_is_not_this_write_is_a_conflict(head: Any, message: 
         check_staged_head(head, 10, "b", ("w", 4, 3))
 
 
+class _Killed(BaseException):
+    """What SIGKILL does to the writer, in this stand-in: nothing after it runs."""
+
+
+@pytest.mark.parametrize(
+    ("kill_at", "done", "killed"),
+    [
+        ("write:after-log:2", [], True),  # the records are flushed: neither the commit nor the ledger entry
+        ("write:after-commit:2", ["commit"], True),  # committed: no ledger entry
+        ("write:after-log:1,write:after-commit:3", ["commit", "record"], False),  # other batches
+    ],
+)
+def test_the_writer_is_killed_at_its_kill_points(
+    monkeypatch: pytest.MonkeyPatch, kill_at: str, done: list[str], killed: bool
+) -> None:
+    """The steps after a batch's flush (:meth:`DualWriter._commit_logged`) with ``LOGSTORE_KILL_AT``."""
+    signals: list[int] = []
+
+    def kill(pid: int, sig: int) -> None:
+        signals.append(sig)
+        raise _Killed
+
+    monkeypatch.setattr(os, "kill", kill)
+    monkeypatch.setenv("LOGSTORE_KILL_AT", kill_at)
+    steps: list[str] = []
+
+    def commit_batch(target: Any, rows: Any, commit: CommitInfo) -> CommitInfo:
+        steps.append("commit")
+        return replace(commit, snapshot_id=7)
+
+    monkeypatch.setattr(writer, "commit_batch", commit_batch)
+    dual = DualWriter.__new__(DualWriter)  # only what the steps after the flush read
+    dual.writer_id, dual.epoch, dual.emit_mode, dual.control_topic_id = "w", 3, DUAL, "id"
+    dual.config = SimpleNamespace(enabled=True)  # type: ignore[assignment]
+    dual.control = SimpleNamespace(record_commit=lambda *args: steps.append("record"))  # type: ignore[assignment]
+    monkeypatch.setattr(dual, "_commit_target", lambda: None)
+    produced = Produced({0: (0, 4)}, frozenset({"0.0"}), 5)
+    expect: AbstractContextManager[Any] = pytest.raises(_Killed) if killed else nullcontext()
+    with expect:
+        dual._commit_logged(BatchResult("db.t", "w", 2, 3, "file,log"), produced, object())  # type: ignore[arg-type]
+    assert steps == done and signals == ([signal.SIGKILL] if killed else [])
+
+
+def test_a_bad_kill_point_fails_the_job_before_spark_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """spark-submit's entry point: one line naming the value and the kill points, exit code 1."""
+    monkeypatch.setenv("LOGSTORE_KILL_AT", "after-log:2")
+    monkeypatch.setenv("LOGSTORE_HOME", str(tmp_path))  # its failure report's table is looked up there
+    monkeypatch.setattr(write_job, "job_session", lambda app: pytest.fail("Spark started"))
+    argv = ["--table", "db.t", "--input", str(tmp_path), "--batch-id", "2"]
+    assert write_job.dual_write_main(argv) == 1
+    err = capsys.readouterr().err
+    assert "dual_write: error: LOGSTORE_KILL_AT: 'after-log:2' is not a kill point; the kill points " in err
+    assert "write:after-log:<batch>, write:after-commit:<batch>, reconcile:lease-acquired" in err
+
+
 def test_batch_results_are_new_values_and_the_old_one_is_unchanged() -> None:
     started = BatchResult("db.t", "w", 4, 3, "file,log")
     counted = started.counted(rows_in=10, noop_deletes=1)
@@ -295,17 +300,6 @@ def test_batch_results_are_new_values_and_the_old_one_is_unchanged() -> None:
     assert (skipped.skipped, skipped.epoch, skipped.snapshot_id) == (True, 2, 7)
     assert skipped.offsets == {"0": [1, 2]}
     assert skipped.rows_in == 10 and logged.skipped is False
-
-
-@pytest.mark.parametrize("text", ["after-log", "before-log:1", "after-commit:x", "after-log:"])
-def test_a_crash_point_names_a_stage_and_a_batch(text: str) -> None:
-    with pytest.raises(OptionError, match="after-log:N or after-commit:N"):
-        CrashPoint.parse(text)
-
-
-def test_crash_points_parse() -> None:
-    assert CrashPoint.parse("after-commit:3") == CrashPoint("after-commit", 3)
-    assert CrashPoint.parse(None) is None and CrashPoint.parse("") is None
 
 
 # -- the batch's keys, pushed into the lookup and the MERGE (issue 18) -----------------------------------
