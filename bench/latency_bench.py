@@ -5,7 +5,8 @@
    ``publish_visible_offsets`` when a new snapshot appears, and a consistent follower);
 3. produce → visible on the table's committed feed (``log-store.committed-feed.enabled``) to a plain
    ``read_committed`` consumer of ``<topic>.committed`` (confluent-kafka only), copied by the same publishes;
-4. the baseline the seeds argue against: a Kafka *transactional* producer committing at the same batch
+4. the baseline: a Kafka *transactional* producer (how Paimon's log system gave ``read_committed``
+   consumers exactly-once, at the cost of a transaction per checkpoint) committing at the same batch
    interval (measured over dual-write batches after a warm-up), read with ``isolation.level=read_committed``,
    running beside the dual writes in the same process and time window.
 
