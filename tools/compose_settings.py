@@ -7,7 +7,7 @@ The block holds Airflow's connections, its variable, its metadata database and t
 tasks send with every job (``PYSPARK_PYTHON``: the Spark image's environment): exactly
 :func:`logstore_dev.services.topology.compose_airflow_settings`, the values the local cluster profile
 gets with 127.0.0.1 and its own secrets (and ``LOGSTORE_EXECUTOR_PYTHON`` for the executors' Python).
-tests/unit/deploy checks that the file is current.
+tests/unit/dev/services/test_docker_compose.py checks that the file is current.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Spark engine's planning (``spark/reconcile_job.plan_batches``) on Arrow batches, without Spark:
+"""The Spark engine's planning (``reconcile/reconcile_job.plan_batches``) on Arrow batches, without Spark:
 it must plan exactly what the Python engine plans (``core.reconcile.plan_partitions``), and its produce
 stage must write the same records, headers included (a reassert's half and pair identity)."""
 

@@ -24,7 +24,7 @@ from logstore_dev.services.topology import CLUSTER, COMPOSE_HOSTS, LOOPBACK, Sec
 from tests.composecheck import load
 from tests.composecheck import main as composecheck_main
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[4]
 COMPOSE = REPO_ROOT / "docker-compose.yml"
 ENV_EXAMPLE = REPO_ROOT / "docker" / ".env.example"
 AIRFLOW_COMPONENTS = {
