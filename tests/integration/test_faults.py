@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from airflow_logstore.core.batch_plan import apply_final, plan_batch
+from airflow_logstore.log import kafka_client
 from airflow_logstore.pause import pause_file
 from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.reader import read_log
@@ -68,6 +69,9 @@ def own_broker(env) -> Iterator[LocalBroker]:
     )
     broker.up()
     yield broker
+    # this process's shared producers to it go first: one left behind would log its failed reconnects
+    # into later tests' stderr (test_cli checks that a write's stderr has no librdkafka lines)
+    kafka_client.close_shared_producers()
     broker.down()
 
 
