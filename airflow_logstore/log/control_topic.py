@@ -297,6 +297,11 @@ def _consumer(ctl: ControlTopic) -> Any:
     return kafka_client.consumer(ctl.config, **{"fetch.max.bytes": 64 * 1024 * 1024, "fetch.wait.max.ms": 5})
 
 
+def _committed_consumer(ctl: ControlTopic) -> Any:
+    """A read-committed consumer of the checkpoint topic (short fetch waits, as :func:`_consumer`)."""
+    return kafka_client.committed_consumer(ctl.config, **{"fetch.wait.max.ms": 5})
+
+
 def _latest(ctl: ControlTopic, cons: Any, control_end: int) -> tuple[ControlState, int]:
     """The latest committed checkpoint (through ``cons``'s connection for the topic check, and a
     read-committed consumer of its own for the record)."""
@@ -304,7 +309,7 @@ def _latest(ctl: ControlTopic, cons: Any, control_end: int) -> tuple[ControlStat
     found = cons.list_topics(topic=topic, timeout=kafka_client.request_timeout(None)).topics.get(topic)
     if found is None or found.error is not None or not found.partitions:
         return ControlState(), 0  # no checkpoint yet
-    committed = kafka_client.committed_consumer(ctl.config, **{"fetch.wait.max.ms": 5})
+    committed = _committed_consumer(ctl)
     try:
         message = kafka_client.last_committed(committed, topic)
     finally:
@@ -440,7 +445,7 @@ def _readable(ctl: ControlTopic, topic: str, offset: int) -> bool:
     """Wait until readers take the checkpoint at ``offset`` (:func:`_latest`): only then are the
     entries it retired tombstoned, so a publish that returned leaves a state every later read folds
     from that checkpoint, and compaction never removes an entry no readable checkpoint holds."""
-    cons = kafka_client.committed_consumer(ctl.config, **{"fetch.wait.max.ms": 5})
+    cons = _committed_consumer(ctl)
     try:
         readable = kafka_client.await_committed(cons, topic, offset, kafka_client.request_timeout(None))
     finally:
