@@ -156,6 +156,7 @@ class LogStoreStreamingDualWriteOperator(LineageMixin, SparkJobOperator):
         self.poll_interval = poll_interval
         self.startup_timeout = startup_timeout
         self._process: subprocess.Popen[bytes] | None = None
+        self._killed = False  # on_kill ran: the wait for the first heartbeat ends with that, not a death
 
     def application_args(self, writer_id: str, report_id: str, checkpoint: str) -> list[str]:
         args = [
@@ -258,6 +259,13 @@ class LogStoreStreamingDualWriteOperator(LineageMixin, SparkJobOperator):
         deadline = time.monotonic() + self.startup_timeout
         what = f"streaming dual write of {self.table}"
         while True:
+            if self._killed:
+                raise JobFailedError(
+                    "StreamKilled",
+                    f"{what}: the task was killed before the application's first heartbeat; its "
+                    f"application was stopped (output: {log_path})",
+                    retryable=True,
+                )
             table = handle.load()
             status = streams.read_status(table, report_id)
             if status is not None:
@@ -335,6 +343,7 @@ class LogStoreStreamingDualWriteOperator(LineageMixin, SparkJobOperator):
         heartbeat): a stop request next to the table, and its process group."""
         from airflow_logstore.table import streams
 
+        self._killed = True
         if self._report_id is not None:
             try:
                 streams.request_stop(self.logstore_table(self.table).load(), self._report_id)

@@ -4,8 +4,9 @@ the operator submits detached and its trigger watches (run by Airflow's trigger 
 One application runs until a stop request: the task ends with its result. A second one, the same
 writer and checkpoint (what a retry submits), claims a newer epoch and meets a source record that does
 not fit the table: the task fails with the driver's own error, not retried. A third one is running when
-its task is marked failed: the triggerer's ``on_kill`` stops it. (A killed application and its retry,
-with reconciliation, run in the end-to-end test against a real Airflow.)
+its task is marked failed: the triggerer's ``on_kill`` stops it; and a task killed before its
+application's first heartbeat stops it with the operator's own ``on_kill``. (A killed application and
+its retry, with reconciliation, run in the end-to-end test against a real Airflow.)
 """
 
 from __future__ import annotations
@@ -124,6 +125,57 @@ def test_the_streaming_operator_supervises_its_application_to_a_stop_and_to_the_
             os.killpg(trigger.pid, signal.SIGKILL)
 
 
+def test_a_task_killed_before_the_first_heartbeat_stops_the_real_application(
+    env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Airflow calls ``on_kill`` while ``execute`` still waits for the first heartbeat (the task is marked
+    failed, or its worker stops it): the real spark-submit's process group ends, a stop request is left,
+    and the task's error names the kill. A few seconds: the application is stopped while it starts."""
+    import threading
+
+    from airflow_logstore.exceptions import JobFailedError
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    handle = make_table(env, schema="id int, name string, amount long")
+    task = LogStoreStreamingDualWriteOperator(
+        task_id="stream",
+        table=str(handle.name),
+        source_topic=env.unique("source"),
+        checkpoint=str(tmp_path / "checkpoint"),
+        writer_id="it-stream-killed-early",
+        startup_timeout=300,
+    )
+    raised: list[BaseException] = []
+
+    def execute() -> None:
+        try:
+            task.execute({})
+        except BaseException as exc:
+            raised.append(exc)
+
+    runner = threading.Thread(target=execute)
+    runner.start()
+    _until(lambda: task._process is not None, "spark-submit started", 60)
+    assert task._process is not None
+    group = task._process.pid
+    try:
+        # past spark-submit's start (its properties file read): the application's Python driver runs
+        _until(lambda: _driver_running(group), "the application's Python driver started", 120)
+        assert streams.read_status(handle.load(), str(task._report_id)) is None  # no heartbeat yet
+        task.on_kill()
+        runner.join(60)
+        assert not runner.is_alive()
+        _until(lambda: not _group_running(group), "the killed task's application ended", 60)
+    finally:
+        if _group_running(group):
+            os.killpg(group, signal.SIGKILL)
+    # killed, not stopped by its request: an application that saw the request wrote a heartbeat first
+    assert streams.read_status(handle.load(), str(task._report_id)) is None
+    assert streams.stop_requested(handle.load(), str(task._report_id))
+    assert len(raised) == 1 and isinstance(raised[0], JobFailedError), raised
+    assert "killed before the application's first heartbeat" in str(raised[0])
+
+
 async def _killed(trigger: Any) -> list[Any]:
     """Run ``trigger`` in Airflow's trigger runner, then cancel it as a user's action on its task does
     (the runner awaits its ``on_kill``); the events it yielded."""
@@ -142,6 +194,20 @@ def _group_running(group: int) -> bool:
         try:
             if os.getpgid(process.pid) == group and process.info["status"] != psutil.STATUS_ZOMBIE:
                 return True
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return False
+
+
+def _driver_running(group: int) -> bool:
+    """The Python driver of the application in ``group`` runs (spark-submit's JVM started it)."""
+    import psutil
+
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            cmdline = process.info["cmdline"] or []
+            if os.getpgid(process.pid) == group and cmdline and "python" in Path(cmdline[0]).name:
+                return any(arg.endswith("dual_write.py") for arg in cmdline)
         except (ProcessLookupError, psutil.Error):
             continue
     return False

@@ -84,7 +84,9 @@ class Launched:
             self.new_session = kwargs.get("start_new_session", False)
             if self.on_start is not None:
                 self.on_start(command[command.index("--report-id") + 1])
-            self.process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+            self.process = subprocess.Popen(  # in a session of its own, as asked (the real one is)
+                [sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=self.new_session
+            )
             return SimpleNamespace(pid=self.process.pid, poll=lambda: self.code)
 
         fake = SimpleNamespace(Popen=popen, STDOUT=subprocess.STDOUT, DEVNULL=subprocess.DEVNULL)
@@ -193,6 +195,43 @@ def test_an_application_that_dies_before_its_first_heartbeat_says_so_and_is_retr
     finally:
         launched.stop()
     assert e.value.retryable
+
+
+def test_a_task_killed_before_the_first_heartbeat_stops_its_application_and_says_so(
+    table: LogStoreTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Airflow calls ``on_kill`` while ``execute`` waits for the first heartbeat: the application's
+    process group is killed, a stop request is left, and the wait ends naming the kill (not a death)."""
+    import threading
+
+    launched = Launched(table, monkeypatch)  # an application that never heartbeats, never exits itself
+    task = operator()
+    raised: list[BaseException] = []
+
+    def execute() -> None:
+        try:
+            task.execute({})
+        except BaseException as exc:
+            raised.append(exc)
+
+    runner = threading.Thread(target=execute)
+    runner.start()
+    try:
+        for _ in range(600):
+            if task._process is not None:
+                break
+            runner.join(0.05)
+        assert task._process is not None and task._report_id is not None
+        task.on_kill()
+        runner.join(30)
+        assert not runner.is_alive()
+        assert launched.process.wait(30) == -signal.SIGKILL  # its process group was killed
+    finally:
+        launched.stop()
+    assert streams.stop_requested(table.load(), task._report_id)
+    assert len(raised) == 1 and isinstance(raised[0], JobFailedError), raised
+    assert "killed before the application's first heartbeat" in str(raised[0])
+    assert raised[0].retryable
 
 
 def test_how_the_application_ended_decides_how_the_task_ends() -> None:
