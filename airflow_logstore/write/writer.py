@@ -214,6 +214,8 @@ class DualWriter:
             return result.skipped_for(done)
         schema = self.spark.table(self.handle.spark_name()).schema
         local = small_batch_rows(raw) is not None
+        if local:
+            log.info("batch %s: a small local batch, checked and planned in the driver", batch_id)
         # the keys are checked: a batch that changes each once may skip the plan (_write_direct)
         changes = validated_changes(
             raw,
