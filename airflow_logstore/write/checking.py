@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.write.inputs import (
     ERROR_AT_COLUMN,
@@ -90,6 +90,7 @@ def validated_changes(
     cache: bool = True,
     check_keys: bool = False,
     missing_as_null: bool = False,
+    local: bool = False,
 ) -> Changes:
     """Cast ``raw`` to the table schema and tag rows; raise :class:`BadInputError` on the first bad row.
 
@@ -98,15 +99,19 @@ def validated_changes(
     without, every later step computes the changes from the input again, which must then be files that
     do not change while the batch runs (a Parquet input; any input must not change, since Spark
     computes a lost cached block again from the input too). ``missing_as_null``: see
-    :func:`~airflow_logstore.write.inputs.tagged_changes`.
+    :func:`~airflow_logstore.write.inputs.tagged_changes`. ``local``: ``raw`` is a small local frame
+    (:func:`~airflow_logstore.write.inputs.small_batch_rows`): the pass runs in the driver
+    (:func:`local_check`), and nothing is cached (every step evaluates the changes in the driver again,
+    numbering the rows the same way).
     """
     tagged = tagged_changes(
         raw, table_schema, list(primary_key), change_column, missing_as_null=missing_as_null
     )
+    cache = cache and not local
     if cache:
         tagged = tagged.persist()
     with uncompressed_cache(raw.sparkSession) if cache else nullcontext():  # the pass builds the cache
-        checked = checked_changes(tagged, primary_key if check_keys else None)
+        checked = (local_check if local else checked_changes)(tagged, primary_key if check_keys else None)
     if checked.first_bad is not None:
         error = bad_input(raw, tagged, checked.first_bad)
         tagged.unpersist()
@@ -144,6 +149,32 @@ def checked_changes(tagged: DataFrame, primary_key: Sequence[str] | None) -> Che
     else:
         keys_once = None if keys < 0 else keys == 1
     return Checked(rows, first_bad if first_bad >= 0 else None, keys_once, partitions)
+
+
+def local_check(tagged: DataFrame, primary_key: Sequence[str] | None) -> Checked:
+    """:func:`checked_changes` of a small local frame, without a Spark job: the same columns (row id,
+    whether the row is bad, the key's ``xxhash64``) evaluated and collected in the driver, and the same
+    answers (the first bad row's id; the keys change once unless two rows share a hash)."""
+    from pyspark.sql import functions as F
+
+    columns = [F.col(ROW_COLUMN), F.col(ERROR_COLUMN).isNotNull()]
+    if primary_key:
+        columns.append(F.xxhash64(*[quoted(c) for c in primary_key]))
+    return checked_rows(tagged.select(*columns).collect(), primary_key, partitions_of(tagged))
+
+
+def checked_rows(rows: Sequence[Sequence[Any]], primary_key: Sequence[str] | None, tasks: int) -> Checked:
+    """What the pass finds in ``rows`` of (row id, whether it is bad[, the key's hash]): the rows, the
+    smallest bad row id, and whether no two rows share a key hash (``ChangeCheck.summary``'s answers)."""
+    first_bad = min((row[0] for row in rows if row[1]), default=None)
+    if primary_key is None:
+        keys_once = None
+    elif not primary_key:
+        keys_once = True
+    else:
+        hashes = [row[2] for row in rows]
+        keys_once = len(set(hashes)) == len(hashes)
+    return Checked(len(rows), first_bad, keys_once, tasks)
 
 
 def partitions_of(frame: DataFrame) -> int:

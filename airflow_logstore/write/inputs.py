@@ -182,6 +182,34 @@ def read_raw(spark: SparkSession, path: str, fmt: str | None) -> DataFrame:
     return reader.parquet(path)
 
 
+#: A batch whose rows Spark holds in the driver (its plan is a ``LocalRelation``) and that has at most
+#: this many rows takes the small-batch path (:func:`small_batch_rows`): Spark evaluates projections and
+#: filters of such a frame, and collects them, in the driver without a job (``ConvertToLocalRelation``,
+#: ``LocalTableScanExec.executeCollect``), so the steps that read only the batch (validation, counts,
+#: the key filter) cost no Spark job. A streaming micro-batch of at most this many records is made one
+#: (``write/streaming``). The bound keeps what the driver evaluates and holds small.
+SMALL_BATCH_ROWS = 1_000
+#: Spark's class of a frame whose rows the driver holds.
+LOCAL_RELATION = "org.apache.spark.sql.catalyst.plans.logical.LocalRelation"
+
+
+def local_rows(frame: DataFrame) -> int | None:
+    """The rows of ``frame`` when Spark holds them in the driver (its optimized plan is a
+    ``LocalRelation``: a frame made from Arrow or pandas data, and any projection or filter of one),
+    else None. Optimizing the plan runs no job."""
+    plan = frame._jdf.queryExecution().optimizedPlan()
+    if plan.getClass().getName() != LOCAL_RELATION:
+        return None
+    return int(plan.maxRows().get())
+
+
+def small_batch_rows(frame: DataFrame) -> int | None:
+    """The rows of ``frame`` when it takes the small-batch path (a local frame of at most
+    :data:`SMALL_BATCH_ROWS` rows), else None."""
+    rows = local_rows(frame)
+    return rows if rows is not None and rows <= SMALL_BATCH_ROWS else None
+
+
 #: Spark's setting for compressing cached columns, read when a cache is built.
 CACHE_COMPRESSION = "spark.sql.inMemoryColumnarStorage.compressed"
 

@@ -9,6 +9,7 @@ append (``+I``).
 from __future__ import annotations
 
 import datetime
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -25,6 +26,8 @@ from airflow_logstore.write.inputs import ADDED_COLUMNS, OP_COLUMN, ROW_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
+
+log = logging.getLogger(__name__)
 
 #: Columns of the plan: the encoded record key, the before- and after-images, and a change's two record
 #: values (``write_through_rows``).
@@ -98,15 +101,47 @@ def table_rows(table: Any) -> int | None:
     return int(total) if total is not None else None
 
 
-def key_filter(changes: DataFrame, primary_key: Sequence[str]) -> KeyFilter | None:
-    """The batch's :class:`KeyFilter` (None without a key, or with more than KEY_FILTER_LIMIT values)."""
+def key_filter(changes: DataFrame, primary_key: Sequence[str], *, local: bool = False) -> KeyFilter | None:
+    """The batch's :class:`KeyFilter` (None without a key, or with more than KEY_FILTER_LIMIT values).
+
+    :param local: ``changes`` is a small local frame: its key column is collected in the driver (no
+        Spark job) and made distinct here (Spark's ``distinct`` is an aggregate: a job even then)."""
     if not primary_key:
         return None
     column = primary_key[0]
-    rows = changes.select(quoted(column)).distinct().limit(KEY_FILTER_LIMIT + 1).collect()
-    if len(rows) > KEY_FILTER_LIMIT:
+    if local:
+        values = {row[0] for row in changes.select(quoted(column)).collect()}
+    else:
+        values = {
+            row[0] for row in changes.select(quoted(column)).distinct().limit(KEY_FILTER_LIMIT + 1).collect()
+        }
+    if len(values) > KEY_FILTER_LIMIT:
         return None
-    return KeyFilter(column, tuple(sorted(row[0] for row in rows)))
+    return KeyFilter(column, tuple(sorted(values)))
+
+
+def files_may_hold(table: Any, keys: KeyFilter) -> bool:
+    """Whether a data file of ``table``'s current snapshot (pyiceberg) may hold a row of ``keys``, by the
+    table's metadata alone: its partitions and its files' column bounds (pyiceberg's scan planning,
+    which keeps every file that may match). False means the table holds none of the keys, found without
+    reading a data file or running a Spark job (a batch of new keys above every key in the table). Any
+    error answers True (the caller then looks the keys up)."""
+    if not keys.values:
+        return False
+    if "." in keys.column:  # pyiceberg reads a dotted name as a nested field
+        return True
+    try:
+        from pyiceberg.expressions import In
+
+        snapshot = table.metadata.current_snapshot_id
+        if snapshot is None:
+            return False
+        found = In(keys.column, set(keys.values))  # type: ignore[call-arg,arg-type]  # pydantic signature
+        scan = table.scan(row_filter=found, snapshot_id=snapshot)
+        return any(True for _ in scan.plan_files())
+    except Exception as exc:  # e.g. a key type pyiceberg's literals do not take
+        log.info("the table's metadata could not tell where keys %s are (%s): looked up", keys.column, exc)
+        return True
 
 
 @dataclass(frozen=True)

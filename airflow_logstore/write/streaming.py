@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.exceptions import LogStoreError, OptionError, SchemaMismatchError
-from airflow_logstore.write.inputs import CORRUPT_COLUMN
+from airflow_logstore.write.inputs import CORRUPT_COLUMN, SMALL_BATCH_ROWS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -53,15 +53,40 @@ def _await(query: Any, deadline: float | None) -> None:
         query.awaitTermination(max(0.001, deadline - time.monotonic()))
 
 
-def decode_source(df: DataFrame, table_columns: list[str], change_column: str) -> DataFrame:
-    """Kafka source rows -> the all-string input shape the batch validation expects."""
+def local_values(df: DataFrame, limit: int) -> DataFrame | None:
+    """A micro-batch of at most ``limit`` records as a local frame of their ``value`` column (a
+    ``LocalRelation``: the small-batch path of the dual write), None when it has more.
+
+    One Spark job reads at most ``limit`` + 1 values (as ``isEmpty`` read one), in the micro-batch's
+    order (Spark takes a limit's rows partition after partition, each in order: the order in which the
+    row ids of the batch input number them). The values travel as bytes and come back through Arrow as
+    they were: the decoding, casts and checks then run in Spark on the driver, as for any batch."""
+    import pyarrow as pa
+
+    values = [row[0] for row in df.select("value").limit(limit + 1).collect()]
+    if len(values) > limit:
+        return None
+    spark = df.sparkSession
+    return spark.createDataFrame(pa.table({"value": pa.array(values, pa.binary())}))
+
+
+def decode_source(
+    df: DataFrame, table_columns: list[str], change_column: str, *, local: bool = False
+) -> DataFrame:
+    """Kafka source rows -> the all-string input shape the batch validation expects.
+
+    :param local: ``df`` is a small local frame (:func:`local_values`): its field names are collected in
+        the driver, without a Spark job."""
     from pyspark.sql import functions as F
 
     parsed = df.select(
         F.col("value").cast("string").alias("_json"),
         F.from_json(F.col("value").cast("string"), "map<string,string>").alias("_m"),
     )
-    keys = {row[0] for row in parsed.select(F.explode(F.map_keys("_m"))).distinct().collect()}
+    if local:
+        keys = {key for row in parsed.select("_m").collect() if row[0] is not None for key in row[0]}
+    else:
+        keys = {row[0] for row in parsed.select(F.explode(F.map_keys("_m"))).distinct().collect()}
     unknown = sorted(keys - set(table_columns) - {change_column})
     if unknown:
         raise SchemaMismatchError(
@@ -129,11 +154,17 @@ def run_stream(
     failures: list[BaseException] = []
 
     def each_batch(df: DataFrame, batch_id: int) -> None:
-        df = df.persist()
+        # at most SMALL_BATCH_ROWS + 1 records read first (also: is the micro-batch empty?); a larger
+        # micro-batch is cached, as every micro-batch was before the small-batch path
+        small = local_values(df, SMALL_BATCH_ROWS)
+        df = df if small is not None else df.persist()
         try:
-            if df.isEmpty():
+            if small is not None and small.isEmpty():
                 return
-            raw = decode_source(df, table_columns, writer.change_column)
+            if small is not None:  # the small-batch path: the dual write's steps in the driver
+                raw = decode_source(small, table_columns, writer.change_column, local=True)
+            else:
+                raw = decode_source(df, table_columns, writer.change_column)
             result = writer.write_frame(raw, int(batch_id))
             log.info("micro-batch %s: %s", batch_id, result.to_dict())
             results.append(result)
@@ -143,7 +174,8 @@ def run_stream(
             failures.append(exc)  # the query reports it wrapped; the driver raises it as it is
             raise
         finally:
-            df.unpersist()
+            if small is None:
+                df.unpersist()
 
     def start() -> Any:
         query = _trigger(

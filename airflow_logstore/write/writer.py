@@ -36,7 +36,7 @@ from airflow_logstore.table.schema import primary_key_of
 from airflow_logstore.table.tables import LogStoreTable, merged_state
 from airflow_logstore.write.checking import Changes, validated_changes
 from airflow_logstore.write.committing import BatchRows, CommitTarget, branch_table, commit_batch
-from airflow_logstore.write.inputs import REREAD_FORMATS, read_raw, resolved_format
+from airflow_logstore.write.inputs import REREAD_FORMATS, read_raw, resolved_format, small_batch_rows
 from airflow_logstore.write.planning import (
     BatchPlan,
     KeyFilter,
@@ -44,6 +44,7 @@ from airflow_logstore.write.planning import (
     appended_changes,
     changes_final,
     deletes_in,
+    files_may_hold,
     key_filter,
     plan_row_kinds,
     table_rows,
@@ -196,6 +197,12 @@ class DualWriter:
             read again (:data:`~airflow_logstore.write.inputs.REREAD_FORMATS`): each step computes the
             batch's changes from them instead of a cache. Otherwise (any other frame: a micro-batch, a
             query, text files) the validated changes are cached for the batch.
+
+        A small batch whose rows the driver holds (:func:`~airflow_logstore.write.inputs.small_batch_rows`:
+        a local frame of at most ``SMALL_BATCH_ROWS`` rows, as a streaming micro-batch is made) takes the
+        small-batch path: the same steps and commit, but its validation, counts and key filter are
+        evaluated in the driver (no Spark job each), and the table is not read for its keys when the
+        table's metadata shows that no data file can hold them (:func:`~.planning.files_may_hold`).
         """
         started = time.monotonic()
         result = BatchResult(
@@ -206,6 +213,9 @@ class DualWriter:
         if done is not None:
             return result.skipped_for(done)
         schema = self.spark.table(self.handle.spark_name()).schema
+        local = small_batch_rows(raw) is not None
+        if local:
+            log.info("batch %s: a small local batch, checked and planned in the driver", batch_id)
         # the keys are checked: a batch that changes each once may skip the plan (_write_direct)
         changes = validated_changes(
             raw,
@@ -215,9 +225,13 @@ class DualWriter:
             cache=not reread,
             check_keys=True,
             missing_as_null=self.missing_as_null,
+            local=local,
         )  # 2
         try:
-            plan = self._plan(changes.frame, self._target(table), self._keys(changes, table))  # 3
+            keys = self._keys(changes, table, local)
+            # a small batch's keys that no data file can hold: the table holds none (no lookup to read)
+            holds_none = local and keys is not None and not files_may_hold(table, keys)
+            plan = self._plan(changes.frame, None if holds_none else self._target(table), keys)  # 3
             try:
                 planned_at = table.metadata.current_snapshot_id
                 absent = None if plan.holds_keys() else KeysAbsent(planned_at)
@@ -226,7 +240,7 @@ class DualWriter:
                 elif absent is not None and changes.keys_once:
                     written = self._write_direct(plan, changes, result, absent)  # 4 to 6
                 else:
-                    written = self._write_planned(plan.persisted(), result, absent)  # 4 to 6
+                    written = self._write_planned(plan.persisted(), result, absent, local)  # 4 to 6
             finally:
                 plan.unpersist()
         finally:
@@ -240,11 +254,12 @@ class DualWriter:
         snapshot_id = table.metadata.current_snapshot_id
         return self.spark.sql(f"SELECT * FROM {self.handle.spark_name()} VERSION AS OF {snapshot_id}")
 
-    def _keys(self, changes: Changes, table: Table) -> KeyFilter | None:
-        """Where the batch's keys can be in the table (None: anywhere, or not worth finding out)."""
+    def _keys(self, changes: Changes, table: Table, local: bool = False) -> KeyFilter | None:
+        """Where the batch's keys can be in the table (None: anywhere, or not worth finding out).
+        ``local``: the changes are a small local frame (found in the driver, without a job)."""
         if not self.primary_key or not worth_a_key_filter(table_rows(table), changes.rows):
             return None
-        return key_filter(changes.frame, self.primary_key)
+        return key_filter(changes.frame, self.primary_key, local=local)
 
     def _plan(self, changes: DataFrame, target: DataFrame | None, keys: KeyFilter | None) -> BatchPlan:
         """Plan the row kinds; the lookup of the batch's keys in the table is cached (read for
@@ -259,13 +274,22 @@ class DualWriter:
         its keys' records to their log partitions, whatever their number."""
         return max(1, self.spark.sparkContext.defaultParallelism)
 
-    def _write_planned(self, plan: BatchPlan, result: BatchResult, absent: KeysAbsent | None) -> BatchResult:
+    def _write_planned(
+        self, plan: BatchPlan, result: BatchResult, absent: KeysAbsent | None, local: bool = False
+    ) -> BatchResult:
         """Produce the planned records, commit the batch to the table, record the commit.
 
         :param plan: the plan, cached: counted, produced and merged (or appended) each from one computation.
         :param absent: the plan found none of the batch's keys in the table (None: it found some).
+        :param local: a small batch: when it is produced, its changes and no-op deletes are counted by
+            the producing tasks (as a write-through's are) instead of by a job of their own.
         """
         batch_id = result.batch_id
+        if local and EMIT_LOG in self.emit_mode:
+            reported = produce_records(plan.through, self._produce_context(batch_id))
+            counted = result.counted(reported.changes, reported.noop_deletes)
+            rows = BatchRows(plan.final, plan.keys, absent) if EMIT_FILE in self.emit_mode else None
+            return self._commit_logged(counted, reported.produced, rows)
         counts = plan.count()
         counted = result.counted(counts.changes, counts.noop_deletes)
         produced = (

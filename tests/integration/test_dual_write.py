@@ -340,9 +340,19 @@ def test_data_files_are_zstd_unless_the_table_says_otherwise(env, spark, tmp_pat
     assert data_file_codecs(named) == {"SNAPPY"}
 
 
-def test_streaming_micro_batches(env, spark, table, tmp_path: Path) -> None:
+def test_streaming_micro_batches(env, spark, table, tmp_path: Path, monkeypatch) -> None:
     from airflow_logstore.log import kafka_client
+    from airflow_logstore.write import checking, streaming
     from airflow_logstore.write.streaming import run_stream
+
+    # micro-batches of at most 3 records take the small-batch path (its pass in the driver), larger
+    # ones today's path: the third micro-batch (7 inserted then updated, 99 deleted, none in the table)
+    small: list[int] = []
+    monkeypatch.setattr(streaming, "SMALL_BATCH_ROWS", 3)
+    local_check = checking.local_check
+    monkeypatch.setattr(
+        checking, "local_check", lambda tagged, key: small.append(1) or local_check(tagged, key)
+    )
 
     source = env.unique("source")
     config = kafka_client.client_config(env.bootstrap)
@@ -366,7 +376,7 @@ def test_streaming_micro_batches(env, spark, table, tmp_path: Path) -> None:
         )
 
     results = run(max_offsets_per_trigger=4)
-    assert len(results) >= 2
+    assert [r.rows_in for r in results] == [4, 4, 3] and len(small) == 1
     assert [r.batch_id for r in results] == sorted({r.batch_id for r in results})
     assert _plain(table_state(table)) == _plain(_expected([rows]))
     commits = [c for c in snapshot_commits(table.load()) if c.writer_id == "stream-it"]
@@ -388,6 +398,35 @@ def test_streaming_micro_batches(env, spark, table, tmp_path: Path) -> None:
     assert [(r.batch_id, r.skipped) for r in replayed] == [(last, True)]
     assert (commits_dir / str(last)).exists()
     assert _plain(table_state(table)) == _plain(_expected([rows]))
+
+
+def test_a_small_local_batch_is_checked_in_the_driver_as_the_java_pass_checks_it(spark) -> None:
+    """The small-batch path's pass (``local_check``) runs no Spark job and answers as the Java pass
+    does, on a local frame of source records (``local_values``) with a bad row and a repeated key."""
+    import pyarrow as pa
+
+    from airflow_logstore.write.checking import checked_changes, local_check
+    from airflow_logstore.write.inputs import small_batch_rows, tagged_changes
+    from airflow_logstore.write.streaming import decode_source
+
+    lines = [{"id": "1", "name": "a", "amount": "1"}, {"id": "2", "amount": "x"}, {"id": "1", "op": "delete"}]
+    values = pa.table({"value": pa.array([json.dumps(line).encode() for line in lines], pa.binary())})
+    raw = decode_source(spark.createDataFrame(values), ["id", "name", "amount"], "op", local=True)
+    assert small_batch_rows(raw) == 3
+    assert small_batch_rows(spark.range(3)) is None  # not held by the driver
+    tagged = tagged_changes(
+        raw, spark.createDataFrame([], "id long, name string, amount long").schema, ["id"], "op"
+    )
+    sc = spark.sparkContext
+    sc.setJobGroup("small-batch-check", "the driver's pass")
+    try:
+        local = local_check(tagged, ["id"])
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    assert sc.statusTracker().getJobIdsForGroup("small-batch-check") == []
+    assert (local.rows, local.first_bad, local.keys_once) == (3, 1, False)
+    assert local == checked_changes(tagged, ["id"])
+    assert local_check(tagged.where("_logstore_row <> 2"), ["id"]).keys_once is True
 
 
 def test_commit_info_is_in_ledger(env, spark, table, tmp_path: Path) -> None:

@@ -4,7 +4,8 @@ A table with a column of each type a table can have (``testing.values.COLUMN_TYP
 and decimal(38,0) at full precision, timestamps with microseconds with and without a zone, dates,
 binary, floats with NaN, infinities and -0.0, nulls) gets two batches from the real dual write on real
 Spark, Kafka and Iceberg: seeded random rows, edge values first, written through (batch 1: inserts)
-and merged (batch 2: updates with before-images from the table, deletes, inserts), in a Spark session
+and merged (batch 2: updates with before-images from the table, deletes, inserts; a local frame: the
+small-batch path, whose validation and counts run in the driver), in a Spark session
 whose time zone is not UTC. Every path must give back exactly the rows written
 (``testing.values.exact``): the Python reader per record, in bulk (both scanners), its JSON lines, a
 normalized eventual read, hybrid reads, the Spark read job (its rows, and its JSON output) and the
@@ -126,6 +127,17 @@ def _parquet(spark: Any, path: Path, rows: list[dict[str, Any]]) -> str:
     return str(path)
 
 
+def _local(spark: Any, path: str) -> Any:
+    """The rows of a Parquet input as a local frame (a ``LocalRelation``, through Spark's own Arrow
+    conversion): batch 2 takes the small-batch path (validation and counts in the driver), merged."""
+    from airflow_logstore.write.inputs import small_batch_rows
+
+    frame = spark.read.parquet(path)
+    local = spark.createDataFrame(frame.toArrow(), frame.schema)
+    assert small_batch_rows(local) == 70
+    return local
+
+
 def _lines(path: Path) -> list[str]:
     """The lines of a JSON-lines file: split at "\n" only (``splitlines`` also splits at U+2028, which a
     JSON string may hold as it is)."""
@@ -147,7 +159,7 @@ def _write(env: Any, spark: Any, folder: Path, properties: dict[str, str]) -> di
     try:
         writer = open_writer(spark, str(handle.name), writer_id="exact")
         one = writer.write_path(_parquet(spark, folder / "b1", [{**r, "op": "insert"} for r in first]), 1)
-        two = writer.write_path(_parquet(spark, folder / "b2", second), 2)
+        two = writer.write_frame(_local(spark, _parquet(spark, folder / "b2", second)), 2)
     finally:
         spark.conf.set("spark.sql.session.timeZone", zone)
     publish_visible_offsets(handle)
