@@ -395,7 +395,10 @@ class LogReader:
         self.consistency = parse_consistency(consistency) if consistency else resolved.consistency
         self.changelog_mode = ChangelogMode(changelog_mode) if changelog_mode else resolved.changelog_mode
         self.topic, _, _ = self.config.require_log()
-        self.kafka_config = handle.kafka_config(self.config)
+        #: the Kafka client settings and the control topic, gathered once with ``config`` (a reader is
+        #: one read, or one follower: its control topic's id is asked once, see ``ControlTopic.known_id``)
+        side = handle.log_side_of(self.config)
+        self.kafka_config, self.control = side.kafka_config, side.control
         self.field_types = field_types(self.table.schema())
         self.primary_key = primary_key_of(self.table.schema())
         self.dead_letter = dead_letter or DeadLetterTopic.for_log(
@@ -408,7 +411,7 @@ class LogReader:
             )
 
     def state(self) -> ControlState:
-        return merged_state(self.table, self.handle.control(self.config).read())
+        return merged_state(self.table, self.control.read())
 
     def start_offsets(
         self, start: StartPosition | Mapping[int, int], cons: Any, bounds: Mapping[int, tuple[int, int]]
@@ -873,11 +876,11 @@ def held_back(handle: LogStoreTable, report: ReadReport) -> dict[str, int]:
     end = {int(p): o for p, o in report.log_end.items()}
     if not any(end[p] > start.get(p, end[p]) for p in end):
         return counts
-    config = handle.config()
+    side = handle.log_side()
     reconciler = RECONCILER_WRITER_ID.encode()
-    cons = kafka_client.consumer(handle.kafka_config(config))
+    cons = kafka_client.consumer(side.kafka_config)
     try:
-        for messages in kafka_client.scan(cons, config.require_log()[0], start, end):
+        for messages in kafka_client.scan(cons, side.topic, start, end):
             for message in messages:
                 writer = dict(message.headers() or []).get(H_WRITER)
                 counts["reconciliation" if writer == reconciler else "data"] += 1
