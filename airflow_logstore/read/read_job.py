@@ -424,7 +424,7 @@ def write_output(
 
 
 def read_table_main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the read job (``spark_apps/read_table.py``, ``spark_jobs/read_table.py``): 0 on
+    """Entry point of the read job (``spark_apps/read_table_app.py``, ``spark_jobs/read_table.py``): 0 on
     success; the project's own errors print ``read_table: error: ...`` and return 1."""
     from airflow_logstore.spark.jobconf import job_settings, spark_conf_dict
     from airflow_logstore.spark.results import emit_result, job_session
