@@ -22,7 +22,7 @@ from airflow_logstore.health.view import TableFacts, TailRecord
 from airflow_logstore.log import kafka_client
 from airflow_logstore.table.catalog import CatalogSpec
 from airflow_logstore.table.discovery import logstore_tables
-from airflow_logstore.table.tables import LogStoreTable
+from airflow_logstore.table.tables import LogSide, LogStoreTable
 
 Bounds = dict[int, tuple[int, int]]
 
@@ -96,6 +96,7 @@ class LiveProbe:
         self.handle = handle
         self.name = str(handle.name)
         self._table: Any = None
+        self._side: LogSide | None = None
 
     def facts(self) -> TableFacts:
         table = self._table = self.handle.load()
@@ -119,26 +120,32 @@ class LiveProbe:
             FILE_STATS.put(key, stats)
         return stats
 
+    def log_side(self, config: LogStoreConfig) -> LogSide:
+        """The log side of ``config`` (the settings :meth:`facts` read), gathered once for them."""
+        if self._side is None or self._side.config is not config:
+            self._side = self.handle.log_side_of(config)
+        return self._side
+
     def log_bounds(self, config: LogStoreConfig) -> Bounds:
-        topic, _, _ = config.require_log()
-        cons = kafka_client.consumer(self.handle.kafka_config(config))
+        side = self.log_side(config)
+        cons = kafka_client.consumer(side.kafka_config)
         try:
-            return kafka_client.partition_offsets(cons, topic, config.partitions)
+            return kafka_client.partition_offsets(cons, side.topic, config.partitions)
         finally:
             cons.close()
 
     def control_state(self, config: LogStoreConfig) -> ControlState:
-        return self.handle.control(config).read()
+        return self.log_side(config).control.read()
 
     def tail(
         self, config: LogStoreConfig, start: Mapping[int, int], end: Mapping[int, int]
     ) -> list[TailRecord]:
-        topic, _, _ = config.require_log()
-        cons = kafka_client.consumer(self.handle.kafka_config(config), **{"fetch.wait.max.ms": 5})
+        side = self.log_side(config)
+        cons = kafka_client.consumer(side.kafka_config, **{"fetch.wait.max.ms": 5})
         try:
             return [
                 TailRecord(m.partition(), m.offset(), kafka_client.message_timestamp_ms(m), m.headers())
-                for batch in kafka_client.scan(cons, topic, start, end)
+                for batch in kafka_client.scan(cons, side.topic, start, end)
                 for m in batch
             ]
         finally:
@@ -147,8 +154,9 @@ class LiveProbe:
     def control_history(
         self, config: LogStoreConfig, since_ms: int, limit: int
     ) -> tuple[list[ControlRecord], bool]:
-        _, _, control_topic = config.require_log()
-        cons = kafka_client.consumer(self.handle.kafka_config(config), **{"fetch.wait.max.ms": 5})
+        side = self.log_side(config)
+        control_topic = side.control.topic
+        cons = kafka_client.consumer(side.kafka_config, **{"fetch.wait.max.ms": 5})
         try:
             low, end = kafka_client.partition_offsets(cons, control_topic, 1)[0]
             first = max(kafka_client.offsets_for_time(cons, control_topic, 1, since_ms)[0], low)

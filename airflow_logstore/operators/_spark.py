@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 
 def job_path(script: str) -> str:
-    """Path of a PySpark application (``dual_write.py``, ...) inside the installed package
+    """Path of a PySpark application (``dual_write_app.py``, ...) inside the installed package
     (``airflow_logstore/spark_apps/``), so a wheel install submits a file that exists."""
     return str(application_path(script))
 

@@ -149,7 +149,7 @@ class LogStoreCompactionOperator(LineageMixin, SparkJobOperator):
         handle.load()  # a missing table fails before Spark starts (the job could not report it)
         return self.run_job(
             handle,
-            "compact.py",
+            "compact_app.py",
             name=f"logstore-compact-{self.table}",
             application_args=application_args,
             what=f"compaction of {self.table}",

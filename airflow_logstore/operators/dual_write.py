@@ -146,7 +146,7 @@ class LogStoreDualWriteOperator(LineageMixin, SparkJobOperator):
             self.log.info("%s", checked)
             result = self.run_job(
                 handle,
-                "dual_write.py",
+                "dual_write_app.py",
                 name=f"logstore-dual-write-{self.table}-{batch_id}",
                 application_args=self.application_args(writer_id),
                 what=f"dual write of batch {batch_id} of {self.table} by writer '{writer_id}'",

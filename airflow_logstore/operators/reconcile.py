@@ -99,7 +99,7 @@ class LogStoreReconcileOperator(LineageMixin, SparkJobOperator):
             args.append("--dry-run")
         return self.run_job(
             handle,
-            "reconcile.py",
+            "reconcile_app.py",
             name=f"logstore-reconcile-{self.table}",
             application_args=args,
             what=f"reconciliation of {self.table}",

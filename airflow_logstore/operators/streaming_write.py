@@ -217,7 +217,7 @@ class LogStoreStreamingDualWriteOperator(LineageMixin, SparkJobOperator):
             python=self.python,
             conf={**STREAM_CONF, **self.spark_conf},
         ) as hook:
-            application = job_path("dual_write.py")
+            application = job_path("dual_write_app.py")
             command = hook._build_spark_submit_command(application)
             self.log.info("submitting the streaming dual write: %s", hook._mask_cmd(command))
             self._process = launch_detached(hook, application, log_path)

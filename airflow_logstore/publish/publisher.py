@@ -178,7 +178,7 @@ def _log(handle: LogStoreTable, report: PublishReport) -> None:
 
 def is_visible(handle: LogStoreTable, writer_id: str, batch_id: int) -> bool:
     """True when the batch's records are all at or below the published watermark."""
-    state = handle.control().read()
+    state = handle.log_side().control.read()
     commit = state.committed(writer_id, batch_id)
     if commit is None:
         return False

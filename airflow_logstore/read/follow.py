@@ -115,7 +115,7 @@ class ControlFollower:
     @classmethod
     def of(cls, reader: LogReader) -> ControlFollower:
         """The control follower of ``reader``'s table."""
-        ctl = reader.handle.control(reader.config)
+        ctl = reader.control
         return cls(
             kafka_client.consumer(reader.kafka_config, **TAILING_CONSUMER_SETTINGS),
             ctl.topic,

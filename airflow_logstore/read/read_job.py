@@ -44,7 +44,8 @@ from airflow_logstore.exceptions import LogStoreError, OptionError, RecordDecode
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-    from airflow_logstore.read.reader import LogReader, SnapshotStart
+    from airflow_logstore.read.reader import LogReader, SnapshotStart, StartPosition
+    from airflow_logstore.table.tables import LogStoreTable
 
 DECISION_SCHEMA = (
     "_hkey string, _p int, _lo long, _hi long, _keep boolean, _decision string, _dead_reason string, "
@@ -326,45 +327,74 @@ def parser() -> argparse.ArgumentParser:
 def run(
     spark: SparkSession, args: argparse.Namespace, catalog: Any, kafka_extra: dict[str, Any]
 ) -> dict[str, Any]:
-    from airflow_logstore.log import kafka_client
-    from airflow_logstore.read.reader import LogReader, StartPosition, snapshot_start
+    from airflow_logstore.read.reader import LogReader, StartPosition, plan_hybrid
     from airflow_logstore.table.tables import LogStoreTable
 
     handle = LogStoreTable.open(args.table, catalog, kafka_extra)
     result: dict[str, Any] = {"table": args.table, "mode": args.mode}
     frames = []
-    reader = None
-    if args.mode in ("log", "hybrid"):
+    if args.mode == "file":
+        frames.append(("file", _file_frame(spark, handle, args.snapshot_id, result)))
+    else:
         reader = LogReader(handle, consistency=args.consistency, changelog_mode=args.changelog_mode)
-    # a hybrid read: the snapshot's rows, then the log from its positions (as read_hybrid)
-    held = snapshot_start(reader.table, args.snapshot_id) if reader and args.mode == "hybrid" else None
-    if args.mode in ("file", "hybrid"):
-        snapshot_id = held.snapshot_id if held else args.snapshot_id
-        reader_df = spark.read
-        if snapshot_id is not None:
-            reader_df = reader_df.option("versionAsOf", str(snapshot_id))
-        file_df = reader_df.table(handle.spark_name())
-        result["snapshot_id"] = snapshot_id
-        result["file_rows"] = file_df.count()
-        frames.append(("file", file_df))
-    if reader is not None:
-        start_at = held.log_start(reader.config.partitions) if held else StartPosition.parse(args.start)
-        cons = kafka_client.consumer(reader.kafka_config)
-        try:
-            bounds = kafka_client.partition_offsets(cons, reader.topic, reader.config.partitions)
-            start = reader.start_offsets(start_at, cons, bounds)
-        finally:
-            cons.close()
-        end = {p: high for p, (_, high) in bounds.items()}
-        records, dead = read_log_frame(spark, reader, start, end, held or reader.snapshot_start(start_at))
-        result["log_records"] = records.count()
-        result["dead_lettered"], result["dead_letter_topic"] = send_dead_letters(reader, dead)
-        result["consistency"] = reader.consistency.value
+        if args.mode == "hybrid":  # the snapshot's rows, then the log from its positions (reader.HybridPlan)
+            plan = plan_hybrid(reader, args.snapshot_id)
+            frames.append(("file", _file_frame(spark, handle, plan.snapshot_id, result, empty=True)))
+            records = _log_frame(spark, reader, plan.log_start, plan.held, result)
+        else:
+            start = StartPosition.parse(args.start)
+            records = _log_frame(spark, reader, start, reader.snapshot_start(start), result)
         frames.append(("log", records))
     if args.output:
         write_output(spark, frames, args.output, args.output_format)
         result["output"] = args.output
     return result
+
+
+def _file_frame(
+    spark: SparkSession,
+    handle: LogStoreTable,
+    snapshot_id: int | None,
+    result: dict[str, Any],
+    *,
+    empty: bool = False,
+) -> DataFrame:
+    """The rows of snapshot ``snapshot_id`` (None: the current one, or none at all when ``empty``: a
+    hybrid read of a table that had no snapshot when it was planned); counted into ``result``."""
+    reader = spark.read
+    if snapshot_id is not None:
+        reader = reader.option("versionAsOf", str(snapshot_id))
+    frame = reader.table(handle.spark_name())
+    if snapshot_id is None and empty:
+        frame = frame.limit(0)
+    result["snapshot_id"] = snapshot_id
+    result["file_rows"] = frame.count()
+    return frame
+
+
+def _log_frame(
+    spark: SparkSession,
+    reader: LogReader,
+    start_at: StartPosition | dict[int, int],
+    hybrid: SnapshotStart | None,
+    result: dict[str, Any],
+) -> DataFrame:
+    """The log's records from ``start_at`` to its end now (``hybrid``: the log part of a hybrid read of
+    that snapshot); the dead letters sent and everything counted into ``result``."""
+    from airflow_logstore.log import kafka_client
+
+    cons = kafka_client.consumer(reader.kafka_config)
+    try:
+        bounds = kafka_client.partition_offsets(cons, reader.topic, reader.config.partitions)
+        start = reader.start_offsets(start_at, cons, bounds)
+    finally:
+        cons.close()
+    end = {p: high for p, (_, high) in bounds.items()}
+    records, dead = read_log_frame(spark, reader, start, end, hybrid)
+    result["log_records"] = records.count()
+    result["dead_lettered"], result["dead_letter_topic"] = send_dead_letters(reader, dead)
+    result["consistency"] = reader.consistency.value
+    return records
 
 
 #: Parquet output: timestamps as Parquet's microsecond timestamps (UTC-adjusted for timestamptz), not
@@ -394,7 +424,7 @@ def write_output(
 
 
 def read_table_main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the read job (``spark_apps/read_table.py``, ``spark_jobs/read_table.py``): 0 on
+    """Entry point of the read job (``spark_apps/read_table_app.py``, ``spark_jobs/read_table.py``): 0 on
     success; the project's own errors print ``read_table: error: ...`` and return 1."""
     from airflow_logstore.spark.jobconf import job_settings, spark_conf_dict
     from airflow_logstore.spark.results import emit_result, job_session

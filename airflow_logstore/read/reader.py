@@ -57,12 +57,13 @@ from airflow_logstore.table.tables import LogStoreTable, merged_state
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyiceberg.table import Table
+    from pyiceberg.table import DataScan, Table
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "META_COLUMNS",
+    "HybridPlan",
     "LogReader",
     "LogRecord",
     "ReadReport",
@@ -394,7 +395,10 @@ class LogReader:
         self.consistency = parse_consistency(consistency) if consistency else resolved.consistency
         self.changelog_mode = ChangelogMode(changelog_mode) if changelog_mode else resolved.changelog_mode
         self.topic, _, _ = self.config.require_log()
-        self.kafka_config = handle.kafka_config(self.config)
+        #: the Kafka client settings and the control topic, gathered once with ``config`` (a reader is
+        #: one read, or one follower: its control topic's id is asked once, see ``ControlTopic.known_id``)
+        side = handle.log_side_of(self.config)
+        self.kafka_config, self.control = side.kafka_config, side.control
         self.field_types = field_types(self.table.schema())
         self.primary_key = primary_key_of(self.table.schema())
         self.dead_letter = dead_letter or DeadLetterTopic.for_log(
@@ -407,7 +411,7 @@ class LogReader:
             )
 
     def state(self) -> ControlState:
-        return merged_state(self.table, self.handle.control(self.config).read())
+        return merged_state(self.table, self.control.read())
 
     def start_offsets(
         self, start: StartPosition | Mapping[int, int], cons: Any, bounds: Mapping[int, tuple[int, int]]
@@ -747,19 +751,59 @@ class HybridRead:
     positions: dict[int, int]
 
 
+@dataclass(frozen=True)
+class HybridPlan:
+    """A hybrid read, fixed before either part is read: the snapshot whose rows the file part reads, and
+    where the log part starts, exactly that snapshot's log positions, so that the two parts neither miss
+    nor repeat a change; the log part also leaves out the commits the snapshot already holds
+    (``held``: ``core.visibility.hybrid_keeps``). The one plan of every hybrid read: :func:`read_hybrid`,
+    :func:`run_read` and the Spark read job (``read.read_job``) each read its two parts their own way.
+
+    :param held: the snapshot and what it holds (its id None: the table has no snapshot yet).
+    :param log_start: per partition, the first offset of the log part.
+    """
+
+    held: SnapshotStart
+    log_start: dict[int, int]
+
+    @property
+    def snapshot_id(self) -> int | None:
+        """The snapshot the file part reads (None: there is none, the file part is empty)."""
+        return self.held.snapshot_id
+
+    def positions(self) -> dict[int, int]:
+        """The snapshot's log positions, as its summary records them."""
+        return dict(self.held.positions)
+
+
+def plan_hybrid(reader: LogReader, snapshot_id: int | None) -> HybridPlan:
+    """Step 1 of a hybrid read: fix the snapshot (``snapshot_id``, else the current one of the table as
+    ``reader`` loaded it) and where the log part starts."""
+    held = snapshot_start(reader.table, snapshot_id)
+    return HybridPlan(held, held.log_start(reader.config.partitions))
+
+
+def hybrid_file_scan(reader: LogReader, plan: HybridPlan) -> DataScan:
+    """Step 2: the file part, a scan of exactly the planned snapshot (of the table the plan was made of:
+    with no snapshot id, its current snapshot, which is none, so the scan is empty)."""
+    return reader.table.scan(snapshot_id=plan.snapshot_id)
+
+
+def hybrid_log_batches(
+    reader: LogReader, plan: HybridPlan, report: ReadReport, limit: int | None = None
+) -> Iterator[pa.Table]:
+    """Step 3: the log part, from exactly the snapshot's positions, without the changes it holds."""
+    return reader.iterate_batches(plan.log_start, report=report, hybrid=plan.held, limit=limit)
+
+
 def read_hybrid(handle: LogStoreTable, snapshot_id: int | None = None, **options: Any) -> HybridRead:
     """A snapshot's rows, then the log from that snapshot's positions (no gap, no overlap)."""
     reader = LogReader(handle, **options)
-    held = snapshot_start(reader.table, snapshot_id)
-    chosen = held.snapshot_id
-    file_rows = reader.table.scan(snapshot_id=chosen).to_arrow() if chosen is not None else _empty(reader)
-    log_read = reader.read(held.log_start(reader.config.partitions), hybrid=held)
-    log_read.report.of_hybrid(held, file_rows.num_rows)
-    return HybridRead(file_rows, log_read, chosen, dict(held.positions))
-
-
-def _empty(reader: LogReader) -> pa.Table:
-    return reader.table.scan().to_arrow().slice(0, 0)
+    plan = plan_hybrid(reader, snapshot_id)
+    file_rows = hybrid_file_scan(reader, plan).to_arrow()
+    log_read = reader.read(plan.log_start, hybrid=plan.held)
+    log_read.report.of_hybrid(plan.held, file_rows.num_rows)
+    return HybridRead(file_rows, log_read, plan.snapshot_id, plan.positions())
 
 
 def run_read(
@@ -792,7 +836,8 @@ def run_read(
     try:
         summary: dict[str, Any] = {"table": str(handle.name), "mode": mode}
         if mode == "file":
-            summary["rows"] = _write_rows(_file_batches(handle.load(), snapshot_id, limit), sink)
+            rows = _file_batches(handle.load().scan(snapshot_id=snapshot_id), limit)
+            summary["rows"] = _write_rows(rows, sink)
             summary["snapshot_id"] = snapshot_id or _current_snapshot_id(handle)
         elif mode in ("log", "hybrid"):
             reader = LogReader(
@@ -831,11 +876,11 @@ def held_back(handle: LogStoreTable, report: ReadReport) -> dict[str, int]:
     end = {int(p): o for p, o in report.log_end.items()}
     if not any(end[p] > start.get(p, end[p]) for p in end):
         return counts
-    config = handle.config()
+    side = handle.log_side()
     reconciler = RECONCILER_WRITER_ID.encode()
-    cons = kafka_client.consumer(handle.kafka_config(config))
+    cons = kafka_client.consumer(side.kafka_config)
     try:
-        for messages in kafka_client.scan(cons, config.require_log()[0], start, end):
+        for messages in kafka_client.scan(cons, side.topic, start, end):
             for message in messages:
                 writer = dict(message.headers() or []).get(H_WRITER)
                 counts["reconciliation" if writer == reconciler else "data"] += 1
@@ -849,31 +894,27 @@ def _write_hybrid(
 ) -> dict[str, Any]:
     """A hybrid read as JSON lines: the snapshot's rows (``_source`` file), then its log part (log); at
     most ``limit`` rows in all, the file rows first."""
-    held = snapshot_start(reader.table, snapshot_id)
-    chosen = held.snapshot_id
-    files = _file_batches(reader.table, chosen, limit) if chosen is not None else iter(())
+    plan = plan_hybrid(reader, snapshot_id)
+    files = _file_batches(hybrid_file_scan(reader, plan), limit)
     file_rows = _write_rows(files, sink, {"_kind": "+I", "_source": "file"})
-    report.of_hybrid(held, file_rows)
-    log_limit = None if limit is None else limit - file_rows
-    log_part = reader.iterate_batches(
-        held.log_start(reader.config.partitions), report=report, hybrid=held, limit=log_limit
-    )
+    report.of_hybrid(plan.held, file_rows)
+    log_part = hybrid_log_batches(reader, plan, report, None if limit is None else limit - file_rows)
     return {
         "file_rows": file_rows,
         "log_records": _write_rows(log_part, sink, {"_source": "log"}),
-        "snapshot_id": chosen,
-        "positions": {str(p): o for p, o in held.positions},
+        "snapshot_id": plan.snapshot_id,
+        "positions": {str(p): o for p, o in plan.positions().items()},
     }
 
 
-def _file_batches(table: Table, snapshot_id: int | None, limit: int | None) -> Iterator[pa.Table]:
-    """A snapshot's rows as Arrow tables, one file batch at a time (at most ``limit`` rows)."""
+def _file_batches(scan: DataScan, limit: int | None) -> Iterator[pa.Table]:
+    """A scan's rows as Arrow tables, one file batch at a time (at most ``limit`` rows)."""
     import pyarrow as pa
 
     returned = 0
     if limit == 0:
         return
-    for batch in table.scan(snapshot_id=snapshot_id).to_arrow_batch_reader():
+    for batch in scan.to_arrow_batch_reader():
         if limit is not None and returned + batch.num_rows >= limit:
             yield pa.Table.from_batches([batch.slice(0, limit - returned)])
             return

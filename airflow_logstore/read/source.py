@@ -64,8 +64,7 @@ from airflow_logstore.read.reader import (
     SnapshotStart,
     StartPosition,
     filter_for,
-    snapshot_positions,
-    snapshot_start,
+    plan_hybrid,
 )
 from airflow_logstore.table.catalog import CatalogSpec
 from airflow_logstore.table.tables import LogStoreTable
@@ -630,9 +629,10 @@ def plan_batch(opts: SourceOptions, file_tasks: int = 4) -> BatchPlan:
         slices: list[Slice] = []
         chosen = None
         if opts.mode == "hybrid":
-            chosen, positions = snapshot_positions(reader.table, start.value)
-            hybrid: SnapshotStart | None = snapshot_start(reader.table, chosen)
-            first = reader.start_offsets({p: positions.get(p, 0) for p in bounds}, cons, bounds)
+            plan = plan_hybrid(reader, start.value)
+            chosen = plan.snapshot_id
+            hybrid: SnapshotStart | None = plan.held
+            first = reader.start_offsets(plan.log_start, cons, bounds)
             slices.extend(file_slices(reader.handle, chosen, reader.field_types, file_tasks))
         else:
             first = reader.start_offsets(start, cons, bounds)
@@ -877,9 +877,9 @@ class StreamPlanner:
         start = parse_start(self.opts.start, self.opts.mode)
         files = None
         if self.opts.mode == "hybrid":
-            chosen, positions = snapshot_positions(reader.table, start.value)
-            hybrid: SnapshotStart | None = snapshot_start(reader.table, chosen)
-            first = reader.start_offsets({p: positions.get(p, 0) for p in bounds}, self._consumer, bounds)
+            plan = plan_hybrid(reader, start.value)
+            hybrid: SnapshotStart | None = plan.held
+            first = reader.start_offsets(plan.log_start, self._consumer, bounds)
             files = "pending"
         else:
             first = reader.start_offsets(start, self._consumer, bounds)

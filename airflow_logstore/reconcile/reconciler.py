@@ -368,9 +368,8 @@ class TableLog:
     @classmethod
     def open(cls, handle: LogStoreTable) -> TableLog:
         table = handle.load()
-        config = handle.config(table)
-        topic, _, _ = config.require_log()
-        return cls(handle, table, config, topic, handle.control(config), handle.kafka_config(config))
+        side = handle.log_side(table)
+        return cls(handle, table, side.config, side.topic, side.control, side.kafka_config)
 
 
 @dataclass(frozen=True)

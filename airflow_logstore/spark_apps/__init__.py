@@ -11,8 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-#: The application files, by the name operators and ``spark_jobs/`` use.
-APPLICATIONS: tuple[str, ...] = ("dual_write.py", "read_table.py", "compact.py", "reconcile.py")
+#: The application files (``<job>_app.py``: the application of ``spark_jobs/<job>.py``, named apart from
+#: that script, from the operator module and from the actor's package of the same job).
+APPLICATIONS: tuple[str, ...] = (
+    "dual_write_app.py",
+    "read_table_app.py",
+    "compact_app.py",
+    "reconcile_app.py",
+)
 
 
 def application_path(script: str) -> Path:

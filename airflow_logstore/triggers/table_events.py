@@ -39,6 +39,8 @@ from airflow_logstore.exceptions import classify, first_line
 from airflow_logstore.pause import pause_point
 
 if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
     from airflow_logstore.core.summary import CommitInfo
     from airflow_logstore.read.follow import ControlFollower
     from airflow_logstore.table.tables import LogStoreTable
@@ -190,7 +192,7 @@ class LogStoreCommitTrigger(_TableEventTrigger):
         commits = snapshot_commits(table)
         head = current.sequence_number if current is not None and current.sequence_number else 0
         if self._seen_sequence is None:
-            pending = _not_visible(handle, commits)
+            pending = _not_visible(handle, table, commits)
             self._seen_sequence = head
             if pending:
                 self.log.info("%s has %s commits not visible yet: firing for them", self.table, len(pending))
@@ -212,11 +214,12 @@ class LogStoreCommitTrigger(_TableEventTrigger):
         }
 
 
-def _not_visible(handle: LogStoreTable, commits: list[CommitInfo]) -> list[CommitInfo]:
-    """The commits of ``commits`` whose log records are not all at or below the watermark."""
+def _not_visible(handle: LogStoreTable, table: Table, commits: list[CommitInfo]) -> list[CommitInfo]:
+    """The commits of ``commits`` (of ``table``, as loaded) whose log records are not all at or below the
+    watermark."""
     if not any(c.offsets for c in commits):
         return []
-    watermark = handle.control().read().watermark
+    watermark = handle.log_side(table).control.read().watermark
     return [
         c
         for c in commits
@@ -286,7 +289,7 @@ class LogStoreVisibleTrigger(_TableEventTrigger):
         from airflow_logstore.read.reader import LogReader
 
         reader = LogReader(self._handle(), consistency="consistent")
-        end = reader.handle.control(reader.config).end_offset()
+        end = reader.control.end_offset()
         follower = ControlFollower.of(reader)
         try:
             while follower.next < end:

@@ -1,4 +1,4 @@
-"""The dual-write PySpark job: its command line and entry point (``spark_apps/dual_write.py`` and
+"""The dual-write PySpark job: its command line and entry point (``spark_apps/dual_write_app.py`` and
 ``spark_jobs/dual_write.py`` call :func:`dual_write_main`; so does ``logstore write``).
 
 It reports through :mod:`airflow_logstore.spark.results` (a result line, and the result next to the

@@ -140,8 +140,11 @@ class DualWriter:
         self.primary_key = primary_key_of(table.schema())
         self.epoch = 0
         self.control_topic_id: str | None = None  # the control topic's id the epoch was claimed in
+        #: the Kafka client settings of the table's log, gathered once with ``config`` (none without a log)
+        self.kafka_config: dict[str, Any] = {}
         if self.config.enabled:
-            self.control = handle.control(self.config)
+            side = handle.log_side_of(self.config)
+            self.control, self.kafka_config = side.control, side.kafka_config
             self.control_topic_id = self.control.topic_id()
             self.epoch = self.control.claim_epoch(writer_id, owner=f"{os.getpid()}-{uuid.uuid4().hex[:8]}")
             self.control.check_claim(self.control.read(), writer_id, self.epoch, self.control_topic_id)
@@ -392,10 +395,10 @@ class DualWriter:
     # -- the log -------------------------------------------------------------------------------------
 
     def _produce_context(self, batch_id: int) -> BatchProduceContext:
-        topic, _, _ = self.config.require_log()
+        topic, _, _ = self.config.require_log()  # a table without a log fails here, naming it
         return BatchProduceContext(
             topic,
-            self.handle.kafka_config(self.config),
+            self.kafka_config,
             self.writer_id,
             self.epoch,
             batch_id,

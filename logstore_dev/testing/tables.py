@@ -101,9 +101,9 @@ def log_values(handle: LogStoreTable) -> dict[tuple[int, int], bytes]:
     """Every record value of the table's log as written, by (partition, offset)."""
     from airflow_logstore.log import kafka_client
 
-    config = handle.config()
-    topic, _, _ = config.require_log()
-    consumer = kafka_client.consumer(handle.kafka_config())
+    side = handle.log_side()
+    topic, config = side.topic, side.config
+    consumer = kafka_client.consumer(side.kafka_config)
     found: dict[tuple[int, int], bytes] = {}
     try:
         bounds = kafka_client.partition_offsets(consumer, topic, config.partitions)

@@ -107,7 +107,7 @@ def test_sdist_carries_the_package_and_its_marker(dists: tuple[Path, Path]) -> N
         names = set(archive.getnames())
     for expected in ("pyproject.toml", "README.md", "PKG-INFO", "airflow_logstore/py.typed"):
         assert f"{root}/{expected}" in names
-    assert f"{root}/airflow_logstore/spark_apps/dual_write.py" in names
+    assert f"{root}/airflow_logstore/spark_apps/dual_write_app.py" in names
 
 
 def test_wheel_states_ranges_not_pins(dists: tuple[Path, Path]) -> None:

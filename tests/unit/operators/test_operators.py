@@ -100,7 +100,7 @@ def test_spark_submit_command_is_exact_and_carries_no_secret(connections: None) 
         python="/opt/venv/bin/python",
     ) as submit:
         properties_file = submit._properties_file
-        command = submit._build_spark_submit_command(job_path("dual_write.py"))
+        command = submit._build_spark_submit_command(job_path("dual_write_app.py"))
         assert command == [
             "spark-submit",
             "--master",
@@ -133,7 +133,7 @@ def test_spark_submit_command_is_exact_and_carries_no_secret(connections: None) 
             "logstore-dual-write-db.t-7",
             "--deploy-mode",
             "client",
-            job_path("dual_write.py"),
+            job_path("dual_write_app.py"),
             "--table",
             "db.t",
             "--batch-id",

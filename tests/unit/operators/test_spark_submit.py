@@ -119,7 +119,7 @@ def test_a_job_on_a_standalone_master_carries_no_path_of_this_machine_for_execut
         python=None,
         conf={"spark.executor.memory": "1g"},
     ) as hook:
-        command = hook._build_spark_submit_command(job_path("dual_write.py"))
+        command = hook._build_spark_submit_command(job_path("dual_write_app.py"))
         assert hook._env_vars is None  # no PYSPARK_PYTHON of this machine in the job's environment
     assert "spark.pyspark.python=/opt/venv/bin/python" in command
     assert f"spark.pyspark.driver.python={sys.executable}" in command  # client mode: the driver is here

@@ -142,7 +142,7 @@ def test_the_application_does_not_hold_the_tasks_stdin(tmp_path: Path) -> None:
     saved = os.dup(0)
     try:
         os.dup2(ours.fileno(), 0)
-        process = launch_detached(hook, "dual_write.py", tmp_path / "out.log")
+        process = launch_detached(hook, "dual_write_app.py", tmp_path / "out.log")
     finally:
         os.dup2(saved, 0)
         os.close(saved)

@@ -7,6 +7,7 @@ tests/unit/read/test_source.py."""
 from __future__ import annotations
 
 import argparse
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -38,8 +39,8 @@ class _Handle:
     def config(self, table: Any) -> Any:
         return parse_table_properties(PROPERTIES)  # eventual by default
 
-    def kafka_config(self, config: Any) -> dict[str, Any]:
-        return {"bootstrap.servers": "k:1"}
+    def log_side_of(self, config: Any) -> Any:
+        return SimpleNamespace(kafka_config={"bootstrap.servers": "k:1"}, control=None)
 
 
 def _reader(**options: Any) -> LogReader:

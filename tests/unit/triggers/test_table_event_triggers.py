@@ -338,7 +338,9 @@ class Catalog:
         return SimpleNamespace(
             name=self.handle.name,
             load=self.load,
-            control=lambda *a: SimpleNamespace(read=lambda: ControlState(watermark=dict(self.watermark))),
+            log_side=lambda *a: SimpleNamespace(
+                control=SimpleNamespace(read=lambda: ControlState(watermark=dict(self.watermark)))
+            ),
         )
 
     def load(self) -> Any:

@@ -1,6 +1,6 @@
 """PySpark application: dual write of one batch (or a stream of micro-batches) to Iceberg and Kafka.
 
-The operators submit this file (``job_path("dual_write.py")``);
+The operators submit this file (``job_path("dual_write_app.py")``);
 ``spark_jobs/dual_write.py`` in a checkout calls the same entry point.
 """
 

@@ -1,6 +1,6 @@
 """PySpark application: reconcile a LogStore table's log (big backlogs).
 
-The operators submit this file (``job_path("reconcile.py")``);
+The operators submit this file (``job_path("reconcile_app.py")``);
 ``spark_jobs/reconcile.py`` in a checkout calls the same entry point.
 """
 

@@ -1,6 +1,6 @@
 """PySpark application: read a LogStore table (file, log consistent/eventual, hybrid) with Spark.
 
-The operators submit this file (``job_path("read_table.py")``);
+The operators submit this file (``job_path("read_table_app.py")``);
 ``spark_jobs/read_table.py`` in a checkout calls the same entry point.
 """
 

@@ -1,6 +1,6 @@
 """PySpark application: policy-driven compaction of a LogStore table (Iceberg's maintenance actions).
 
-The operators submit this file (``job_path("compact.py")``);
+The operators submit this file (``job_path("compact_app.py")``);
 ``spark_jobs/compact.py`` in a checkout calls the same entry point.
 """
 
