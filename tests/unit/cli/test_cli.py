@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -362,7 +361,7 @@ def test_which_input_paths_are_checked_before_spark(path: str, master: str, loca
 
 # -- options are checked before anything slow, in the real command --------------------------------------
 
-#: Option and path errors a user makes: each is the first line of stderr, within 3 s, before Spark.
+#: Option and path errors a user makes: each is the first line of stderr, before Spark starts.
 EARLY_ERRORS = [
     (["write", "t.plain", "--input", "{input}", "--input-format", "xml"], "invalid choice: 'xml'", 2),
     (["write", "t.plain", "--input", "{missing}"], "input path '{missing}' does not exist", 2),
@@ -379,7 +378,9 @@ EARLY_ERRORS = [
 def test_option_and_path_errors_come_first_and_fast(
     state: State, tmp_path: Path, argv: list[str], expected: str, exit_code: int
 ) -> None:
-    """Through the installed command, in its own process: the message is the first line, no traceback."""
+    """Through the installed command, in its own process: the message is the first line, no traceback,
+    and it comes before Spark starts: the process has a Java home that does not exist, so starting Spark
+    would fail first with another error. (How fast is a benchmark's question, not a test's.)"""
     (tmp_path / "no_known_files").mkdir()
     (tmp_path / "no_known_files" / "rows.xml").write_text("<rows/>")
     values = {
@@ -388,15 +389,17 @@ def test_option_and_path_errors_come_first_and_fast(
         "folder": tmp_path / "no_known_files",
     }
     argv = [arg.format(**values) for arg in argv]
-    started = time.monotonic()
+    no_java = {**os.environ, "JAVA_HOME": str(tmp_path / "no-java")}
     done = subprocess.run(
-        [sys.executable, "-m", "airflow_logstore.cli", *argv], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "airflow_logstore.cli", *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=no_java,
     )
-    elapsed = time.monotonic() - started
     assert done.returncode == exit_code, done.stderr
     assert "Traceback" not in done.stderr and done.stdout == ""
     assert expected.format(**values) in done.stderr.splitlines()[0], done.stderr
-    assert elapsed < 3, f"{elapsed:.1f}s before the error"
 
 
 # -- help, common options ----------------------------------------------------------------------------------
