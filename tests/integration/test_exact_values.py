@@ -3,10 +3,10 @@
 A table with a column of each type a table can have (``testing.values.COLUMN_TYPES``: decimal(38,18)
 and decimal(38,0) at full precision, timestamps with microseconds with and without a zone, dates,
 binary, floats with NaN, infinities and -0.0, nulls) gets two batches from the real dual write on real
-Spark, Kafka and Iceberg: seeded random rows, edge values first, written through (batch 1: inserts)
-and merged (batch 2: updates with before-images from the table, deletes, inserts; a local frame: the
-small-batch path, whose validation and counts run in the driver), in a Spark session
-whose time zone is not UTC. Every path must give back exactly the rows written
+Spark, Kafka and Iceberg: seeded random rows, edge values first, written through (batch 1: inserts, a
+local frame: the small-batch path, whose validation and key checks run in the driver) and merged
+(batch 2: updates with before-images from the table, deletes, inserts, from Parquet files: the re-read
+path), in a Spark session whose time zone is not UTC. Every path must give back exactly the rows written
 (``testing.values.exact``): the Python reader per record, in bulk (both scanners), its JSON lines, a
 normalized eventual read, hybrid reads, the Spark read job (its rows, and its JSON output) and the
 ``logstore`` Spark source.
@@ -129,12 +129,12 @@ def _parquet(spark: Any, path: Path, rows: list[dict[str, Any]]) -> str:
 
 def _local(spark: Any, path: str) -> Any:
     """The rows of a Parquet input as a local frame (a ``LocalRelation``, through Spark's own Arrow
-    conversion): batch 2 takes the small-batch path (validation and counts in the driver), merged."""
+    conversion): it takes the small-batch path (validation and key checks in the driver)."""
     from airflow_logstore.write.inputs import small_batch_rows
 
     frame = spark.read.parquet(path)
     local = spark.createDataFrame(frame.toArrow(), frame.schema)
-    assert small_batch_rows(local) == 70
+    assert small_batch_rows(local) == frame.count()
     return local
 
 
@@ -158,8 +158,9 @@ def _write(env: Any, spark: Any, folder: Path, properties: dict[str, str]) -> di
     spark.conf.set("spark.sql.session.timeZone", SESSION_ZONE)
     try:
         writer = open_writer(spark, str(handle.name), writer_id="exact")
-        one = writer.write_path(_parquet(spark, folder / "b1", [{**r, "op": "insert"} for r in first]), 1)
-        two = writer.write_frame(_local(spark, _parquet(spark, folder / "b2", second)), 2)
+        inserts = _parquet(spark, folder / "b1", [{**r, "op": "insert"} for r in first])
+        one = writer.write_frame(_local(spark, inserts), 1)
+        two = writer.write_path(_parquet(spark, folder / "b2", second), 2)
     finally:
         spark.conf.set("spark.sql.session.timeZone", zone)
     publish_visible_offsets(handle)
