@@ -1,0 +1,129 @@
+"""Where a streaming micro-batch's dual write spends its time, step by step, in process (issue 38).
+
+    LOGSTORE_CACHE=$PWD/.cache .venv/bin/python -m bench.micro_batch_bench --batches 8 --mode new
+
+A keyed table on the embedded default; ``--batches`` micro-batches of ``--rows`` records shaped like
+the Kafka source's (a ``value`` column of JSON bytes), decoded and written as the streaming application's
+``each_batch`` does: a micro-batch of at most ``SMALL_BATCH_ROWS`` records is read once into a local
+frame (the small-batch path), a larger one is cached. ``--mode new`` inserts new keys in every batch (the
+streaming benchmark's case: a write-through); ``--mode update`` updates the previous batch's keys (the
+plan and its merge). Each step is timed by wrapping the function that does it; a step called inside
+another is counted in both. Prints each batch's time and steps, and the mean of the batches after the
+first two (warm-up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+STEPS: collections.defaultdict[str, float] = collections.defaultdict(float)
+
+
+def _timed(owner: Any, name: str) -> None:
+    fn = getattr(owner, name, None)
+    if fn is None:
+        return
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            STEPS[name] += time.perf_counter() - started
+
+    setattr(owner, name, wrapper)
+
+
+def instrument() -> None:
+    from airflow_logstore.table import staged_commit
+    from airflow_logstore.write import planning, streaming, writer
+
+    wrapped: list[tuple[Any, list[str]]] = [
+        (
+            writer,
+            [
+                "validated_changes",
+                "key_filter",
+                "files_may_hold",
+                "small_batch_rows",
+                "commit_batch",
+                "write_through",
+                "produce_records",
+                "plan_row_kinds",
+            ],
+        ),
+        (writer.DualWriter, ["state", "_record", "_target"]),
+        (planning.BatchPlan, ["holds_keys", "persisted", "count", "lookup_cached"]),
+        (staged_commit, ["open_staging", "drop_staging"]),
+        (streaming, ["decode_source"]),
+    ]
+    for owner, names in wrapped:
+        for name in names:
+            _timed(owner, name)
+
+
+def _values(batch: int, rows: int, mode: str) -> list[tuple[bytes]]:
+    base = batch * rows if mode == "new" else rows
+    op = "insert" if mode == "new" or batch == 1 else "update"
+    return [
+        (json.dumps({"id": base + i, "name": f"n{batch}.{i}", "amount": i + batch, "op": op}).encode(),)
+        for i in range(rows)
+    ]
+
+
+def run(batches: int, rows: int, mode: str, say: Callable[[str], None] = print) -> float:
+    from airflow_logstore.spark.session import build_spark_session
+    from airflow_logstore.write import streaming
+    from airflow_logstore.write.writer import open_writer
+    from logstore_dev.testing.environment import logstore_environment
+    from logstore_dev.testing.tables import make_table
+
+    instrument()
+    with logstore_environment() as env:
+        spark = build_spark_session("micro-batch-bench")
+        try:
+            handle = make_table(env)
+            writer = open_writer(spark, str(handle.name), writer_id="bench")
+            columns = [f.name for f in spark.table(handle.spark_name()).schema.fields]
+            totals = []
+            for batch in range(1, batches + 1):
+                frame = spark.createDataFrame(_values(batch, rows, mode), "value binary")
+                STEPS.clear()
+                started = time.perf_counter()
+                small = streaming.local_values(frame, streaming.SMALL_BATCH_ROWS)
+                if small is not None:
+                    raw = streaming.decode_source(small, columns, writer.change_column, local=True)
+                else:
+                    frame = frame.persist()
+                    raw = streaming.decode_source(frame, columns, writer.change_column)
+                result = writer.write_frame(raw, batch)
+                frame.unpersist()
+                totals.append(time.perf_counter() - started)
+                steps = " ".join(f"{k}={v:.2f}" for k, v in sorted(STEPS.items(), key=lambda kv: -kv[1]))
+                say(f"batch {batch}: {totals[-1]:.2f}s, {result.log_records} log records; {steps}")
+        finally:
+            spark.stop()
+    warm = totals[2:] or totals
+    mean = sum(warm) / len(warm)
+    say(f"mode {mode}, {rows} rows: mean {mean:.2f}s per micro-batch (batches 3 to {batches})")
+    return mean
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batches", type=int, default=8)
+    parser.add_argument("--rows", type=int, default=30)
+    parser.add_argument("--mode", choices=("new", "update"), default="new")
+    args = parser.parse_args()
+    run(args.batches, args.rows, args.mode)
+
+
+if __name__ == "__main__":
+    main()
