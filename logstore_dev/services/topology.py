@@ -127,6 +127,20 @@ def port_count(topology: ClusterTopology) -> int:
 
 CLUSTER = ClusterTopology()
 
+#: Faster failure detection for the clusters the tests start (tests/cluster), not for a deployment
+#: (:data:`CLUSTER` and docker-compose.yml keep Kafka's defaults): a SIGKILLed node is fenced, and its
+#: partitions get a new leader, once the controller has missed its heartbeats for
+#: ``broker.session.timeout.ms`` (default 9 s, heartbeats every 2 s). Every broker-kill test waited those
+#: 9 s with its producers blocked; on one host, with no network between the nodes, 3 s (6 heartbeats
+#: missed) is still far from fencing a live node.
+TEST_KAFKA_SETTINGS = {"broker.heartbeat.interval.ms": "500", "broker.session.timeout.ms": "3000"}
+
+
+def for_tests(topology: ClusterTopology) -> ClusterTopology:
+    """``topology`` with :data:`TEST_KAFKA_SETTINGS` added to its brokers' settings."""
+    settings = {**topology.kafka.settings, **TEST_KAFKA_SETTINGS}
+    return replace(topology, kafka=replace(topology.kafka, settings=settings))
+
 
 # -- how clients reach the topology: one set of functions for the local profile and docker-compose.yml ---
 

@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import pytest
 from airflow_logstore.settings import local_settings
 from logstore_dev.services.cluster import ClusterSecrets, LocalCluster
 from logstore_dev.services.local import free_ports
-from logstore_dev.services.topology import CLUSTER, port_count
+from logstore_dev.services.topology import CLUSTER, for_tests, port_count
 from logstore_dev.testing.environment import REPO_ROOT, remove_home, spark_scratch_env
 from tests.environments import executor_python
 
@@ -50,7 +51,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         # the drivers' scratch folders, removed with the rest
         **spark_scratch_env(home),
     }
-    topology = CLUSTER.with_ports(free_ports(port_count(CLUSTER), consecutive=2))
+    # Kafka's failure detection shortened for a test cluster (TEST_KAFKA_SETTINGS): kills are fenced in 3 s
+    topology = for_tests(CLUSTER.with_ports(free_ports(port_count(CLUSTER), consecutive=2)))
     service = LocalCluster(
         settings=local_settings(env),
         topology=topology,
@@ -69,7 +71,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         # this process runs operators, as an Airflow worker of the cluster does
         os.environ.update(service.driver_env())
         os.environ["LOGSTORE_CATALOG"] = service.catalog_spec().to_json()
-        service.up()
+        service.up(progress=_stamped)
         yield service
     finally:
         from airflow_logstore.log import kafka_client
@@ -82,6 +84,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def _stamped(message: str) -> None:
+    """Cluster progress with the time of day, to line up with the jobs' logs."""
+    print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
 
 
 @pytest.fixture

@@ -2,7 +2,8 @@
 
 Three KRaft brokers lose the leader of a partition and keep every acknowledged record exactly once;
 a Spark standalone cluster runs tasks in executors on both workers and finishes a job whose worker
-dies mid-stage.
+dies mid-stage. Both are the session cluster's (tests/cluster/conftest.py), not services of their own: each
+test leaves them running, a killed broker or worker started again.
 
 Here, not in tests/integration: its driver runs in the test process, and a process has one SparkContext;
 the integration tests' workers already hold a local one (getOrCreate would return it).
@@ -17,28 +18,20 @@ import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from airflow_logstore.settings import LocalSettings, local_settings
 from logstore_dev.services._process import alive, wait_for
+from logstore_dev.services.cluster import LocalCluster
 from logstore_dev.services.kafka_cluster import LocalKafkaCluster
-from logstore_dev.services.local import free_ports
 from logstore_dev.services.spark_standalone import LocalSparkCluster
-from logstore_dev.services.topology import KafkaCluster, SparkCluster
 from tests.environments import executor_python
 
 PARTITIONS = 3
 PER_ROUND = 200  # records per partition before and after the leader dies
 WAIT_S = 120.0  # how long a test waits for a file or a process before failing
-
-
-def _settings(home: Path) -> LocalSettings:
-    """The checkout's settings (its jar cache) with the state folder under the test's tmp dir."""
-    return replace(local_settings(), home=home)
 
 
 def _rss_mb(pid: int | None) -> float:
@@ -66,17 +59,11 @@ def _wait_for(condition: Any, what: str, timeout: float = WAIT_S) -> Any:
 
 
 @pytest.fixture(scope="module")
-def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafkaCluster]:
-    home = tmp_path_factory.mktemp("cluster")
-    topology = KafkaCluster(ports=tuple(free_ports(3, consecutive=2)))
-    cluster = LocalKafkaCluster(_settings(home), topology, home / "kafka")
-    started = time.monotonic()
-    cluster.up()
-    print(f"\n[kafka cluster] up in {time.monotonic() - started:.1f}s")
-    try:
-        yield cluster
-    finally:
-        cluster.down()
+def kafka_cluster(cluster: LocalCluster) -> LocalKafkaCluster:
+    """The session cluster's three brokers (tests/cluster/conftest.py): this file's tests use their internal
+    listeners, and leave every node running (a killed one is restarted and back in every ISR)."""
+    kafka: LocalKafkaCluster = cluster.service("kafka")
+    return kafka
 
 
 def _produce(producer: Any, topic: str, start: int, stop: int) -> list[str]:
@@ -185,19 +172,12 @@ def _isr_without(admin: Any, topic: str, node: int) -> str | None:
 
 
 @pytest.fixture(scope="module")
-def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSparkCluster]:
-    home = tmp_path_factory.mktemp("cluster")
-    master, ui, *workers = free_ports(4, consecutive=2)
-    topology = SparkCluster(master_port=master, master_ui_port=ui, worker_ui_ports=tuple(workers))
-    # the workers' Python has only pyspark and the executors' list (tests/environments.py, "executors")
-    cluster = LocalSparkCluster(_settings(home), topology, home / "spark", python=str(executor_python()))
-    started = time.monotonic()
-    cluster.up()
-    print(f"\n[spark cluster] up in {time.monotonic() - started:.1f}s")
-    try:
-        yield cluster
-    finally:
-        cluster.down()
+def spark_cluster(cluster: LocalCluster) -> LocalSparkCluster:
+    """The session cluster's master and two workers, whose Python has only pyspark and the executors'
+    list (tests/environments.py, "executors"); a killed worker is started again before its test ends."""
+    spark: LocalSparkCluster = cluster.service("spark")
+    assert spark.python == str(executor_python())
+    return spark
 
 
 @pytest.fixture(scope="module")
@@ -208,16 +188,24 @@ def session(spark_cluster: LocalSparkCluster) -> Iterator[Any]:
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # executors cannot import the tests
     saved = os.environ.pop("PYSPARK_PYTHON", None)
-    spark = (
-        SparkSession.builder.appName("cluster-compute-test")
-        .master(spark_cluster.master_url)
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.memory", "512m")
-        .config("spark.executor.memory", "512m")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
+    # the driver's JVM (py4j's gateway) outlives the session and has this process's environment: not the
+    # session cluster's catalog settings (secrets, which test_cluster_failures looks for in every Spark
+    # process's environment)
+    catalog = os.environ.pop("LOGSTORE_CATALOG", None)
+    try:
+        spark = (
+            SparkSession.builder.appName("cluster-compute-test")
+            .master(spark_cluster.master_url)
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.driver.memory", "512m")
+            .config("spark.executor.memory", "512m")
+            .config("spark.ui.enabled", "false")
+            .getOrCreate()
+        )
+    finally:
+        if catalog is not None:
+            os.environ["LOGSTORE_CATALOG"] = catalog
     jsc = spark.sparkContext._jsc.sc()
     _wait_for(lambda: jsc.getExecutorMemoryStatus().size() == 3, "two executors besides the driver")
     try:

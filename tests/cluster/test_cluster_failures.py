@@ -189,8 +189,11 @@ def _no_canary_while_running(cluster: LocalCluster, ui_port: int) -> None:
     and the environment of every Spark process (driver, executors, Python workers, daemons)."""
     spark = cluster.topology.spark
     pages = [f"http://127.0.0.1:{port}/json/" for port in (spark.master_ui_port, *spark.worker_ui_ports)]
+    # the held job's driver answers its UI slowly on a busy 2-core machine: 10 s per request timed out at
+    # load 12 (the page went unsearched, and require= failed the test); 60 s still bounds a hung driver
     report = find_canaries(
-        CANARIES.values(), Places(spark_ui=[f"http://127.0.0.1:{ui_port}"], urls=pages, processes=True)
+        CANARIES.values(),
+        Places(spark_ui=[f"http://127.0.0.1:{ui_port}"], urls=pages, processes=True, timeout_s=60.0),
     )
     report.extend(find_canaries(CANARIES.values(), Places(environments=True, process_filter=_spark_process)))
     report.assert_clean(require=("spark-ui", "spark-rest", "url", "cmdline", "environ"))

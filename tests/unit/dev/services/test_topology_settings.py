@@ -38,3 +38,14 @@ def test_kafka_nodes_listen_on_their_own_ports_with_one_quorum() -> None:
 def test_the_kafka_image_environment_names() -> None:
     env = topology.kafka_docker_env({"log.dirs": "x", "a_b-c.d": "y"})
     assert env == {"KAFKA_LOG_DIRS": "x", "KAFKA_A__B___C_D": "y"}
+
+
+def test_the_test_clusters_detect_a_dead_broker_sooner_and_the_deployment_keeps_kafkas_default() -> None:
+    moved = CLUSTER.with_ports([20000 + 2 * i for i in range(port_count(CLUSTER))])
+    fast = topology.for_tests(moved)
+    assert fast.kafka.ports == moved.kafka.ports and fast.spark == moved.spark
+    node = topology.kafka_node_properties(fast, 1, Secrets("ak", "sk", sasl_password="pw"))
+    assert (node["broker.session.timeout.ms"], node["broker.heartbeat.interval.ms"]) == ("3000", "500")
+    assert node["min.insync.replicas"] == "2"  # the cluster's own settings stay
+    assert "broker.session.timeout.ms" not in CLUSTER.kafka.settings
+    assert "broker.session.timeout.ms" not in topology.kafka_node_properties(CLUSTER, 1, SECRETS)
