@@ -15,10 +15,9 @@ from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.exceptions import BadInputError, OptionError, SchemaMismatchError
 from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.reader import read_log
-from airflow_logstore.spark.results import parse_result
 from airflow_logstore.table.tables import show_table, snapshot_commits
 from airflow_logstore.write.write_job import DEFAULT_WRITER_ID, dual_write_main
-from airflow_logstore.write.writer import open_writer
+from airflow_logstore.write.writer import BatchResult, open_writer
 from logstore_dev.testing.tables import (
     eventual_log,
     fold_log,
@@ -124,12 +123,19 @@ def test_retried_committed_batch_writes_nothing(env, spark, table, tmp_path: Pat
     assert len(table.load().snapshots()) == snapshots_before
 
 
-def test_crash_after_log_then_restart(env, table, tmp_path: Path) -> None:
+def _restart(spark, table, writer_id: str, path: Path, batch_id: int) -> BatchResult:
+    """A new attempt of ``writer_id`` in the test's own Spark session (a new epoch), as a restarted job
+    makes (the crashes are separate processes: their death is the point); the session's cached table
+    metadata is refreshed first, since the crashed process committed behind its back."""
+    spark.catalog.refreshTable(table.spark_name())
+    return open_writer(spark, str(table.name), writer_id=writer_id).write_path(str(path), batch_id)
+
+
+def test_crash_after_log_then_restart(env, spark, table, tmp_path: Path) -> None:
     b1 = write_jsonl(tmp_path / "b1.jsonl", BATCHES[0])
     b2 = write_jsonl(tmp_path / "b2.jsonl", BATCHES[1])
     base = ["--table", str(table.name), "--writer-id", "crashy"]
-    ok = env.run_job("dual_write.py", [*base, "--input", str(b1), "--batch-id", "1"])
-    assert ok.returncode == 0, ok.stderr[-3000:]
+    assert dual_write_main([*base, "--input", str(b1), "--batch-id", "1"]) == 0
     crashed = env.run_job(
         "dual_write.py",
         [*base, "--input", str(b2), "--batch-id", "2"],
@@ -138,36 +144,33 @@ def test_crash_after_log_then_restart(env, table, tmp_path: Path) -> None:
     assert crashed.returncode in (-9, 137), crashed.stderr[-3000:]
     dead_epoch = table.control().read().latest_epoch("crashy")
 
-    restarted = env.run_job("dual_write.py", [*base, "--input", str(b2), "--batch-id", "2"])
-    assert restarted.returncode == 0, restarted.stderr[-3000:]
-    result = parse_result(restarted.stdout)
-    assert result is not None and not result["skipped"]
-    assert dead_epoch is not None and result["epoch"] > dead_epoch
+    result = _restart(spark, table, "crashy", b2, 2)
+    assert not result.skipped
+    assert dead_epoch is not None and result.epoch > dead_epoch
 
     commits = [c for c in snapshot_commits(table.load()) if c.batch_id == 2]
-    assert len(commits) == 1 and commits[0].epoch == result["epoch"]
+    assert len(commits) == 1 and commits[0].epoch == result.epoch
     batch_2 = [r for r in eventual_log(table).records if r.meta.batch_id == 2]
     by_epoch: dict[int, int] = defaultdict(int)
     for record in batch_2:
         by_epoch[record.meta.epoch] += 1
-    assert by_epoch == {dead_epoch: 6, result["epoch"]: 6}  # the dead attempt's copy waits for reconciliation
+    assert by_epoch == {dead_epoch: 6, result.epoch: 6}  # the dead attempt's copy waits for reconciliation
     assert _plain(table_state(table)) == _plain(_expected(BATCHES[:2]))
 
     # A consistent reader never returns the dead attempt's records.
     publish_visible_offsets(table)
     consistent = read_log(table, consistency="consistent")
-    assert {r.meta.epoch for r in consistent.records if r.meta.batch_id == 2} == {result["epoch"]}
+    assert {r.meta.epoch for r in consistent.records if r.meta.batch_id == 2} == {result.epoch}
     assert _plain(fold_log(consistent, ["id"])) == _plain(table_state(table))
 
 
-def test_crash_after_commit_retry_skips(env, table, tmp_path: Path) -> None:
+def test_crash_after_commit_retry_skips(env, spark, table, tmp_path: Path) -> None:
     b1 = write_jsonl(tmp_path / "b1.jsonl", BATCHES[0])
     base = ["--table", str(table.name), "--writer-id", "late-crash", "--input", str(b1), "--batch-id", "1"]
     crashed = env.run_job("dual_write.py", base, extra_env={"LOGSTORE_KILL_AT": "write:after-commit:1"})
     assert crashed.returncode in (-9, 137)
-    retried = env.run_job("dual_write.py", base)
-    result = parse_result(retried.stdout)
-    assert retried.returncode == 0 and result is not None and result["skipped"] is True
+    retried = _restart(spark, table, "late-crash", b1, 1)
+    assert retried.skipped is True
     assert len([c for c in snapshot_commits(table.load()) if c.batch_id == 1]) == 1
     assert len(eventual_log(table).records) == len(BATCHES[0])
 

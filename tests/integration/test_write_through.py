@@ -21,7 +21,6 @@ from airflow_logstore.core.batch_plan import apply_final, plan_batch
 from airflow_logstore.core.commit import STAGE_PREFIX
 from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.reader import read_log
-from airflow_logstore.spark.results import parse_result
 from airflow_logstore.table.tables import snapshot_commits
 from airflow_logstore.write import committing
 from airflow_logstore.write import writer as writer_module
@@ -192,7 +191,11 @@ def test_a_publish_whose_commit_state_is_unknown_is_decided_again_from_the_table
     assert ledger is not None and ledger.epoch == writer.epoch and _stage_refs(handle) == []
 
 
-def test_a_crashed_write_through_leaves_its_staging_branch_to_the_next_epochs_fence(env, tmp_path) -> None:
+def test_a_crashed_write_through_leaves_its_staging_branch_to_the_next_epochs_fence(
+    env, spark, tmp_path
+) -> None:
+    """The writer process dies after its records are flushed; its restart (a new attempt in the test's
+    session: a new epoch) fences the dead epoch, which removes the staging branch it left."""
     handle = make_table(env)
     path = write_jsonl(tmp_path / "b1.jsonl", BATCH)
     base = ["--table", str(handle.name), "--writer-id", "crashy", "--input", str(path), "--batch-id", "1"]
@@ -202,18 +205,17 @@ def test_a_crashed_write_through_leaves_its_staging_branch_to_the_next_epochs_fe
     [left] = _stage_refs(handle)  # the rows were staged, the records flushed, nothing committed
     assert left.endswith(f"_1_{dead_epoch}_0") and not snapshot_commits(handle.load())
 
-    restarted = env.run_job("dual_write.py", base)
-    assert restarted.returncode == 0, restarted.stderr[-3000:]
-    result = parse_result(restarted.stdout)
-    assert result is not None and result["epoch"] > dead_epoch
+    spark.catalog.refreshTable(handle.spark_name())  # the crashed process wrote behind the session's back
+    result = open_writer(spark, str(handle.name), writer_id="crashy").write_path(str(path), 1)
+    assert not result.skipped and result.epoch > dead_epoch
     assert _stage_refs(handle) == []  # fenced away with the dead epoch's attempt refs
     expected, records = _expected(BATCH, ["id"])
     assert _plain(table_state(handle)) == _plain(expected)
     by_epoch = Counter(r.meta.epoch for r in eventual_log(handle).records)
-    assert by_epoch == {dead_epoch: records, result["epoch"]: records}  # the dead copy awaits reconciliation
+    assert by_epoch == {dead_epoch: records, result.epoch: records}  # the dead copy awaits reconciliation
     publish_visible_offsets(handle)
     consistent = read_log(handle, consistency="consistent")
-    assert {r.meta.epoch for r in consistent.records} == {result["epoch"]}
+    assert {r.meta.epoch for r in consistent.records} == {result.epoch}
     assert _plain(fold_log(consistent, ["id"])) == _plain(expected)
 
 
