@@ -207,7 +207,7 @@ def _driver_running(group: int) -> bool:
         try:
             cmdline = process.info["cmdline"] or []
             if os.getpgid(process.pid) == group and cmdline and "python" in Path(cmdline[0]).name:
-                return any(arg.endswith("dual_write.py") for arg in cmdline)
+                return any(Path(arg).name.startswith("dual_write") for arg in cmdline[1:])
         except (ProcessLookupError, psutil.Error):
             continue
     return False
