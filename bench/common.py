@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
 import threading
 import time
-from collections.abc import Iterator
+from collections import defaultdict
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +18,23 @@ from typing import Any
 import psutil
 
 RESULTS = Path(__file__).resolve().parent / "results"
+
+#: The seconds of each call of each function :func:`timed` wraps, by name (a benchmark clears it).
+TIMES: defaultdict[str, list[float]] = defaultdict(list)
+
+
+def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, with the seconds of each call appended to ``TIMES[name]`` (the wrapper adds microseconds)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            TIMES[name].append(time.perf_counter() - started)
+
+    return wrapper
 
 
 @dataclass

@@ -15,30 +15,12 @@ first two (warm-up).
 from __future__ import annotations
 
 import argparse
-import collections
-import functools
 import json
 import time
 from collections.abc import Callable
 from typing import Any
 
-STEPS: collections.defaultdict[str, float] = collections.defaultdict(float)
-
-
-def _timed(owner: Any, name: str) -> None:
-    fn = getattr(owner, name, None)
-    if fn is None:
-        return
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            STEPS[name] += time.perf_counter() - started
-
-    setattr(owner, name, wrapper)
+from bench.common import TIMES, timed
 
 
 def instrument() -> None:
@@ -66,7 +48,8 @@ def instrument() -> None:
     ]
     for owner, names in wrapped:
         for name in names:
-            _timed(owner, name)
+            if hasattr(owner, name):
+                setattr(owner, name, timed(name, getattr(owner, name)))
 
 
 def _values(batch: int, rows: int, mode: str) -> list[tuple[bytes]]:
@@ -95,7 +78,7 @@ def run(batches: int, rows: int, mode: str, say: Callable[[str], None] = print) 
             totals = []
             for batch in range(1, batches + 1):
                 frame = spark.createDataFrame(_values(batch, rows, mode), "value binary")
-                STEPS.clear()
+                TIMES.clear()
                 started = time.perf_counter()
                 small = streaming.local_values(frame, streaming.SMALL_BATCH_ROWS)
                 if small is not None:
@@ -106,7 +89,8 @@ def run(batches: int, rows: int, mode: str, say: Callable[[str], None] = print) 
                 result = writer.write_frame(raw, batch)
                 frame.unpersist()
                 totals.append(time.perf_counter() - started)
-                steps = " ".join(f"{k}={v:.2f}" for k, v in sorted(STEPS.items(), key=lambda kv: -kv[1]))
+                seconds = sorted(((sum(calls), name) for name, calls in TIMES.items()), reverse=True)
+                steps = " ".join(f"{name}={total:.2f}" for total, name in seconds)
                 say(f"batch {batch}: {totals[-1]:.2f}s, {result.log_records} log records; {steps}")
         finally:
             spark.stop()

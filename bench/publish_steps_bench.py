@@ -14,28 +14,12 @@ the publishes. The feed's token is taken alternately the current way (one metada
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import time
-from collections import defaultdict
-from collections.abc import Callable
 from typing import Any
 
+from bench.common import TIMES, timed
 from bench.latency_bench import percentile, summarize
-
-TIMES: defaultdict[str, list[float]] = defaultdict(list)
-
-
-def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            TIMES[name].append(time.perf_counter() - started)
-
-    return wrapper
 
 
 class TimedProducer:
