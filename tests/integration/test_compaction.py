@@ -24,6 +24,7 @@ from airflow_logstore.spark.results import parse_result
 from airflow_logstore.table.tables import LogStoreTable, snapshot_commits
 from airflow_logstore.write.writer import DualWriter, open_writer
 from logstore_dev.testing.tables import fold_log, make_table
+from tests.threads import in_thread
 
 pytestmark = pytest.mark.integration
 
@@ -354,20 +355,6 @@ class Gate:
         while len(list(self.started.iterdir())) < tasks and time.monotonic() < deadline:
             time.sleep(0.05)
         assert len(list(self.started.iterdir())) >= tasks, "the gated MERGE never started"
-
-
-def in_thread(target: Any, *args: Any) -> tuple[threading.Thread, dict[str, Any]]:
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["result"] = target(*args)
-        except Exception as exc:  # asserted by the test
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread, outcome
 
 
 def test_writer_retries_its_commit_when_a_compaction_wins_the_race(env, spark, tmp_path, caplog) -> None:

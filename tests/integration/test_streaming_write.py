@@ -28,6 +28,7 @@ from airflow_logstore.operators.streaming_write import LogStoreStreamingDualWrit
 from airflow_logstore.table import streams
 from airflow_logstore.table.tables import LogStoreTable, snapshot_commits
 from logstore_dev.testing.tables import make_table, table_state
+from tests.threads import in_thread
 from tests.triggerer_loop import TriggererLoop
 
 ROWS = [{"id": i, "name": f"n{i}", "amount": i * 10} for i in range(1, 9)]
@@ -131,8 +132,6 @@ def test_a_task_killed_before_the_first_heartbeat_stops_the_real_application(
     """Airflow calls ``on_kill`` while ``execute`` still waits for the first heartbeat (the task is marked
     failed, or its worker stops it): the real spark-submit's process group ends, a stop request is left,
     and the task's error names the kill. A few seconds: the application is stopped while it starts."""
-    import threading
-
     from airflow_logstore.exceptions import JobFailedError
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
@@ -145,16 +144,7 @@ def test_a_task_killed_before_the_first_heartbeat_stops_the_real_application(
         writer_id="it-stream-killed-early",
         startup_timeout=300,
     )
-    raised: list[BaseException] = []
-
-    def execute() -> None:
-        try:
-            task.execute({})
-        except BaseException as exc:
-            raised.append(exc)
-
-    runner = threading.Thread(target=execute)
-    runner.start()
+    runner, outcome = in_thread(task.execute, {})
     _until(lambda: task._process is not None, "spark-submit started", 60)
     assert task._process is not None
     group = task._process.pid
@@ -172,8 +162,8 @@ def test_a_task_killed_before_the_first_heartbeat_stops_the_real_application(
     # killed, not stopped by its request: an application that saw the request wrote a heartbeat first
     assert streams.read_status(handle.load(), str(task._report_id)) is None
     assert streams.stop_requested(handle.load(), str(task._report_id))
-    assert len(raised) == 1 and isinstance(raised[0], JobFailedError), raised
-    assert "killed before the application's first heartbeat" in str(raised[0])
+    assert isinstance(outcome.get("error"), JobFailedError), outcome
+    assert "killed before the application's first heartbeat" in str(outcome["error"])
 
 
 async def _killed(trigger: Any) -> list[Any]:

@@ -34,6 +34,7 @@ from airflow_logstore.table.reports import failure_of, report_failure, write_res
 from airflow_logstore.table.tables import LogStoreTable
 from airflow_logstore.triggers.streaming_write import StreamingDualWriteTrigger, kill_group, process_alive
 from airflow_logstore.write.stream_monitor import StreamMonitor
+from tests.threads import in_thread
 
 LOG_PROPERTIES = {
     "log-store.enabled": "true",
@@ -202,20 +203,9 @@ def test_a_task_killed_before_the_first_heartbeat_stops_its_application_and_says
 ) -> None:
     """Airflow calls ``on_kill`` while ``execute`` waits for the first heartbeat: the application's
     process group is killed, a stop request is left, and the wait ends naming the kill (not a death)."""
-    import threading
-
     launched = Launched(table, monkeypatch)  # an application that never heartbeats, never exits itself
     task = operator()
-    raised: list[BaseException] = []
-
-    def execute() -> None:
-        try:
-            task.execute({})
-        except BaseException as exc:
-            raised.append(exc)
-
-    runner = threading.Thread(target=execute)
-    runner.start()
+    runner, outcome = in_thread(task.execute, {})
     try:
         for _ in range(600):
             if task._process is not None:
@@ -229,9 +219,10 @@ def test_a_task_killed_before_the_first_heartbeat_stops_its_application_and_says
     finally:
         launched.stop()
     assert streams.stop_requested(table.load(), task._report_id)
-    assert len(raised) == 1 and isinstance(raised[0], JobFailedError), raised
-    assert "killed before the application's first heartbeat" in str(raised[0])
-    assert raised[0].retryable
+    error = outcome.get("error")
+    assert isinstance(error, JobFailedError), outcome
+    assert "killed before the application's first heartbeat" in str(error)
+    assert error.retryable
 
 
 def test_how_the_application_ended_decides_how_the_task_ends() -> None:
