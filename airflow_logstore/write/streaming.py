@@ -157,14 +157,11 @@ def run_stream(
         # at most SMALL_BATCH_ROWS + 1 records read first (also: is the micro-batch empty?); a larger
         # micro-batch is cached, as every micro-batch was before the small-batch path
         small = local_values(df, SMALL_BATCH_ROWS)
-        df = df if small is not None else df.persist()
+        batch = small if small is not None else df.persist()  # small: the dual write's steps in the driver
         try:
             if small is not None and small.isEmpty():
                 return
-            if small is not None:  # the small-batch path: the dual write's steps in the driver
-                raw = decode_source(small, table_columns, writer.change_column, local=True)
-            else:
-                raw = decode_source(df, table_columns, writer.change_column)
+            raw = decode_source(batch, table_columns, writer.change_column, local=small is not None)
             result = writer.write_frame(raw, int(batch_id))
             log.info("micro-batch %s: %s", batch_id, result.to_dict())
             results.append(result)
@@ -175,7 +172,7 @@ def run_stream(
             raise
         finally:
             if small is None:
-                df.unpersist()
+                batch.unpersist()
 
     def start() -> Any:
         query = _trigger(

@@ -288,10 +288,10 @@ class DualWriter:
             the producing tasks (as a write-through's are) instead of by a job of their own.
         """
         batch_id = result.batch_id
-        if local and EMIT_LOG in self.emit_mode:
+        rows = BatchRows(plan.final, plan.keys, absent) if EMIT_FILE in self.emit_mode else None
+        if local and EMIT_LOG in self.emit_mode:  # counted by the producing tasks
             reported = produce_records(plan.through, self._produce_context(batch_id))
             counted = result.counted(reported.changes, reported.noop_deletes)
-            rows = BatchRows(plan.final, plan.keys, absent) if EMIT_FILE in self.emit_mode else None
             return self._commit_logged(counted, reported.produced, rows)
         counts = plan.count()
         counted = result.counted(counts.changes, counts.noop_deletes)
@@ -300,7 +300,6 @@ class DualWriter:
             if EMIT_LOG in self.emit_mode
             else NOTHING_PRODUCED
         )
-        rows = BatchRows(plan.final, plan.keys, absent) if EMIT_FILE in self.emit_mode else None
         return self._commit_logged(counted, produced, rows)
 
     def _write_direct(
