@@ -129,6 +129,14 @@ def _release(pause_dir: Path, point: str) -> None:
     (pause_dir / f"{point.replace(':', '_')}.release").write_text("go")
 
 
+def _release_every_hold(tmp_path: Path) -> None:
+    """Lets every write this test held go on: one held when an assertion failed would otherwise keep its
+    spark-submit (and both workers) for up to the pause's own timeout, into the next test."""
+    for pause_dir in tmp_path.glob("pause-*"):
+        for point in ("produce:started", "produce:flushed"):
+            _release(pause_dir, point)
+
+
 def _paused_write(
     tmp_path: Path, s3_upload, batch: int, rows: list[dict[str, Any]], point: str, **conf: str
 ) -> tuple[Background, Path]:
@@ -300,6 +308,7 @@ def test_a_broker_and_a_worker_die_mid_write(
             offsets = [o for p, o in followed if p == partition]
             assert offsets == sorted(offsets)
     finally:
+        _release_every_hold(tmp_path)
         follower.close()
 
     # nor in the event log or the executors' logs on the workers
