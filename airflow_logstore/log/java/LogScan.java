@@ -157,8 +157,9 @@ public final class LogScan {
 
     private void scan(Properties settings, Map<TopicPartition, long[]> pending, long idleMs) throws IOException {
         // keys and values stay views of the fetched bytes (no copy per record): the few sent are copied
-        try (KafkaConsumer<ByteBuffer, ByteBuffer> consumer =
-                new KafkaConsumer<>(settings, new ByteBufferDeserializer(), new ByteBufferDeserializer())) {
+        KafkaConsumer<ByteBuffer, ByteBuffer> consumer =
+                new KafkaConsumer<>(settings, new ByteBufferDeserializer(), new ByteBufferDeserializer());
+        try {
             consumer.assign(pending.keySet());
             for (Map.Entry<TopicPartition, long[]> entry : pending.entrySet()) {
                 consumer.seek(entry.getKey(), entry.getValue()[0]);
@@ -182,6 +183,10 @@ public final class LogScan {
                 }
                 writeDone(pending.keySet());
             }
+        } finally {
+            // at once: close() would wait for the fetch still in flight, which the broker holds for up
+            // to fetch.max.wait.ms (500 ms) when the scan ended at the log's end; nothing in it is needed
+            consumer.close(Duration.ZERO);
         }
     }
 
