@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -75,19 +73,6 @@ def own_broker(env) -> Iterator[LocalBroker]:
     broker.down()
 
 
-def _wait_for(process: subprocess.Popen[str], needle: str, timeout: float, seen: list[str]) -> None:
-    deadline = time.monotonic() + timeout
-    assert process.stdout is not None
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        if needle in line:
-            return
-    raise AssertionError(f"'{needle}' not seen; output: {''.join(seen[-30:])}")
-
-
 def test_broker_outage_mid_write(env, own_broker: LocalBroker, tmp_path: Path) -> None:
     name = env.unique("outage")
     handle = LogStoreTable.open(f"faults.{name}")
@@ -105,16 +90,27 @@ def test_broker_outage_mid_write(env, own_broker: LocalBroker, tmp_path: Path) -
     b1, b2 = write_jsonl(tmp_path / "b1.jsonl", BATCH_1), write_jsonl(tmp_path / "b2.jsonl", BATCH_2)
     assert env.run_job("dual_write.py", [*base, "--input", str(b1), "--batch-id", "1"]).returncode == 0
 
+    pauses = tmp_path / "pauses"
+    pauses.mkdir()
     job = env.popen_job(
         "dual_write.py",
         [*base, "--input", str(b2), "--batch-id", "2"],
-        extra_env={"LOGSTORE_KAFKA_CONFIG": FAST_FAILING_KAFKA},
+        extra_env={
+            "LOGSTORE_KAFKA_CONFIG": FAST_FAILING_KAFKA,
+            # the job's own Kafka requests give up as fast as its producer (default 30 s)
+            "LOGSTORE_KAFKA_TIMEOUT_S": "8",
+            "LOGSTORE_PAUSE_AT": "produce:started",
+            "LOGSTORE_PAUSE_DIR": str(pauses),
+        },
     )
     output: list[str] = []
-    _wait_for(job, "starts epoch", 120, output)
-    own_broker.down()  # the broker dies while the batch is being planned and produced
-    rest, _ = job.communicate(timeout=300)
-    output.append(rest)
+    drain = threading.Thread(target=lambda: output.extend(job.stdout or ()), daemon=True)
+    drain.start()  # a paused job must never block on a full pipe
+    wait_reached(job, pauses, "produce:started", 300)
+    own_broker.down()  # the broker dies mid-write: planned, its produce task started
+    pause_file(pauses, "produce:started", "release").touch()
+    job.wait(timeout=300)
+    drain.join(30)
     text = "".join(output)
     assert job.returncode == 1, text[-3000:]
     assert "dual_write: error:" in text and (
