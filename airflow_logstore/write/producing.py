@@ -40,14 +40,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.core import ranges
 from airflow_logstore.core.codec import H_TASK, RecordMeta, encode_headers
+from airflow_logstore.exceptions import KafkaUnavailableError
 from airflow_logstore.javac import LOG_PRODUCER
 from airflow_logstore.write.planning import (
     AFTER_VALUE_COLUMN,
@@ -142,7 +145,33 @@ def produce_records(changes: DataFrame, ctx: BatchProduceContext) -> TaskReports
     Spark job), and merge what its tasks report."""
     ordered = in_produce_order(changes)
     spark = ordered.sparkSession
-    return task_reports(spark, log_producer(spark, ctx).produce(ordered._jdf))
+    with produce_failures_named(ctx):
+        return task_reports(spark, log_producer(spark, ctx).produce(ordered._jdf))
+
+
+#: ``LogProducer``'s message for a task whose records the broker did not acknowledge (``Deliveries.check``)
+NOT_ACKNOWLEDGED = re.compile(r"\d+ of \d+ records to '[^']*' were not acknowledged[^\n]*")
+
+
+@contextmanager
+def produce_failures_named(ctx: BatchProduceContext) -> Iterator[None]:
+    """A Spark job that failed because a producing task's records were not acknowledged (the broker is
+    gone, or did not answer within the delivery timeout) raises :class:`KafkaUnavailableError` naming
+    the batch, the topic and Kafka's error, instead of the JVM's stack trace; other failures as they are.
+    """
+    from airflow_logstore.table.commit_retry import java_causes
+
+    try:
+        yield
+    except Exception as exc:
+        text = "\n".join([str(exc), *(cause.message for cause in java_causes(exc))])
+        found = NOT_ACKNOWLEDGED.search(text)
+        if found is None:
+            raise
+        raise KafkaUnavailableError(
+            f"Kafka did not acknowledge the log records of batch {ctx.batch_id} of writer "
+            f"'{ctx.writer_id}': {found.group(0)}"
+        ) from exc
 
 
 #: Iceberg write options of a write-through: the rows are written where they are produced, so the
@@ -204,7 +233,8 @@ def write_through(rows: DataFrame, ctx: BatchProduceContext, table: str, tasks: 
     writer = PyDataFrame(function.written(rows._jdf), spark).writeTo(table)
     for key, value in WRITE_THROUGH_OPTIONS.items():
         writer = writer.option(key, value)
-    writer.append()
+    with produce_failures_named(ctx):
+        writer.append()
     reported = task_reports(spark, reports.value())
     check_one_report_each(reported, tasks, ctx.batch_id)
     return reported

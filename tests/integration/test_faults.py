@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from airflow_logstore.publish.publisher import publish_visible_offsets
 from airflow_logstore.read.reader import read_log
 from airflow_logstore.spark.results import parse_result
 from airflow_logstore.table.tables import LogStoreTable, create_table, snapshot_commits
+from airflow_logstore.write.writer import open_writer
 from logstore_dev.services.local import BrokerOptions, LocalBroker
 from logstore_dev.testing.environment import free_port_pair
 from logstore_dev.testing.tables import fold_log, table_state, write_jsonl
@@ -75,19 +74,6 @@ def own_broker(env) -> Iterator[LocalBroker]:
     broker.down()
 
 
-def _wait_for(process: subprocess.Popen[str], needle: str, timeout: float, seen: list[str]) -> None:
-    deadline = time.monotonic() + timeout
-    assert process.stdout is not None
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        if needle in line:
-            return
-    raise AssertionError(f"'{needle}' not seen; output: {''.join(seen[-30:])}")
-
-
 def test_broker_outage_mid_write(env, own_broker: LocalBroker, tmp_path: Path) -> None:
     name = env.unique("outage")
     handle = LogStoreTable.open(f"faults.{name}")
@@ -105,16 +91,27 @@ def test_broker_outage_mid_write(env, own_broker: LocalBroker, tmp_path: Path) -
     b1, b2 = write_jsonl(tmp_path / "b1.jsonl", BATCH_1), write_jsonl(tmp_path / "b2.jsonl", BATCH_2)
     assert env.run_job("dual_write.py", [*base, "--input", str(b1), "--batch-id", "1"]).returncode == 0
 
+    pauses = tmp_path / "pauses"
+    pauses.mkdir()
     job = env.popen_job(
         "dual_write.py",
         [*base, "--input", str(b2), "--batch-id", "2"],
-        extra_env={"LOGSTORE_KAFKA_CONFIG": FAST_FAILING_KAFKA},
+        extra_env={
+            "LOGSTORE_KAFKA_CONFIG": FAST_FAILING_KAFKA,
+            # the job's own Kafka requests give up as fast as its producer (default 30 s)
+            "LOGSTORE_KAFKA_TIMEOUT_S": "8",
+            "LOGSTORE_PAUSE_AT": "produce:started",
+            "LOGSTORE_PAUSE_DIR": str(pauses),
+        },
     )
     output: list[str] = []
-    _wait_for(job, "starts epoch", 120, output)
-    own_broker.down()  # the broker dies while the batch is being planned and produced
-    rest, _ = job.communicate(timeout=300)
-    output.append(rest)
+    drain = threading.Thread(target=lambda: output.extend(job.stdout or ()), daemon=True)
+    drain.start()  # a paused job must never block on a full pipe
+    wait_reached(job, pauses, "produce:started", 300)
+    own_broker.down()  # the broker dies mid-write: planned, its produce task started
+    pause_file(pauses, "produce:started", "release").touch()
+    job.wait(timeout=300)
+    drain.join(30)
     text = "".join(output)
     assert job.returncode == 1, text[-3000:]
     assert "dual_write: error:" in text and (
@@ -141,7 +138,7 @@ def _hold_lock(database: Path, locked: threading.Event, unlock: threading.Event)
 
 @pytest.mark.parametrize("lock_seconds, commits", [(5.0, True), (None, False)])
 def test_catalog_locked_during_the_commit(
-    env, tmp_path: Path, lock_seconds: float | None, commits: bool
+    env, spark, tmp_path: Path, lock_seconds: float | None, commits: bool
 ) -> None:
     """The catalog is locked exactly when the writer publishes its commit (a pause point holds it
     there until the lock is taken): for a few seconds (under the busy timeout), or until it gave up.
@@ -193,8 +190,10 @@ def test_catalog_locked_during_the_commit(
         assert job.returncode != 0, text[-3000:]
         assert "locked" in text.lower() or "busy" in text.lower(), text[-3000:]
         assert snapshot_commits(handle.load()) == []
-        retried = env.run_job("dual_write.py", [*base, "--input", str(b1), "--batch-id", "1"])
-        assert retried.returncode == 0, retried.stderr[-3000:]
+        # the retry, in the test's session: the failure it follows is the job's, not the retry's
+        spark.catalog.refreshTable(handle.spark_name())
+        retried = open_writer(spark, str(handle.name), writer_id="locked").write_path(str(b1), 1)
+        assert not retried.skipped
         _reconcile(handle)
     commits_1 = [c for c in snapshot_commits(handle.load()) if c.batch_id == 1]
     assert len(commits_1) == 1

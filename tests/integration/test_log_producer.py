@@ -3,12 +3,14 @@ the real broker and the real Spark: its headers, its partitions, its reports and
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from typing import Any
 
 import pytest
 
 from airflow_logstore.core.codec import RecordMeta, encode_headers
+from airflow_logstore.exceptions import KafkaUnavailableError
 from airflow_logstore.log.kafka_client import ensure_topic, producer
 from airflow_logstore.read.reader import read_log
 from airflow_logstore.write.planning import AFTER_VALUE_COLUMN, BEFORE_VALUE_COLUMN, KEY_COLUMN
@@ -82,9 +84,13 @@ def test_keys_land_where_librdkafka_murmur2_puts_them_and_reports_match_the_log(
 
 
 def test_a_task_fails_when_its_records_are_not_acknowledged(env, spark) -> None:
-    from py4j.protocol import Py4JJavaError
-
+    """Within its timeout, not one timeout per record: each send to a topic whose metadata never comes
+    waits ``max.block.ms`` (the 2 s delivery timeout) and reports to the callback instead of throwing;
+    the task stops at the first such failure (it took 30 x 2 s per attempt, twice, before). The Spark
+    job's failure reaches the writer as a KafkaUnavailableError naming the topic and Kafka's error."""
     ctx = _context(env, "no-such-topic-anywhere", **{"message.timeout.ms": 2000})
-    frame = spark.createDataFrame([(b"k", None, b"v")], SCHEMA)
-    with pytest.raises(Py4JJavaError, match="were not acknowledged"):
+    frame = spark.createDataFrame([(b"k%d" % i, None, b"v") for i in range(30)], SCHEMA)
+    started = time.monotonic()
+    with pytest.raises(KafkaUnavailableError, match="to 'no-such-topic-anywhere' were not acknowledged"):
         produce_records(frame.repartition(1), ctx)
+    assert time.monotonic() - started < 30  # two attempts of one 2 s timeout, plus Spark's overhead

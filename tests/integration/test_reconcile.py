@@ -192,9 +192,8 @@ def test_one_failover_reversed_exactly_and_eventual_reader_converges(env, spark,
     paths = [write_jsonl(tmp_path / f"b{n}.jsonl", rows) for n, rows in enumerate(BATCHES[:2], start=1)]
     writer_for(spark, handle, "w").write_path(str(paths[0]), 1)
     dead_epoch = crash_writer(env, handle, "w", paths[1], 2, "write:after-log:2")
-    restarted = env.run_job("dual_write.py", write_args(handle, "w", paths[1], 2))  # same writer, same batch
-    assert restarted.returncode == 0, restarted.stderr[-3000:]
-    assert parse_result(restarted.stdout)["epoch"] > dead_epoch
+    restarted = writer_for(spark, handle, "w").write_path(str(paths[1]), 2)  # same writer, same batch
+    assert not restarted.skipped and restarted.epoch > dead_epoch
 
     before = read_log(handle, consistency="eventual")
     dead = data_records(before, batch=2, epochs={dead_epoch})
@@ -238,8 +237,8 @@ def test_an_attempt_in_flight_is_kept_pending_then_reversed_by_one_rescan(env, s
     waiting = reconcile(handle)  # still in flight: nothing scanned again
     assert waiting.scanned == 0 and waiting.pending == first.pending and waiting.rescanned_from == {}
 
-    restarted = env.run_job("dual_write.py", write_args(handle, "w", paths[1], 2))
-    assert restarted.returncode == 0, restarted.stderr[-3000:]
+    restarted = writer_for(spark, handle, "w").write_path(str(paths[1]), 2)
+    assert not restarted.skipped
     decided = reconcile(handle)
     firsts = {p: min(a[5] for a in attempts) for p, attempts in first.pending.items()}
     assert decided.rescanned_from == firsts and decided.pending == {}

@@ -50,19 +50,20 @@ def _write_all(spark: Any, handle: Any, tmp_path: Path, writer_id: str = "vis") 
 
 
 @pytest.fixture(scope="module")
-def table_with_crash(env, tmp_path_factory: pytest.TempPathFactory):
+def table_with_crash(env, spark, tmp_path_factory: pytest.TempPathFactory):
     """Batch 1 committed, batch 2 only as a crashed attempt's records (killed after its log flush).
 
     Shared by the tests below, in file order: the eventual reader's test only reads, the consistent
     reader's test retries batch 2, and the normalize test reads the retried table (retrying it first
-    when it runs alone). Two spark-submit drivers for the three, not six.
+    when it runs alone). One spark-submit driver for the three, the crashed one: batch 1 and the retry
+    are writer attempts in the test's session (:func:`_retry`).
     """
     tmp_path = tmp_path_factory.mktemp("vis-crash")
     handle = make_table(env)
     b1 = write_jsonl(tmp_path / "b1.jsonl", ROWS[0])
     b2 = write_jsonl(tmp_path / "b2.jsonl", ROWS[1])
     base = ["--table", str(handle.name), "--writer-id", "vis-crash"]
-    assert env.run_job("dual_write.py", [*base, "--input", str(b1), "--batch-id", "1"]).returncode == 0
+    open_writer(spark, str(handle.name), writer_id="vis-crash").write_path(str(b1), 1)
     crashed = env.run_job(
         "dual_write.py",
         [*base, "--input", str(b2), "--batch-id", "2"],
@@ -80,8 +81,18 @@ def test_eventual_reader_sees_records_before_the_commit(env, table_with_crash) -
     assert handle.control().read().committed("vis-crash", 2) is None
 
 
-def test_consistent_reader_is_gated_by_commit_and_publish(env, table_with_crash) -> None:
-    handle, dead_epoch, base, b2 = table_with_crash
+def _retry(spark, handle, path: Path) -> int:
+    """Batch 2 again, by a new attempt of the crashed writer in the test's session (a new epoch, as a
+    retried job's); the session's cached table metadata is refreshed first (the crashed driver wrote
+    behind its back). Returns the attempt's epoch."""
+    spark.catalog.refreshTable(handle.spark_name())
+    result = open_writer(spark, str(handle.name), writer_id="vis-crash").write_path(str(path), 2)
+    assert not result.skipped
+    return result.epoch
+
+
+def test_consistent_reader_is_gated_by_commit_and_publish(env, spark, table_with_crash) -> None:
+    handle, dead_epoch, _, b2 = table_with_crash
     # Before the retry: batch 2 exists only as the dead attempt's records.
     eventual = eventual_log(handle)
     assert any(r.meta.batch_id == 2 and r.meta.epoch == dead_epoch for r in eventual.records)
@@ -90,8 +101,7 @@ def test_consistent_reader_is_gated_by_commit_and_publish(env, table_with_crash)
     assert [r for r in consistent.records if r.meta.batch_id == 2] == []
     assert consistent.report.by_decision.get("committed") == len(ROWS[0])
 
-    retried = env.run_job("dual_write.py", [*base, "--input", str(b2), "--batch-id", "2"])
-    epoch = parse_result(retried.stdout)["epoch"]
+    epoch = _retry(spark, handle, b2)
     before_publish = read_log(handle, consistency="consistent")
     assert [r for r in before_publish.records if r.meta.batch_id == 2] == []  # committed, not yet published
     assert before_publish.report.not_yet_visible > 0
@@ -245,10 +255,10 @@ def test_undecodable_records_are_dead_lettered_and_counted(env, spark, tmp_path:
     assert len(consistent.records) == 4
 
 
-def test_normalize_sees_each_change_once(env, table_with_crash, tmp_path: Path) -> None:
-    handle, _, base, b2 = table_with_crash
+def test_normalize_sees_each_change_once(env, spark, table_with_crash, tmp_path: Path) -> None:
+    handle, _, _, b2 = table_with_crash
     if handle.control().read().committed("vis-crash", 2) is None:  # run alone: the retry is not done yet
-        assert env.run_job("dual_write.py", [*base, "--input", str(b2), "--batch-id", "2"]).returncode == 0
+        _retry(spark, handle, b2)
     assert handle.control().read().committed("vis-crash", 2) is not None
     plain = eventual_log(handle)
     normalized = eventual_log(handle, normalize=True)

@@ -182,14 +182,21 @@ public final class LogProducer implements FlatMapFunction<Iterator<InternalRow>,
             }
         }
 
+        /**
+         * Send one record; fail at the first failed delivery. A send that waited {@code max.block.ms}
+         * for the topic's metadata in vain (the broker is gone) reports it to the callback instead of
+         * throwing, and every further send would wait as long again: a task of n records would take n
+         * times the configured timeout to fail.
+         */
         void send(byte[] key, byte[] value) {
             try {
                 producer.send(new ProducerRecord<>(topic, null, key, value, headers), deliveries);
+                sent++;
+                deliveries.failFast(sent, topic);
             } catch (RuntimeException failure) {
                 abandon();
                 throw failure;
             }
-            sent++;
         }
 
         /** Flush, fail unless every record was acknowledged, give the producer back; the report. */
@@ -434,7 +441,7 @@ public final class LogProducer implements FlatMapFunction<Iterator<InternalRow>,
     private static final class Deliveries implements Callback {
         private final TreeMap<Integer, long[]> spans = new TreeMap<>();
         private long acknowledged;
-        private Exception error;
+        private volatile Exception error; // read by every send (failFast) without the lock
 
         @Override
         public synchronized void onCompletion(RecordMetadata metadata, Exception exception) {
@@ -452,6 +459,13 @@ public final class LogProducer implements FlatMapFunction<Iterator<InternalRow>,
             } else {
                 span[0] = Math.min(span[0], offset);
                 span[1] = Math.max(span[1], offset);
+            }
+        }
+
+        /** {@link #check}'s error once a delivery failed (the sends go on otherwise). */
+        void failFast(long sent, String topic) {
+            if (error != null) {
+                check(sent, topic);
             }
         }
 

@@ -15,17 +15,19 @@ import pytest
 
 from airflow_logstore.core.commit import CommitDecision, Verdict
 from airflow_logstore.core.summary import CommitInfo
-from airflow_logstore.exceptions import CommitConflictError, FencedError
+from airflow_logstore.exceptions import CommitConflictError, FencedError, KafkaUnavailableError
 from airflow_logstore.write import write_job, writer
 from airflow_logstore.write.committing import branch_table, check_staged_head, settled_by, write_sql
 from airflow_logstore.write.planning import KeyFilter, sql_literal
 from airflow_logstore.write.producing import (
     NOTHING_PRODUCED,
+    BatchProduceContext,
     Produced,
     TaskReports,
     check_one_report_each,
     merge_task_reports,
     pause_settings,
+    produce_failures_named,
 )
 from airflow_logstore.write.streaming import kafka_replay_metrics_bug, stream_writer_id
 from airflow_logstore.write.write_job import DEFAULT_WRITER_ID, dual_write_parser, job_writer_id
@@ -375,6 +377,46 @@ def test_a_write_through_without_one_report_per_task_fails_before_its_commit(
     assert "batch 7 ran 3 tasks" in message and str(list(partitions)) in message, message
     assert "not committed" in message
     check_one_report_each(TaskReports(NOTHING_PRODUCED, 0, 0, (0, 1, 2)), tasks=3, batch_id=7)
+
+
+class _Java:
+    """A py4j Java exception as :func:`~airflow_logstore.table.commit_retry.java_causes` walks it."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    def getClass(self) -> Any:
+        return SimpleNamespace(getName=lambda: "java.lang.IllegalStateException")
+
+    def getMessage(self) -> str:
+        return self.message
+
+    def getCause(self) -> None:
+        return None
+
+
+def test_a_produce_whose_records_were_not_acknowledged_fails_naming_kafka() -> None:
+    """A Spark job failed by LogProducer's delivery check is a KafkaUnavailableError naming the batch, the
+    topic and Kafka's error (the job prints it, instead of the JVM's stack trace); found in the message
+    (a captured Spark error) or the Java cause chain (py4j); anything else is raised as it is."""
+    ctx = BatchProduceContext("t_log", {}, "w", 3, 2, False)
+    check = (
+        "200 of 200 records to 't_log' were not acknowledged: org.apache.kafka.common.errors."
+        "TimeoutException: Topic t_log not present in metadata after 8000 ms."
+    )
+    spark_text = f"Job aborted due to stage failure: Task 0 in stage 20.0 failed 2 times: {check}\n\tat x"
+    py4j = RuntimeError("An error occurred while calling o123.produce.")
+    py4j.java_exception = _Java(check)  # type: ignore[attr-defined]
+    for failure in (RuntimeError(spark_text), py4j):
+        with pytest.raises(KafkaUnavailableError) as raised, produce_failures_named(ctx):
+            raise failure
+        assert (
+            str(raised.value)
+            == f"Kafka did not acknowledge the log records of batch 2 of writer 'w': {check}"
+        )
+        assert raised.value.__cause__ is failure
+    with pytest.raises(ValueError, match="other"), produce_failures_named(ctx):
+        raise ValueError("other")
 
 
 def test_a_fenced_decision_that_finds_this_epoch_s_own_commit_returns_it() -> None:
