@@ -63,6 +63,8 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
 
+    from airflow_logstore.publish.publisher import Publisher, PublishReport
+
 __all__ = ["BatchResult", "DualWriter", "open_writer", "task_identity"]
 
 #: The emit mode of a dual write (both stores).
@@ -127,6 +129,7 @@ class DualWriter:
         emit_mode: frozenset[str] | None = None,
         change_column: str = "op",
         missing_as_null: bool = False,
+        publish_after_commit: bool = False,
     ) -> None:
         self.spark = spark
         #: a nullable column an input lacks is null (False: an insert or update without it is a bad row)
@@ -149,6 +152,15 @@ class DualWriter:
             self.epoch = self.control.claim_epoch(writer_id, owner=f"{os.getpid()}-{uuid.uuid4().hex[:8]}")
             self.control.check_claim(self.control.read(), writer_id, self.epoch, self.control_topic_id)
             staged_commit.fence(handle, writer_id, self.epoch)  # the epoch is in force from here on
+        #: publishes right after each batch this writer commits (``publish_after_commit``): one
+        #: long-lived publisher, so a batch is visible without waiting for a separate publish
+        self.publisher: Publisher | None = None
+        if publish_after_commit and self.config.enabled:
+            from airflow_logstore.publish.publisher import Publisher
+
+            self.publisher = Publisher(handle)
+        #: the report of the last publish after a commit (None: none yet, or it failed)
+        self.last_publish: PublishReport | None = None
         log.info(
             "writer %s of %s starts epoch %s (emit mode %s)",
             writer_id,
@@ -248,7 +260,40 @@ class DualWriter:
                 plan.unpersist()
         finally:
             changes.unpersist()
+        if not written.skipped:
+            self._publish(batch_id)
         return replace(written, seconds=round(time.monotonic() - started, 3))
+
+    def _publish(self, batch_id: int) -> None:
+        """Publish right after this writer's commit (``publish_after_commit``). It is the same publish
+        as every other (idempotent, monotonic, bounded by the state it reads), so a writer publishing
+        is as safe as a publish task. A failed one fails no batch (the batch is committed): the next
+        publish, this writer's or another's, moves the watermark past it."""
+        if self.publisher is None:
+            return
+        self.last_publish = None
+        try:
+            self.last_publish = self.publisher.publish()
+        except Exception as exc:
+            log.warning(
+                "batch %s is committed, but publishing right after it failed (%s: %s); the next publish "
+                "makes it visible",
+                batch_id,
+                type(exc).__name__,
+                exc,
+            )
+
+    def close(self) -> None:
+        """Let go of the writer's publisher (its Kafka clients), if it has one."""
+        if self.publisher is not None:
+            self.publisher.close()
+            self.publisher = None
+
+    def __enter__(self) -> DualWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _target(self, table: Table) -> DataFrame | None:
         """The table's rows as of ``table``'s current snapshot (None: it holds none)."""
@@ -428,7 +473,14 @@ def open_writer(
     emit_mode: frozenset[str] | None = None,
     change_column: str = "op",
     missing_as_null: bool = False,
+    publish_after_commit: bool = False,
 ) -> DualWriter:
+    """A writer of ``table`` (see :class:`DualWriter`).
+
+    :param publish_after_commit: publish the watermark right after each batch the writer commits, with
+        one long-lived publisher (close the writer to let go of its Kafka clients): a long-running writer's
+        batches become visible without waiting for a separate publish.
+    """
     handle = LogStoreTable.open(table, catalog, kafka_extra)
     return DualWriter(
         spark,
@@ -437,4 +489,5 @@ def open_writer(
         emit_mode=emit_mode,
         change_column=change_column,
         missing_as_null=missing_as_null,
+        publish_after_commit=publish_after_commit,
     )
