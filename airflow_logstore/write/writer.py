@@ -120,6 +120,11 @@ class BatchResult:
 class DualWriter:
     """Writes batches of one table for one writer attempt (one epoch)."""
 
+    #: publishes right after each batch this writer commits (``publish_after_commit``)
+    publisher: Publisher | None = None
+    #: the report of the last publish after a commit (None: none yet, or it failed)
+    last_publish: PublishReport | None = None
+
     def __init__(
         self,
         spark: SparkSession,
@@ -152,15 +157,10 @@ class DualWriter:
             self.epoch = self.control.claim_epoch(writer_id, owner=f"{os.getpid()}-{uuid.uuid4().hex[:8]}")
             self.control.check_claim(self.control.read(), writer_id, self.epoch, self.control_topic_id)
             staged_commit.fence(handle, writer_id, self.epoch)  # the epoch is in force from here on
-        #: publishes right after each batch this writer commits (``publish_after_commit``): one
-        #: long-lived publisher, so a batch is visible without waiting for a separate publish
-        self.publisher: Publisher | None = None
-        if publish_after_commit and self.config.enabled:
+        if publish_after_commit and self.config.enabled:  # one long-lived publisher for every batch
             from airflow_logstore.publish.publisher import Publisher
 
             self.publisher = Publisher(handle)
-        #: the report of the last publish after a commit (None: none yet, or it failed)
-        self.last_publish: PublishReport | None = None
         log.info(
             "writer %s of %s starts epoch %s (emit mode %s)",
             writer_id,
@@ -260,8 +260,6 @@ class DualWriter:
                 plan.unpersist()
         finally:
             changes.unpersist()
-        if not written.skipped:
-            self._publish(batch_id)
         return replace(written, seconds=round(time.monotonic() - started, 3))
 
     def _publish(self, batch_id: int) -> None:
@@ -411,10 +409,14 @@ class DualWriter:
         kill_point("write:after-log", batch_id)
         commit = self._commit_info(batch_id, produced)
         if rows is None:
-            return self._record(logged, commit)
-        landed = commit_batch(self._commit_target(), rows, commit)
-        kill_point("write:after-commit", batch_id)
-        return self._record(replace(logged, snapshot_id=landed.snapshot_id), landed)
+            recorded = self._record(logged, commit)
+        else:
+            landed = commit_batch(self._commit_target(), rows, commit)
+            kill_point("write:after-commit", batch_id)
+            recorded = self._record(replace(logged, snapshot_id=landed.snapshot_id), landed)
+        if not recorded.skipped:  # at once: before the batch's clean-up (a staging branch dropped)
+            self._publish(batch_id)
+        return recorded
 
     def _record(self, result: BatchResult, commit: CommitInfo) -> BatchResult:
         """Step 6: record the commit in the ledger, unless an older attempt's commit of the batch won."""
