@@ -1,8 +1,12 @@
 """Visibility latency over many batches, in one run, side by side:
 
 1. produce → visible to an eventual reader (a follower tailing the log);
-2. Iceberg commit → visible to a consistent reader through the library path (a publisher that calls
-   ``publish_visible_offsets`` when a new snapshot appears, and a consistent follower);
+2. Iceberg commit → visible to a consistent reader through the library path (a publish, and a consistent
+   follower). ``--publish`` says which publish: ``writer`` (the default: the writer publishes right after
+   each commit, ``open_writer(..., publish_after_commit=True)``, one long-lived ``Publisher``), ``woken``
+   (a long-lived ``Publisher`` in a thread, woken when a batch's write returns) or ``poll`` (the old
+   path: a thread that polls the table every 50 ms and runs a one-shot ``publish_visible_offsets`` when a
+   new snapshot appears);
 3. produce → visible on the table's committed feed (``log-store.committed-feed.enabled``) to a plain
    ``read_committed`` consumer of ``<topic>.committed`` (confluent-kafka only), copied by the same publishes;
 4. the baseline: a Kafka *transactional* producer (how Paimon's log system gave ``read_committed``
@@ -10,7 +14,7 @@
    interval (measured over dual-write batches after a warm-up), read with ``isolation.level=read_committed``,
    running beside the dual writes in the same process and time window.
 
-    .venv/bin/python -m bench.latency_bench --batches 200 --rows 10
+    .venv/bin/python -m bench.latency_bench --batches 200 --rows 10 [--publish writer|woken|poll]
 
 Batches are written by the real dual-write code (DualWriter, a local Spark session), ``--rows`` rows each.
 """
@@ -49,30 +53,42 @@ def summarize(values: list[float]) -> dict[str, float]:
 
 
 class Publisher(threading.Thread):
-    """Publishes the watermark whenever a new snapshot appears (what the sensor + publish task do).
+    """Publishes the watermark in a thread: ``poll``, a one-shot publish whenever polling the table
+    (every 50 ms) shows a new snapshot (what the sensor + publish task do); ``woken``, a long-lived
+    publisher woken by :attr:`wake` (set when a batch's write returned).
 
     Keeps each publish's time, and the part of it spent on the control checkpoint and the feed's copy,
     to show where the consistent path's tail comes from."""
 
-    def __init__(self, handle: Any) -> None:
+    def __init__(self, handle: Any, mode: str) -> None:
         super().__init__(daemon=True)
-        self.handle = handle
+        self.handle, self.mode = handle, mode
         self.stop = threading.Event()
+        self.wake = threading.Event()
         self.seconds: list[float] = []
         self.checkpoint_seconds: list[float] = []
 
-    def run(self) -> None:
-        from airflow_logstore.publish.publisher import publish_visible_offsets
+    def keep(self, report: Any) -> None:
+        self.seconds.append(report.seconds)
+        if report.checkpoint is not None:
+            self.checkpoint_seconds.append(report.seconds)
 
+    def run(self) -> None:
+        from airflow_logstore.publish.publisher import Publisher, publish_visible_offsets
+
+        if self.mode == "woken":
+            with Publisher(self.handle) as publisher:
+                while not self.stop.is_set():
+                    if self.wake.wait(0.5):
+                        self.wake.clear()
+                        self.keep(publisher.publish())
+            return
         seen = None
         while not self.stop.is_set():
             snapshot = self.handle.load().current_snapshot()
             current = snapshot.snapshot_id if snapshot else None
             if current != seen:
-                report = publish_visible_offsets(self.handle)
-                self.seconds.append(report.seconds)
-                if report.checkpoint is not None:
-                    self.checkpoint_seconds.append(report.seconds)
+                self.keep(publish_visible_offsets(self.handle))
                 seen = current
             self.stop.wait(0.05)
 
@@ -185,6 +201,13 @@ def main() -> None:
         action="store_true",
         help="a primary-key table (each batch a MERGE, slower as the table grows); default: append-only",
     )
+    parser.add_argument(
+        "--publish",
+        choices=("writer", "woken", "poll"),
+        default="writer",
+        help="writer: the writer publishes after each commit; woken: a long-lived publisher thread woken "
+        "by each write; poll: a one-shot publish per new snapshot, polled every 50 ms (the old path)",
+    )
     args = parser.parse_args()
 
     from airflow_logstore.spark.session import build_spark_session
@@ -202,7 +225,9 @@ def main() -> None:
             primary_key=("id",) if args.primary_key else (),
             properties={"log-store.committed-feed.enabled": "true"},
         )
-        writer = open_writer(spark, str(handle.name), writer_id="latency")
+        writer = open_writer(
+            spark, str(handle.name), writer_id="latency", publish_after_commit=args.publish == "writer"
+        )
         work = env.scratch("bench-latency")
         stop = threading.Event()
         eventual_seen: dict[int, float] = {}
@@ -216,8 +241,9 @@ def main() -> None:
             follow_into(handle, "consistent", consistent_seen, stop, consistent_records),
             feed_into(handle, feed_seen, stop, feed_records),
         ]
-        publisher = Publisher(handle)
-        publisher.start()
+        publisher = Publisher(handle, args.publish)
+        if args.publish != "writer":
+            publisher.start()
         committed_at: dict[int, float] = {}
         produced_at: dict[int, float] = {}
         durations: list[float] = []
@@ -233,6 +259,9 @@ def main() -> None:
             started = time.time()
             result = writer.write_path(str(path), batch)
             durations.append(time.time() - started)
+            if args.publish == "writer" and writer.last_publish is not None:
+                publisher.keep(writer.last_publish)
+            publisher.wake.set()
             snapshot = handle.load().snapshot_by_id(result.snapshot_id)
             committed_at[batch] = snapshot.timestamp_ms / 1000
             produced_at[batch] = started
@@ -253,6 +282,9 @@ def main() -> None:
             time.sleep(0.1)
         stop.set()
         publisher.stop.set()
+        writer.close()
+        if publisher.is_alive():
+            publisher.join(10)
         for thread in threads:
             thread.join(10)
         if baseline_thread is not None:
@@ -266,6 +298,7 @@ def main() -> None:
     produce_to_eventual = eventual_records
     report = {
         "batches": args.batches,
+        "publish": args.publish,
         "rows_per_batch": args.rows,
         "table": "primary key (MERGE per batch)" if args.primary_key else "append-only",
         "machine": machine(),

@@ -142,6 +142,10 @@ class ControlTopic:
         :func:`read_state`) with every record after it folded on."""
         return read_state(self)
 
+    def reader(self) -> ControlReader:
+        """A reader that reads this state again and again through one consumer (:class:`ControlReader`)."""
+        return ControlReader(self)
+
     def append(self, key: str, value: Payload | Mapping[str, Any] | None) -> int:
         """Write one record durably and return its offset (a typed payload of :mod:`.core.records`,
         a ledger entry's or reconciler record's JSON, or None for a tombstone)."""
@@ -274,21 +278,82 @@ def latest_checkpoint(ctl: ControlTopic) -> tuple[ControlState, int]:
 
 def read_state(ctl: ControlTopic) -> ControlState:
     """The control state: the latest checkpoint with every control record after it folded on."""
-    cons = _consumer(ctl)
-    try:
-        low, end = kafka_client.partition_offsets(cons, ctl.topic, 1)[0]
-        state, start = _latest(ctl, cons, end)
+    with ControlReader(ctl) as reader:
+        return reader.read()
+
+
+class ControlReader:
+    """Reads one table's control state again and again through one consumer (a long-lived publisher).
+
+    The first :meth:`read` is :func:`read_state`'s: the latest checkpoint with the records after it
+    folded on. Each later read folds only the records appended since onto the state it returned last
+    (folding is in offset order, so folding ``a..b`` then ``b..c`` is folding ``a..c``), and every read
+    still reads to the topic's end *at call time*, as the protocol's order asks. A later read is a whole
+    read again when the kept state cannot be continued: an offset it had not folded is gone (compaction
+    removed it: a jump in the offsets, or the topic's start past them), or the topic ends before what
+    it folded (re-created). :meth:`reset` makes the next read a whole one (after a checkpoint, so that
+    ``checkpoint_start`` is the latest checkpoint's again).
+
+    The state returned is folded onto in place by the next read: use it until then, or copy it.
+    """
+
+    def __init__(self, ctl: ControlTopic) -> None:
+        self.ctl = ctl
+        self._cons: Any = None
+        self._state: ControlState | None = None
+        self._next = 0  # the control offset the next incremental read folds from
+        self.whole_reads = 0  # how many reads were whole ones (for reports and tests)
+
+    def read(self) -> ControlState:
+        """The control state up to the topic's end at call time."""
+        if self._cons is None:
+            self._cons = _consumer(self.ctl)
+        low, end = kafka_client.partition_offsets(self._cons, self.ctl.topic, 1)[0]
+        kept, self._state = self._state, None  # kept again only once a read is complete
+        if kept is not None and low <= self._next <= end:
+            records, whole = self._records(self._next, end)
+            if whole:  # no offset this state had not folded is gone: fold on (never a partial fold)
+                return self._keep(control.fold(records, kept), end)
+        state, start = _latest(self.ctl, self._cons, end)
+        state.checkpoint_start = start
+        records, _ = self._records(max(start, low), end)  # compacted offsets: the checkpoint's rule
+        self.whole_reads += 1
+        return self._keep(control.fold(records, state), end)
+
+    def _records(self, start: int, end: int) -> tuple[list[control.ControlRecord], bool]:
+        """The control records of ``start``..``end``, and whether every offset of it was there."""
         records = []
-        for batch in kafka_client.scan(cons, ctl.topic, {0: max(start, low)}, {0: end}):
+        following = start
+        whole = True
+        for batch in kafka_client.scan(self._cons, self.ctl.topic, {0: start}, {0: end}):
             for message in batch:
+                offset = message.offset()
+                whole = whole and offset == following
+                following = offset + 1
                 stamp = kafka_client.message_timestamp_ms(message)
-                record = control.decode(message.key(), message.value(), message.offset(), stamp)
+                record = control.decode(message.key(), message.value(), offset, stamp)
                 if record is not None:
                     records.append(record)
-        state.checkpoint_start = start
-        return control.fold(records, state)
-    finally:
-        cons.close()
+        return records, whole and following >= end
+
+    def _keep(self, state: ControlState, end: int) -> ControlState:
+        self._state, self._next = state, end
+        return state
+
+    def reset(self) -> None:
+        """Make the next read a whole one."""
+        self._state = None
+
+    def close(self) -> None:
+        if self._cons is not None:
+            self._cons.close()
+            self._cons = None
+
+    def __enter__(self) -> ControlReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _consumer(ctl: ControlTopic) -> Any:

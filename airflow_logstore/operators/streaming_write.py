@@ -113,6 +113,8 @@ class LogStoreStreamingDualWriteOperator(LineageMixin, SparkJobOperator):
     :param heartbeat_interval: seconds between the application's heartbeats
     :param heartbeat_timeout: seconds without a heartbeat before the application counts as lost
     :param poll_interval: seconds between the trigger's looks
+    :param publish_after_commit: the application publishes the watermark right after each micro-batch it
+        commits (one long-lived publisher): its batches are visible without waiting for a publish task
     :param startup_timeout: seconds the task waits for the first heartbeat before it gives up
 
     The Spark and connection parameters are :class:`~airflow_logstore.operators._base.SparkJobOperator`'s.
@@ -138,6 +140,7 @@ class LogStoreStreamingDualWriteOperator(LineageMixin, SparkJobOperator):
         heartbeat_timeout: float = 120.0,
         poll_interval: float = 5.0,
         startup_timeout: float = 600.0,
+        publish_after_commit: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -155,6 +158,7 @@ class LogStoreStreamingDualWriteOperator(LineageMixin, SparkJobOperator):
         self.heartbeat_timeout = heartbeat_timeout
         self.poll_interval = poll_interval
         self.startup_timeout = startup_timeout
+        self.publish_after_commit = publish_after_commit
         self._process: subprocess.Popen[bytes] | None = None
         self._killed = False  # on_kill ran: the wait for the first heartbeat ends with that, not a death
 
@@ -185,6 +189,8 @@ class LogStoreStreamingDualWriteOperator(LineageMixin, SparkJobOperator):
             args += ["--timeout", str(float(self.run_for))]  # type: ignore[arg-type]
         if self.emit_mode:
             args += ["--emit-mode", self.emit_mode]
+        if self.publish_after_commit:
+            args.append("--publish-after-commit")
         return args
 
     def execute(self, context: Any) -> None:

@@ -40,7 +40,7 @@ from airflow_logstore.core.visibility import (
 from airflow_logstore.log import control_topic, kafka_client
 from airflow_logstore.log.control_topic import maybe_checkpoint
 from airflow_logstore.pause import pause_point
-from airflow_logstore.publish.feed import copy_to_feed
+from airflow_logstore.publish.feed import FeedCopier
 from airflow_logstore.table.tables import LogStoreTable, snapshot_commits
 
 if TYPE_CHECKING:
@@ -70,45 +70,97 @@ class PublishReport:
 
 
 def publish_visible_offsets(handle: LogStoreTable) -> PublishReport:
-    """Advance the table's visibility watermark as far as committed snapshots allow."""
-    started = time.monotonic()
-    side = handle.log_side()
-    # an offset that retention deleted while the scan ran is an error here, never a silent skip: the
-    # scan would settle the range up to the next record it saw, records it never classified included
-    cons = kafka_client.consumer(side.kafka_config, **{"auto.offset.reset": "error"})
-    try:
-        # The log's end offsets, *then* the control state, *then* the table: every record below those
-        # ends was produced after its epoch's claim was acknowledged, so the state read next knows that
-        # epoch and never mistakes the record for a foreign one (which would let the watermark pass it).
-        bounds = kafka_client.partition_offsets(cons, side.topic, side.config.partitions)
-        pause_point("publish:offsets-read")
-        state = side.control.read()
-        table = handle.load()
-        live = snapshot_commits(table)
-        added = missing_commits(state, live)
-        ledger_added = record_commits(side.control, added)
-        state = with_commits(state, added)
-        start, end = watermark_scan_range(state.watermark, bounds)
-        records = (
-            (message.partition(), message.offset(), message.headers())
-            for batch in kafka_client.scan(cons, side.topic, start, end)
-            for message in batch
-        )
-        move = scan_watermark(records, state, start, end)
-    finally:
-        cons.close()
-    report = _report(handle, state, move, current_snapshot_id(table), ledger_added)
-    if report.advanced:
-        value = watermark_value(move, report.newly_visible, report.current_snapshot_id)
-        side.control.append(control.watermark_key(uuid.uuid4().hex), value)
-    pause_point("publish:watermark-moved")
-    log_start = {p: low for p, (low, _) in bounds.items()}
-    if side.config.committed_feed:  # also when the watermark stayed: a killed copy is completed here
-        report.feed = copy_to_feed(side, state, move.watermark, log_start)
-    report.checkpoint = maybe_checkpoint(side.control, state, log_start)
-    report.seconds = round(time.monotonic() - started, 3)
-    _log(handle, report)
-    return report
+    """Advance the table's visibility watermark as far as committed snapshots allow (a one-shot
+    :class:`Publisher`)."""
+    with Publisher(handle) as publisher:
+        return publisher.publish()
+
+
+class Publisher:
+    """Publishes one table's watermark again and again, keeping its Kafka clients between publishes.
+
+    Each :meth:`publish` is the whole publish of the module's steps, in the protocol's order: the log's
+    end offsets, *then* the control state read to the topic's end at call time, *then* the table. What
+    it keeps is only connections and what a re-read would return: the log consumer, the control state
+    it folds on incrementally (:class:`~airflow_logstore.log.control_topic.ControlReader`), and the
+    committed feed's token with the feed's progress (:class:`~airflow_logstore.publish.feed.FeedCopier`).
+    A new client's first requests cost up to a few hundred milliseconds; a long-lived publisher (a
+    writer that publishes after each commit, a service) pays them once. Two publishers at once are as
+    safe as two one-shot publishes: the watermark only moves up, and the feed's token fences the older
+    holder (it takes the token again at its next copy, and reads the progress after it).
+    """
+
+    def __init__(self, handle: LogStoreTable) -> None:
+        self.handle = handle
+        self.side = handle.log_side()
+        self._cons: Any = None
+        self.control = self.side.control.reader()
+        self.feed = FeedCopier(self.side)
+
+    def publish(self) -> PublishReport:
+        """Advance the watermark as far as committed snapshots allow; copy to the feed; checkpoint."""
+        started = time.monotonic()
+        side = self.side
+        if self._cons is None:
+            # an offset that retention deleted while the scan ran is an error here, never a silent skip:
+            # the scan would settle the range up to the next record it saw, records it never classified
+            self._cons = kafka_client.consumer(side.kafka_config, **{"auto.offset.reset": "error"})
+        cons = self._cons
+        try:
+            # The log's end offsets, *then* the control state, *then* the table: every record below those
+            # ends was produced after its epoch's claim was acknowledged, so the state read next knows
+            # that epoch and never mistakes the record for a foreign one (which would let the watermark
+            # pass it).
+            bounds = kafka_client.partition_offsets(cons, side.topic, side.config.partitions)
+            pause_point("publish:offsets-read")
+            state = self.control.read()
+            table = self.handle.load()
+            live = snapshot_commits(table)
+            added = missing_commits(state, live)
+            ledger_added = record_commits(side.control, added)
+            state = with_commits(state, added)  # a new state: the reader's own is folded on next time
+            start, end = watermark_scan_range(state.watermark, bounds)
+            records = (
+                (message.partition(), message.offset(), message.headers())
+                for batch in kafka_client.scan(cons, side.topic, start, end)
+                for message in batch
+            )
+            move = scan_watermark(records, state, start, end)
+        except BaseException:
+            self.control.reset()  # a failed publish starts the next one from a whole read
+            raise
+        report = _report(self.handle, state, move, current_snapshot_id(table), ledger_added)
+        if report.advanced:
+            value = watermark_value(move, report.newly_visible, report.current_snapshot_id)
+            side.control.append(control.watermark_key(uuid.uuid4().hex), value)
+        pause_point("publish:watermark-moved")
+        log_start = {p: low for p, (low, _) in bounds.items()}
+        if side.config.committed_feed:  # also when the watermark stayed: a killed copy is completed here
+            report.feed = self.feed.copy(state, move.watermark, log_start)
+        report.checkpoint = maybe_checkpoint(side.control, state, log_start)
+        if report.checkpoint is not None:
+            # a checkpoint written or tried: the next read starts from the latest checkpoint again, so
+            # that its ``checkpoint_start`` says when the next one is due
+            self.control.reset()
+        report.seconds = round(time.monotonic() - started, 3)
+        _log(self.handle, report)
+        return report
+
+    def close(self) -> None:
+        """Let go of the Kafka clients (the feed's token included)."""
+        try:
+            self.feed.close()
+            self.control.close()
+        finally:
+            if self._cons is not None:
+                self._cons.close()
+                self._cons = None
+
+    def __enter__(self) -> Publisher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def record_commits(ctl: control_topic.ControlTopic, commits: Iterable[CommitInfo]) -> list[str]:
@@ -188,6 +240,7 @@ def is_visible(handle: LogStoreTable, writer_id: str, batch_id: int) -> bool:
 __all__ = [
     "Decision",
     "PublishReport",
+    "Publisher",
     "is_visible",
     "publish_visible_offsets",
     "record_commits",

@@ -64,6 +64,12 @@ def dual_write_parser() -> argparse.ArgumentParser:
         default=None,
         help="with --report-id: a heartbeat next to the table every N s, and stop requests obeyed",
     )
+    parser.add_argument(
+        "--publish-after-commit",
+        action="store_true",
+        help="publish the watermark right after each committed batch (a long-running stream's batches "
+        "become visible without waiting for a separate publish)",
+    )
     return parser
 
 
@@ -122,6 +128,7 @@ def dual_write_main(
             writer_id=job_writer_id(args),
             change_column=args.change_column,
             missing_as_null=args.missing_columns == "null",
+            publish_after_commit=args.publish_after_commit,
         )
         emit = on_result or partial(emit_result, handle=writer.handle, report_id=args.report_id)
         if args.emit_mode:
@@ -159,6 +166,9 @@ def dual_write_main(
         print(f"dual_write: error: {exc}", file=sys.stderr)
         log.error("dual write failed: %s", exc)
         return 1
+    finally:
+        if writer is not None:
+            writer.close()
     return 0
 
 

@@ -63,6 +63,8 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
 
+    from airflow_logstore.publish.publisher import Publisher, PublishReport
+
 __all__ = ["BatchResult", "DualWriter", "open_writer", "task_identity"]
 
 #: The emit mode of a dual write (both stores).
@@ -118,6 +120,11 @@ class BatchResult:
 class DualWriter:
     """Writes batches of one table for one writer attempt (one epoch)."""
 
+    #: publishes right after each batch this writer commits (``publish_after_commit``)
+    publisher: Publisher | None = None
+    #: the report of the last publish after a commit (None: none yet, or it failed)
+    last_publish: PublishReport | None = None
+
     def __init__(
         self,
         spark: SparkSession,
@@ -127,6 +134,7 @@ class DualWriter:
         emit_mode: frozenset[str] | None = None,
         change_column: str = "op",
         missing_as_null: bool = False,
+        publish_after_commit: bool = False,
     ) -> None:
         self.spark = spark
         #: a nullable column an input lacks is null (False: an insert or update without it is a bad row)
@@ -149,6 +157,10 @@ class DualWriter:
             self.epoch = self.control.claim_epoch(writer_id, owner=f"{os.getpid()}-{uuid.uuid4().hex[:8]}")
             self.control.check_claim(self.control.read(), writer_id, self.epoch, self.control_topic_id)
             staged_commit.fence(handle, writer_id, self.epoch)  # the epoch is in force from here on
+        if publish_after_commit and self.config.enabled:  # one long-lived publisher for every batch
+            from airflow_logstore.publish.publisher import Publisher
+
+            self.publisher = Publisher(handle)
         log.info(
             "writer %s of %s starts epoch %s (emit mode %s)",
             writer_id,
@@ -249,6 +261,37 @@ class DualWriter:
         finally:
             changes.unpersist()
         return replace(written, seconds=round(time.monotonic() - started, 3))
+
+    def _publish(self, batch_id: int) -> None:
+        """Publish right after this writer's commit (``publish_after_commit``). It is the same publish
+        as every other (idempotent, monotonic, bounded by the state it reads), so a writer publishing
+        is as safe as a publish task. A failed one fails no batch (the batch is committed): the next
+        publish, this writer's or another's, moves the watermark past it."""
+        if self.publisher is None:
+            return
+        self.last_publish = None
+        try:
+            self.last_publish = self.publisher.publish()
+        except Exception as exc:
+            log.warning(
+                "batch %s is committed, but publishing right after it failed (%s: %s); the next publish "
+                "makes it visible",
+                batch_id,
+                type(exc).__name__,
+                exc,
+            )
+
+    def close(self) -> None:
+        """Let go of the writer's publisher (its Kafka clients), if it has one."""
+        if self.publisher is not None:
+            self.publisher.close()
+            self.publisher = None
+
+    def __enter__(self) -> DualWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _target(self, table: Table) -> DataFrame | None:
         """The table's rows as of ``table``'s current snapshot (None: it holds none)."""
@@ -366,10 +409,14 @@ class DualWriter:
         kill_point("write:after-log", batch_id)
         commit = self._commit_info(batch_id, produced)
         if rows is None:
-            return self._record(logged, commit)
-        landed = commit_batch(self._commit_target(), rows, commit)
-        kill_point("write:after-commit", batch_id)
-        return self._record(replace(logged, snapshot_id=landed.snapshot_id), landed)
+            recorded = self._record(logged, commit)
+        else:
+            landed = commit_batch(self._commit_target(), rows, commit)
+            kill_point("write:after-commit", batch_id)
+            recorded = self._record(replace(logged, snapshot_id=landed.snapshot_id), landed)
+        if not recorded.skipped:  # at once: before the batch's clean-up (a staging branch dropped)
+            self._publish(batch_id)
+        return recorded
 
     def _record(self, result: BatchResult, commit: CommitInfo) -> BatchResult:
         """Step 6: record the commit in the ledger, unless an older attempt's commit of the batch won."""
@@ -428,7 +475,14 @@ def open_writer(
     emit_mode: frozenset[str] | None = None,
     change_column: str = "op",
     missing_as_null: bool = False,
+    publish_after_commit: bool = False,
 ) -> DualWriter:
+    """A writer of ``table`` (see :class:`DualWriter`).
+
+    :param publish_after_commit: publish the watermark right after each batch the writer commits, with
+        one long-lived publisher (close the writer to let go of its Kafka clients): a long-running writer's
+        batches become visible without waiting for a separate publish.
+    """
     handle = LogStoreTable.open(table, catalog, kafka_extra)
     return DualWriter(
         spark,
@@ -437,4 +491,5 @@ def open_writer(
         emit_mode=emit_mode,
         change_column=change_column,
         missing_as_null=missing_as_null,
+        publish_after_commit=publish_after_commit,
     )

@@ -1,7 +1,9 @@
 """The committed feed on the real broker (issue 37, item 2): a plain ``read_committed`` consumer of
 ``<topic>.committed`` (confluent-kafka only, no project code) sees each committed change exactly once,
 through a failed attempt with reconciliation (it folds to the Iceberg table), a publisher SIGKILLed
-inside its copy and two publishers racing.
+inside its copy and two publishers racing; a long-lived publisher (``Publisher``) reaches what one-shot
+publishes reach, takes the feed's token again once fenced, and a writer publishing after its commit
+makes its batch visible without a separate publish.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.exceptions import FencedError
 from airflow_logstore.log import kafka_client
 from airflow_logstore.pause import on_pause
-from airflow_logstore.publish.publisher import publish_visible_offsets
+from airflow_logstore.publish.publisher import Publisher, publish_visible_offsets
 from airflow_logstore.read.reader import read_log
 from airflow_logstore.table.tables import LogStoreTable
 from logstore_dev.testing.tables import make_table
@@ -279,3 +281,92 @@ def test_two_publishers_racing_the_fenced_one_fails_and_no_record_is_copied_twic
     assert changes(feed) == consistent_changes(table)
     ids = [row["id"] for *_, row in changes(feed)]
     assert ids == sorted(set(ids)) and len(ids) == 12
+
+
+def test_a_long_lived_publisher_reaches_the_watermark_and_feed_of_one_shot_publishes(table) -> None:
+    """One Publisher publishing after each of three rounds of batches (one with a dead attempt before
+    its live one) keeps its clients: one whole control read, the feed's token taken once. Each round's
+    batches are visible at once (its control read reached the topic's end at call time), the feed is
+    the consistent reader's output, and a one-shot publish afterwards finds nothing left to do."""
+    with Publisher(table) as publisher:
+        reports = []
+        for first, dead in ((1, False), (3, True), (5, False)):
+            write_batches(table, first, 2, dead=dead)
+            reports.append(publisher.publish())
+        assert publisher.control.whole_reads == 1 and publisher.feed.tokens_taken == 1
+    assert [r.feed["copied"] for r in reports if r.feed] == [6, 6, 6]
+    assert [len(r.newly_visible) for r in reports] == [2, 2, 2]
+    one_shot = publish_visible_offsets(table)
+    assert not one_shot.advanced and one_shot.watermark_before == reports[-1].watermark_after
+    assert one_shot.feed is not None and one_shot.feed.get("copied", 0) == 0
+    feed = read_feed(table)
+    assert changes(feed) == consistent_changes(table)
+    ids = [row["id"] for *_, row in changes(feed)]
+    assert (
+        ids == sorted(set(ids)) and len(ids) == 18 and {row["name"] for *_, row in changes(feed)} == {"live"}
+    )
+
+
+def test_a_fenced_long_lived_publisher_takes_the_token_again_and_copies_nothing_twice(table) -> None:
+    """Long-lived publisher A is held after sending its copy, before its commit; a one-shot publisher B
+    takes the feed's token and copies everything; A's commit fails with FencedError and A drops its
+    producer. A's next publish takes the token again, reads the progress after it, and copies only
+    the batch written since: the feed has each record once."""
+    write_batches(table, 1, 2)
+    reached, release = threading.Event(), threading.Event()
+
+    def hold_the_first() -> None:
+        if not reached.is_set():
+            reached.set()
+            assert release.wait(120)
+
+    errors: list[BaseException] = []
+    with Publisher(table) as publisher_a:
+
+        def first() -> None:
+            try:
+                publisher_a.publish()
+            except BaseException as exc:  # what A ends with is the test's subject
+                errors.append(exc)
+
+        with on_pause("feed:copied", hold_the_first):
+            thread = threading.Thread(target=first)
+            thread.start()
+            assert reached.wait(120)
+            second = publish_visible_offsets(table)
+            release.set()
+            thread.join(120)
+        assert len(errors) == 1 and isinstance(errors[0], FencedError), errors
+        assert second.feed is not None and second.feed["copied"] == 6
+        write_batches(table, 3, 1)
+        again = publisher_a.publish()
+        assert again.feed is not None and again.feed["copied"] == 3
+        assert publisher_a.feed.tokens_taken == 2
+    feed = read_feed(table)
+    assert changes(feed) == consistent_changes(table)
+    ids = [row["id"] for *_, row in changes(feed)]
+    assert ids == sorted(set(ids)) and len(ids) == 9
+
+
+def test_a_writer_publishing_after_its_commit_makes_the_batch_visible_at_once(
+    env, spark, tmp_path: Path
+) -> None:
+    """``open_writer(..., publish_after_commit=True)``: each batch it commits is visible to a consistent
+    reader and on the committed feed when the write returns, with no separate publish; its publisher
+    is one for both batches (the feed's token taken once)."""
+    from airflow_logstore.publish.publisher import is_visible
+    from airflow_logstore.write.writer import open_writer
+    from logstore_dev.testing.tables import write_jsonl
+
+    handle = make_table(env, properties=FEED, prefix="feed")
+    paths = [write_jsonl(tmp_path / f"b{n}.jsonl", rows) for n, rows in enumerate(ROWS, start=1)]
+    with open_writer(spark, str(handle.name), writer_id="w", publish_after_commit=True) as writer:
+        for batch, path in enumerate(paths, start=1):
+            assert not writer.write_path(str(path), batch).skipped
+            assert is_visible(handle, "w", batch)
+            assert writer.last_publish is not None and writer.last_publish.advanced
+        assert writer.publisher is not None and writer.publisher.feed.tokens_taken == 1
+    assert writer.publisher is None  # closed with the writer
+    assert not publish_visible_offsets(handle).advanced  # nothing left for a separate publish
+    feed = read_feed(handle)
+    assert changes(feed) == consistent_changes(handle) and len(feed) == len(ROWS[0]) + 4

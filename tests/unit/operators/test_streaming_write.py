@@ -416,3 +416,13 @@ def test_the_heartbeat_counts_up_and_a_stop_request_stops_the_query(table: LogSt
     assert last is not None and last["state"] == "stopped" and last["beats"] > first["beats"]
     assert last["batches"] == 1 and last["last_batch"] == {"batch_id": 0, "log_records": 4}
     assert last["pid"] == os.getpid() and last["host"] == socket.gethostname()
+
+
+def test_publish_after_commit_reaches_the_application_only_when_asked() -> None:
+    from airflow_logstore.write.write_job import dual_write_parser
+
+    asked = operator(publish_after_commit=True).application_args("w", "r", "file:///ckpt")
+    plain = operator().application_args("w", "r", "file:///ckpt")
+    assert "--publish-after-commit" in asked and "--publish-after-commit" not in plain
+    assert dual_write_parser().parse_args(asked).publish_after_commit
+    assert not dual_write_parser().parse_args(plain).publish_after_commit

@@ -45,6 +45,15 @@ class Control:
         self.steps.append("control state")
         return ControlState(epochs={"w": 1}, commits={LEDGER.key: LEDGER}, watermark={0: -1}, end_offset=5)
 
+    def reader(self) -> Control:  # read again and again: the same read
+        return self
+
+    def reset(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
     def record_commit(self, value: dict[str, Any], writer_id: str, batch_id: int) -> int:
         self.appended.append((control.commit_key(writer_id, batch_id), value))
         return 5
