@@ -13,7 +13,7 @@ from airflow_logstore.core.batch_plan import apply_final, plan_batch
 from airflow_logstore.core.codec import RowKind
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.exceptions import BadInputError, OptionError, SchemaMismatchError
-from airflow_logstore.publish.publisher import publish_visible_offsets
+from airflow_logstore.publish.publisher import is_visible, publish_visible_offsets
 from airflow_logstore.read.reader import read_log
 from airflow_logstore.table.tables import show_table, snapshot_commits
 from airflow_logstore.write.write_job import DEFAULT_WRITER_ID, dual_write_main
@@ -366,7 +366,9 @@ def test_streaming_micro_batches(env, spark, table, tmp_path: Path, monkeypatch)
         producer.produce(source, value=json.dumps(row).encode())
     assert producer.flush(30) == 0
 
-    writer = open_writer(spark, str(table.name), writer_id="stream-it")
+    # the writer publishes each micro-batch right after its commit (--publish-after-commit): each is
+    # visible with no publish of its own
+    writer = open_writer(spark, str(table.name), writer_id="stream-it", publish_after_commit=True)
 
     def run(**options: Any) -> list[Any]:  # the same writer, source and checkpoint each time
         return run_stream(
@@ -384,6 +386,7 @@ def test_streaming_micro_batches(env, spark, table, tmp_path: Path, monkeypatch)
     assert _plain(table_state(table)) == _plain(_expected([rows]))
     commits = [c for c in snapshot_commits(table.load()) if c.writer_id == "stream-it"]
     assert sorted(c.batch_id for c in commits) == [r.batch_id for r in results]
+    assert all(is_visible(table, "stream-it", r.batch_id) for r in results)
 
     # A restart from the same checkpoint replays nothing.
     again = run()
@@ -401,6 +404,7 @@ def test_streaming_micro_batches(env, spark, table, tmp_path: Path, monkeypatch)
     assert [(r.batch_id, r.skipped) for r in replayed] == [(last, True)]
     assert (commits_dir / str(last)).exists()
     assert _plain(table_state(table)) == _plain(_expected([rows]))
+    writer.close()
 
 
 def test_a_small_local_batch_is_checked_in_the_driver_as_the_java_pass_checks_it(spark) -> None:
