@@ -9,7 +9,8 @@ process, beside it:
 
 - an eventual follower: source produce → the change reaches an eventual reader;
 - a publisher driven by the table's commit trigger (``LogStoreCommitTrigger.poll_once`` every 0.1 s,
-  then ``publish_visible_offsets``: what ``logstore_publish`` does, without Airflow's scheduling hop)
+  then ``publish_visible_offsets``: what ``logstore_publish`` does, without Airflow's scheduling hop;
+  ``--publish writer``: none, the application publishes after each commit, ``publish_after_commit``)
   and a consistent follower: source produce → the change reaches a consistent reader.
 
 A warm-up of ``--warmup`` records first (the application's JVM and Python workers, the first producer
@@ -104,6 +105,12 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=60.0, help="source records per second")
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--interval", default="0 seconds", help="the streaming trigger interval")
+    parser.add_argument(
+        "--publish",
+        choices=("trigger", "writer"),
+        default="trigger",
+        help="trigger: a publisher on the commit trigger; writer: the application publishes after commits",
+    )
     args = parser.parse_args()
 
     from airflow.sdk.exceptions import TaskDeferred
@@ -132,8 +139,9 @@ def main() -> None:
         threads = [
             follow_into(handle, "eventual", eventual, stop),
             follow_into(handle, "consistent", consistent, stop),
-            publisher(table, stop, published),
         ]
+        if args.publish == "trigger":
+            threads.append(publisher(table, stop, published))
         operator = LogStoreStreamingDualWriteOperator(
             task_id="stream",
             table=table,
@@ -142,6 +150,7 @@ def main() -> None:
             writer_id="bench-stream",
             trigger_interval=args.interval,
             heartbeat_interval=2.0,
+            publish_after_commit=args.publish == "writer",
         )
         try:
             operator.execute({})
@@ -180,6 +189,7 @@ def main() -> None:
             "records": args.records,
             "rate_per_s": args.rate,
             "trigger_interval": args.interval,
+            "publish": args.publish,
             "micro_batches": (result or {}).get("batches"),
             "commits_while_measured": len(during),
             "commit_interval_mean_s": round(elapsed / len(during), 2) if during else None,
