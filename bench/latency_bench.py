@@ -262,7 +262,9 @@ def main() -> None:
             if args.publish == "writer" and writer.last_publish is not None:
                 publisher.keep(writer.last_publish)
             publisher.wake.set()
+            assert result.snapshot_id is not None, f"batch {batch} committed no snapshot"
             snapshot = handle.load().snapshot_by_id(result.snapshot_id)
+            assert snapshot is not None
             committed_at[batch] = snapshot.timestamp_ms / 1000
             produced_at[batch] = started
             if batch == min(WARMUP_BATCHES + INTERVAL_BATCHES, args.batches):
