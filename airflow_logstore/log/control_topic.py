@@ -38,6 +38,7 @@ from typing import Any
 
 from airflow_logstore.core import control
 from airflow_logstore.core.checkpoint import Checkpoint, retire
+from airflow_logstore.core.closing import Closing
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.records import EpochClaim, Payload, as_json
 from airflow_logstore.core.summary import CommitInfo
@@ -282,7 +283,7 @@ def read_state(ctl: ControlTopic) -> ControlState:
         return reader.read()
 
 
-class ControlReader:
+class ControlReader(Closing):
     """Reads one table's control state again and again through one consumer (a long-lived publisher).
 
     The first :meth:`read` is :func:`read_state`'s: the latest checkpoint with the records after it
@@ -348,12 +349,6 @@ class ControlReader:
         if self._cons is not None:
             self._cons.close()
             self._cons = None
-
-    def __enter__(self) -> ControlReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _consumer(ctl: ControlTopic) -> Any:

@@ -24,6 +24,7 @@ import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from airflow_logstore.core.closing import Closing
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.feed import (
     PROGRESS_KEY,
@@ -56,7 +57,7 @@ def copy_to_feed(
         return copier.copy(state, watermark, log_start)
 
 
-class FeedCopier:
+class FeedCopier(Closing):
     """Copies a table's newly visible records to its committed feed, publish after publish, holding the
     feed's token (its transactional producer) between copies (see the module for one copy's steps).
 
@@ -172,12 +173,6 @@ class FeedCopier:
         if self._cons is not None:
             self._cons.close()
             self._cons = None
-
-    def __enter__(self) -> FeedCopier:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _copy(

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.core import control
+from airflow_logstore.core.closing import Closing
 from airflow_logstore.core.ledger import ledger_name, missing_commits, with_commits
 from airflow_logstore.core.records import WatermarkRecord
 from airflow_logstore.core.summary import CommitInfo
@@ -76,7 +77,7 @@ def publish_visible_offsets(handle: LogStoreTable) -> PublishReport:
         return publisher.publish()
 
 
-class Publisher:
+class Publisher(Closing):
     """Publishes one table's watermark again and again, keeping its Kafka clients between publishes.
 
     Each :meth:`publish` is the whole publish of the module's steps, in the protocol's order: the log's
@@ -155,12 +156,6 @@ class Publisher:
             if self._cons is not None:
                 self._cons.close()
                 self._cons = None
-
-    def __enter__(self) -> Publisher:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def record_commits(ctl: control_topic.ControlTopic, commits: Iterable[CommitInfo]) -> list[str]:

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from airflow_logstore.core.closing import Closing
 from airflow_logstore.core.commit import attempt_refs
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import EMIT_FILE, EMIT_LOG, LogStoreConfig, format_emit_mode
@@ -117,7 +118,7 @@ class BatchResult:
         )
 
 
-class DualWriter:
+class DualWriter(Closing):
     """Writes batches of one table for one writer attempt (one epoch)."""
 
     #: publishes right after each batch this writer commits (``publish_after_commit``)
@@ -286,12 +287,6 @@ class DualWriter:
         if self.publisher is not None:
             self.publisher.close()
             self.publisher = None
-
-    def __enter__(self) -> DualWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _target(self, table: Table) -> DataFrame | None:
         """The table's rows as of ``table``'s current snapshot (None: it holds none)."""
