@@ -10,30 +10,14 @@ import pytest
 from airflow_logstore.core import control
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.log import control_topic, kafka_client
-
-
-class Message:
-    def __init__(self, offset: int, key: str, value: dict[str, Any]) -> None:
-        self._offset, self._key, self._value = offset, key, value
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes:
-        return self._key.encode()
-
-    def value(self) -> bytes | None:
-        return control.encode(self._value)
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, 1000)
+from tests.unit.control_messages import ControlMessage
 
 
 class Topic:
     """The control topic as the reader sees it: its records by offset, its start, the reads made."""
 
     def __init__(self) -> None:
-        self.records: dict[int, Message] = {}
+        self.records: dict[int, ControlMessage] = {}
         self.low = 0
         self.end = 0
         self.scans: list[tuple[int, int]] = []
@@ -41,7 +25,7 @@ class Topic:
 
     def claim(self, writer: str) -> None:
         """A claim of ``writer``: its epoch is the claim's offset + 1."""
-        self.records[self.end] = Message(self.end, control.epoch_key(writer), {"owner": "o"})
+        self.records[self.end] = ControlMessage(self.end, control.epoch_key(writer), {"owner": "o"})
         self.end += 1
 
 

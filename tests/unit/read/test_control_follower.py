@@ -21,6 +21,7 @@ from airflow_logstore.core.control import ControlRecord, ControlState
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.core.visibility import Decision, classify
 from airflow_logstore.read.follow import ControlFollower
+from tests.unit.control_messages import ControlMessage
 
 TASK = "0.1"
 # the control topic before compaction: (key, value) at offsets 0..
@@ -38,26 +39,6 @@ THROUGH = 4  # the checkpoint folded offsets 0..4
 COMPACTED = {3, 4, 5, 6}
 
 
-class _Message:
-    def __init__(self, offset: int, key: str, value: dict[str, Any] | None) -> None:
-        self._offset, self._key, self._value = offset, key, value
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes:
-        return self._key.encode()
-
-    def value(self) -> bytes | None:
-        return control.encode(self._value)
-
-    def error(self) -> None:
-        return None
-
-    def timestamp(self) -> tuple[int, int]:
-        return (2, 1_000 + self._offset)  # LogAppendTime
-
-
 class _CompactedTopic:
     """A consumer of a single-partition topic that holds only the offsets ``kept``."""
 
@@ -72,13 +53,13 @@ class _CompactedTopic:
         self.position = tp.offset
         self.assigned.append(tp.offset)
 
-    def consume(self, num_messages: int = 1, timeout: float = 0.0) -> list[_Message]:
-        out: list[_Message] = []
+    def consume(self, num_messages: int = 1, timeout: float = 0.0) -> list[ControlMessage]:
+        out: list[ControlMessage] = []
         for offset in range(self.position, len(HISTORY)):
             if len(out) == min(num_messages, self.batch):
                 break
             if offset in self.kept:
-                out.append(_Message(offset, *HISTORY[offset]))
+                out.append(ControlMessage(offset, *HISTORY[offset]))
             self.position = offset + 1
         return out
 
