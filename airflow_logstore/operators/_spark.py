@@ -23,6 +23,7 @@ from airflow.exceptions import AirflowNotFoundException
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from airflow_logstore.exceptions import JobFailedError, OptionError
+from airflow_logstore.spark.driver_archive import with_driver_archive
 from airflow_logstore.spark.executors import package_zip
 from airflow_logstore.spark.jobconf import job_properties, split_secret_conf, submit_environment
 from airflow_logstore.spark.session import base_conf, check_pyspark_release
@@ -163,9 +164,11 @@ def write_properties_file(properties: Mapping[str, str], folder: Path | None = N
 
 
 def submit_conf(target: SparkTarget, conf: Mapping[str, Any] | None, python: str | None) -> dict[str, Any]:
-    """The job's ``--conf``: LogStore's base settings, the connection's, the operator's, the interpreters."""
+    """The job's ``--conf``: LogStore's base settings, the connection's, the operator's, the interpreters,
+    and, for a driver that runs here (not ``--deploy-mode cluster``), the drivers' class archive."""
     merged = {**base_conf(), **dict(target.conf), **dict(conf or {})}
-    return {**merged, **python_conf(target, merged, python)}
+    merged = {**merged, **python_conf(target, merged, python)}
+    return merged if target.deploy_mode == "cluster" else with_driver_archive(merged)
 
 
 class ScrubbedSparkSubmitHook(SparkSubmitHook):

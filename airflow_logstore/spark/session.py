@@ -173,12 +173,14 @@ def build_spark_session(
         return builder.getOrCreate()
 
     from airflow_logstore.jars import spark_jars
+    from airflow_logstore.spark.driver_archive import with_driver_archive
 
     settings = local_settings()
     # Python workers must run the interpreter that has airflow_logstore (PySpark reads the env var).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     catalog = catalog or default_catalog()
     conf = {**local_conf(), **session_conf(catalog, spark_jars(settings), extra_conf)}
+    conf = with_driver_archive(conf, settings)
     builder = SparkSession.builder.appName(app_name).master(master or settings.spark_master)
     for key, value in conf.items():
         builder = builder.config(key, value)

@@ -4,7 +4,10 @@ the offset ranges its frames cover, header sets, null keys and values, and its f
 from __future__ import annotations
 
 import itertools
+import os
 import socket
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -214,3 +217,36 @@ def test_a_scan_left_early_ends_its_jvm_with_its_temp_files(env, tmp_path, monke
     chunks.close()  # the reader stops early
 
     assert not list(tmp_path.glob("liblz4-java*")), unpacked
+
+
+# -- the Spark drivers' class archive (airflow_logstore/spark/driver_archive.py) ---------------------------
+
+
+def test_a_spark_driver_maps_sparks_classes_from_the_drivers_class_archive(env, tmp_path) -> None:
+    """Built once (``./dev test`` builds it at its start), the archive is mapped by a driver started after
+    it: the JVM's class-load log names it as the source of Spark's classes."""
+    from airflow_logstore.spark.driver_archive import JAVA_OPTIONS_KEY, build_driver_archive
+
+    archive = build_driver_archive()
+    assert archive is not None and archive.stat().st_size > 10_000_000
+    loads = tmp_path / "class-loads.txt"
+    script = (
+        "import sys\n"
+        "from airflow_logstore.spark.session import build_spark_session\n"
+        "conf = {sys.argv[1]: sys.argv[2]}\n"
+        "spark = build_spark_session('archive-check', master='local[1]', extra_conf=conf)\n"
+        "assert spark.range(3).count() == 3\n"
+        "spark.stop()\n"
+    )
+    options = f"-Xlog:class+load=info:file={loads}"
+    done = subprocess.run(
+        [sys.executable, "-c", script, JAVA_OPTIONS_KEY, options],
+        env={**os.environ, **env.env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    shared = [line for line in loads.read_text().splitlines() if "source: shared objects file (top)" in line]
+    assert any(" org.apache.spark.SparkContext " in line for line in shared), loads.read_text()[-2000:]
+    assert len(shared) > 1000  # Spark's start, not a few classes

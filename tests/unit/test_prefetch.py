@@ -31,6 +31,7 @@ def test_the_steps_are_listed_without_fetching_anything() -> None:
         "Compose's loader",
         "Kafka broker jars",
         "Spark jars",
+        "Spark drivers' class archive",
         "object store jars",
         "REST catalog",
     ]
