@@ -1,9 +1,9 @@
 """A class-data-sharing archive (AppCDS) for the Spark drivers this machine starts.
 
-A Spark driver's JVM loads and checks some 10,000 classes before its first query; on this 2-core machine
-that is about half of a short job's JVM CPU time (a driver that starts, creates an Iceberg table and
-writes a row: about 37 s of CPU without the archive, 24 s with it; ``bench/driver_archive_bench.py``).
-With the archive, the JVM maps those classes from one file instead.
+A Spark driver's JVM loads and checks some 10,000 classes before its first query: about a third of a
+short job's JVM CPU time on this 2-core machine (a driver that starts, creates an Iceberg table and
+writes rows: 34 s of JVM CPU without the archive, 23 s with it, under load;
+``bench/driver_archive_bench.py``). With the archive, the JVM maps those classes from one file instead.
 
 :func:`build_driver_archive` writes it once, with a short driver of its own (``python -m
 airflow_logstore.spark.archive_driver``) whose JVM dumps the classes it loaded as it exits; the
@@ -54,12 +54,15 @@ def driver_archive(settings: LocalSettings | None = None) -> ClassArchive | None
 
 
 def with_driver_archive(conf: Mapping[str, Any], settings: LocalSettings | None = None) -> dict[str, Any]:
-    """``conf`` with the archive in the driver's Java options when it exists (after any the conf has)."""
+    """``conf`` with the archive in the driver's Java options when it exists (after any the conf has),
+    unless those options already choose class sharing (``-XX:SharedArchiveFile``, ``-Xshare``)."""
+    given = str(conf.get(JAVA_OPTIONS_KEY) or "").strip()
+    if "SharedArchiveFile" in given or "ArchiveClassesAtExit" in given or "-Xshare" in given:
+        return dict(conf)
     archive = driver_archive(settings)
     if archive is None or archive.staging is not None:
         return dict(conf)
     options = f"{QUIET} -XX:SharedArchiveFile={archive.path}"
-    given = str(conf.get(JAVA_OPTIONS_KEY) or "").strip()
     return {**conf, JAVA_OPTIONS_KEY: f"{given} {options}".strip()}
 
 

@@ -53,6 +53,14 @@ def test_the_archive_follows_the_java_options_a_driver_already_has(settings: Loc
     }
 
 
+def test_a_driver_whose_options_choose_class_sharing_keeps_them(settings: LocalSettings) -> None:
+    _built(settings)
+    for own in ("-XX:SharedArchiveFile=/mine.jsa", "-Xshare:off", "-XX:ArchiveClassesAtExit=/new.jsa"):
+        assert driver_archive.with_driver_archive({JAVA_OPTIONS_KEY: own}, settings) == {
+            JAVA_OPTIONS_KEY: own
+        }
+
+
 def test_another_jvm_or_spark_has_its_own_archive(
     settings: LocalSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
