@@ -41,8 +41,8 @@ def _spark_jars() -> str:
     by path, size and modification time (the JVM does not use an archive whose jars changed)."""
     from pyspark.find_spark_home import _find_spark_home
 
-    jars = sorted((Path(_find_spark_home()) / "jars").glob("*.jar"))
-    return "\n".join(f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in jars)
+    stats = ((jar, jar.stat()) for jar in sorted((Path(_find_spark_home()) / "jars").glob("*.jar")))
+    return "\n".join(f"{jar}:{stat.st_size}:{stat.st_mtime_ns}" for jar, stat in stats)
 
 
 def driver_archive(settings: LocalSettings | None = None) -> ClassArchive | None:
