@@ -9,9 +9,9 @@ rule with :func:`~airflow_logstore.read.reader.filter_for` (a stream from a snap
 the follower's :class:`~airflow_logstore.read.follow.EventualAfterSnapshot`) and decodes with the bulk
 path the Python reader uses (``read.batches``).
 
-**Batch reads** are the Python reader's reads, one slice per log partition (from the read's start to
-the log end; a consistent read to the visibility watermark), plus, for ``hybrid``, slices of the
-snapshot's data files.
+**Batch reads** are the Python reader's reads, in slices of whole log partitions (from the read's start
+to the log end; a consistent read to the visibility watermark; :func:`slice_count` of them), plus, for
+``hybrid``, slices of the snapshot's data files.
 
 **Streams.** An offset is plain JSON (:class:`StreamOffset`): per log partition the first offset not
 handed out, as a follower's resume position is (a stream's offset is one: ``follow(reader,
@@ -78,7 +78,7 @@ log = logging.getLogger(__name__)
 #: The options of the source (case-insensitive, as Spark passes them), besides the read hints of
 #: ``core.properties.READ_OPTION_KEYS`` and the connection settings (``catalog.*``, ``kafka.*``).
 OPTIONS = ("table", "path", "mode", "consistency", "changelog-mode", "startingposition",
-           "maxrecordspertrigger", "scanner")  # fmt: skip
+           "maxrecordspertrigger", "minpartitions", "scanner")  # fmt: skip
 #: Prefixes of the connection settings :func:`airflow_logstore.read.spark_source.logstore_options` writes.
 SETTING_PREFIXES = ("catalog.", "kafka.")
 MODES = ("log", "hybrid")
@@ -111,6 +111,7 @@ class SourceOptions:
     scanner: str
     catalog: CatalogSpec
     kafka_extra: dict[str, Any] = field(default_factory=dict)
+    min_partitions: int | None = None
 
     @classmethod
     def parse(
@@ -127,7 +128,8 @@ class SourceOptions:
             raise OptionError(
                 unknown[0],
                 "is not an option of the 'logstore' source (options: table, mode, consistency, "
-                "changelog-mode, startingPosition, maxRecordsPerTrigger, scanner, and the read hints "
+                "changelog-mode, startingPosition, maxRecordsPerTrigger, minPartitions, scanner, and the "
+                "read hints "
                 f"{', '.join(READ_OPTION_KEYS)})",
             )
         table = opts.get("table") or opts.get("path")
@@ -155,12 +157,8 @@ class SourceOptions:
                 ) from None
         start = opts.get("startingposition")
         parse_start(start, mode)  # a malformed position fails here, before anything is read
-        max_records = None
-        if "maxrecordspertrigger" in opts:
-            text = opts["maxrecordspertrigger"].strip()
-            if not text.isdigit() or int(text) < 1:
-                raise OptionError("maxRecordsPerTrigger", f"'{text}' is not a positive whole number")
-            max_records = int(text)
+        max_records = _positive(opts, "maxRecordsPerTrigger")
+        min_partitions = _positive(opts, "minPartitions")
         scanner = opts.get("scanner", "auto").strip().lower()
         try:
             jvm_scan.choose_scanner(scanner, 0)
@@ -178,6 +176,7 @@ class SourceOptions:
             scanner,
             catalog,
             dict(kafka_extra),
+            min_partitions,
         )
 
     def handle(self) -> LogStoreTable:
@@ -207,6 +206,16 @@ class SourceOptions:
     @property
     def consistent(self) -> bool:
         return self.consistency is Consistency.CONSISTENT
+
+
+def _positive(opts: Mapping[str, str], name: str) -> int | None:
+    """The option ``name`` (looked up lower-cased) as a positive whole number, None when not given."""
+    if name.lower() not in opts:
+        return None
+    text = opts[name.lower()].strip()
+    if not text.isdigit() or int(text) < 1:
+        raise OptionError(name, f"'{text}' is not a positive whole number")
+    return int(text)
 
 
 def parse_start(text: str | None, mode: str) -> StartPosition:
@@ -279,9 +288,11 @@ class _OneByOne:
 
 # --- slices: what one Spark task reads ------------------------------------------------------------------
 
-#: A slice of the log takes whole partitions until it holds at least this many records: a micro-batch of
-#: a few records is one task (a task costs more than reading them), a large read one task per partition.
-SLICE_RECORDS = 200_000
+#: A slice of the log holds at least this many records (unless the read holds fewer): a task's fixed cost
+#: (a Python worker's turn, the JVM scan's start, about 1 s) is then at most about half of its time. A
+#: read of 1M records on 2 cores: one slice 3.2-4.9 s, three slices (one per partition) 3.9-7.9 s
+#: (BENCHMARKS.md). ``minPartitions`` asks for more tasks.
+SLICE_RECORDS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -618,8 +629,8 @@ class BatchPlan:
 
 
 def plan_batch(opts: SourceOptions, file_tasks: int = 4) -> BatchPlan:
-    """The slices of ``spark.read.format("logstore")``: the Python reader's read, one slice per log
-    partition (a log read from its start; ``hybrid``: a snapshot's files, then its log part)."""
+    """The slices of ``spark.read.format("logstore")``: the Python reader's read in slices of whole log
+    partitions (a log read from its start; ``hybrid``: a snapshot's files, then its log part)."""
     reader = opts.open_reader()
     consistent = reader.consistency is Consistency.CONSISTENT
     cons = kafka_client.consumer(reader.kafka_config)
@@ -658,15 +669,20 @@ def _log_slices(
     source_column: bool,
     lookback: bool = False,
 ) -> list[LogSlice]:
-    """The log's ``[start, end)`` as slices: whole partitions, each slice at least :data:`SLICE_RECORDS`
-    records (the last may hold fewer)."""
+    """The log's ``[start, end)`` as :func:`slice_count` slices of consecutive whole partitions (a
+    filter's copies are per partition), balanced by records: a slice ends where the records read so far
+    reach its share, or where each slice still to come needs one of the partitions left."""
+    ranges = [(p, start[p], end[p]) for p in sorted(end) if start[p] < end[p]]
+    total = sum(high - low for _, low, high in ranges)
+    count = slice_count(total, len(ranges), opts.min_partitions)
     groups: list[list[tuple[int, int, int]]] = [[]]
-    for p in sorted(end):
-        if start[p] >= end[p]:
-            continue
-        if sum(high - low for _, low, high in groups[-1]) >= SLICE_RECORDS:
+    read = 0
+    for index, (p, low, high) in enumerate(ranges):
+        groups[-1].append((p, low, high))
+        read += high - low
+        to_come = count - len(groups)
+        if to_come and (read * count >= total * len(groups) or len(ranges) - index - 1 == to_come):
             groups.append([])
-        groups[-1].append((p, start[p], end[p]))
     return [
         LogSlice(
             reader.topic,
@@ -683,6 +699,13 @@ def _log_slices(
         for group in groups
         if group
     ]
+
+
+def slice_count(records: int, partitions: int, min_partitions: int | None) -> int:
+    """How many slices read ``records`` of ``partitions`` log partitions: one per :data:`SLICE_RECORDS`
+    (at least one), or ``min_partitions``, whichever is more; at most one per partition."""
+    wanted = max(1, records // SLICE_RECORDS, min_partitions or 1)
+    return max(1, min(wanted, partitions))
 
 
 # --- streams ---------------------------------------------------------------------------------------------

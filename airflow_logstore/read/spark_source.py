@@ -208,8 +208,9 @@ class LogStoreDataSource(DataSource):
     ``consistency`` (``consistent``/``transactional``, ``eventual``; default: the table's),
     ``changelog-mode`` (``all-kinds``, ``append-only``; default: the table's), ``startingPosition``
     (``earliest``, ``latest``, ``timestamp:<ms|ISO>``, ``snapshot:<id>``, ``positions:<JSON>``),
-    ``maxRecordsPerTrigger`` (streams), ``scanner`` (``auto``, ``jvm``, ``librdkafka``), the read hints of
-    the table properties, and ``catalog.*``/``kafka.*`` (:func:`logstore_options`).
+    ``maxRecordsPerTrigger`` (streams), ``minPartitions`` (tasks at least), ``scanner`` (``auto``, ``jvm``,
+    ``librdkafka``), the read hints of the table properties, and ``catalog.*``/``kafka.*``
+    (:func:`logstore_options`).
 
     Every option is checked when the frame is loaded (``load()``), and the table opened: a bad one
     fails there, naming the option.
@@ -247,7 +248,7 @@ class LogStoreDataSource(DataSource):
 
 
 class LogStoreBatchReader(DataSourceReader):
-    """``spark.read.format("logstore")``: the Python reader's read, one task per log partition."""
+    """``spark.read.format("logstore")``: the Python reader's read, a task per slice of log partitions."""
 
     def __init__(self, opts: SourceOptions, schema: StructType) -> None:
         from pyspark.sql.pandas.types import to_arrow_schema

@@ -142,8 +142,12 @@ def test_a_batch_read_equals_the_python_reader(mixed: dict[str, Any], spark: Any
     name = str(handle.name)
     if case.startswith("consistent"):
         scanner = "jvm" if case.endswith("jvm-scan") else "auto"  # the JVM scan in a Spark task's worker
-        rows = _spark_rows(spark, name, consistency="consistent", scanner=scanner)
+        # with the JVM scan, a task per log partition (minPartitions): slices read apart, then together
+        tasks = {"minPartitions": "8"} if scanner == "jvm" else {}
+        rows = _spark_rows(spark, name, consistency="consistent", scanner=scanner, **tasks)
         want = read_log(handle, consistency="consistent").records
+        frame = spark.read.format("logstore").options(table=name, consistency="consistent", **tasks).load()
+        assert frame.rdd.getNumPartitions() == (len({r["_partition"] for r in rows}) if tasks else 1)
     elif case == "eventual":
         rows = _spark_rows(spark, name, consistency="eventual")
         want = read_log(handle, consistency="eventual").records

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -54,6 +54,7 @@ def test_options_default_to_the_tables_settings() -> None:
     opts = _parse()
     assert (opts.table, opts.mode, opts.consistency, opts.changelog_mode) == ("ns.t", "log", None, None)
     assert opts.start is None and opts.max_records is None and opts.scanner == "auto"
+    assert opts.min_partitions is None and _parse(minPartitions="4").min_partitions == 4
     assert SourceOptions.parse({"path": "ns.t"}, CATALOG, {}).table == "ns.t"  # .load("ns.t")
     named = _parse(consistency="consistent", **{"changelog-mode": "append-only", "MaxRecordsPerTrigger": "5"})
     assert named.consistency is Consistency.CONSISTENT and named.consistent
@@ -84,6 +85,7 @@ def test_options_default_to_the_tables_settings() -> None:
         ),
         ({"maxRecordsPerTrigger": "0"}, "option 'maxRecordsPerTrigger': '0' is not a positive whole number"),
         ({"maxRecordsPerTrigger": "many"}, "option 'maxRecordsPerTrigger'"),
+        ({"minPartitions": "-2"}, "option 'minPartitions': '-2' is not a positive whole number"),
         ({"scanner": "fast"}, "option 'scanner': 'fast' is not one of"),
         (
             {"startingOffsets": "earliest"},
@@ -666,16 +668,45 @@ def test_a_start_evaluated_again_is_the_streams_first_offset_rebuilt_from_the_en
     assert source.replayed_start(before, end) is before
 
 
-def test_slices_take_whole_partitions_until_they_are_large(
+def test_slices_take_whole_partitions_balanced_by_records(
     kafka: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     planner = _planner(_Clock(_History(states=[ControlState()])), None)
-    rule = KeepRule(None, True, None, {0: 0, 1: 0, 2: 0})
+    rule = KeepRule(None, True, None, {0: 0, 1: 0, 2: 0, 3: 0})
     monkeypatch.setattr(source, "SLICE_RECORDS", 10)
-    slices = source._log_slices(planner.reader, rule, {0: 0, 1: 0, 2: 5}, {0: 4, 1: 8, 2: 30}, planner.opts,
-                                source_column=False)  # fmt: skip
-    assert [piece.ranges for piece in slices] == [((0, 0, 4), (1, 0, 8)), ((2, 5, 30),)]
+
+    def ranges(start: dict[int, int], end: dict[int, int], min_partitions: int | None = None) -> list[Any]:
+        opts = replace(planner.opts, min_partitions=min_partitions)
+        slices = source._log_slices(planner.reader, rule, start, end, opts, source_column=False)
+        return [piece.ranges for piece in slices]
+
+    # 37 records: three slices of at least 10; a partition with nothing to read is in none
+    assert ranges({0: 0, 1: 0, 2: 5, 3: 9}, {0: 4, 1: 8, 2: 30, 3: 9}) == [
+        ((0, 0, 4),), ((1, 0, 8),), ((2, 5, 30),)]  # fmt: skip
+    # 24 records in 4 partitions: two slices, balanced (not 20 + 4)
+    assert ranges({0: 0, 1: 0, 2: 0, 3: 0}, {0: 6, 1: 6, 2: 6, 3: 6}) == [
+        ((0, 0, 6), (1, 0, 6)), ((2, 0, 6), (3, 0, 6))]  # fmt: skip
+    # fewer records than a slice's: one slice, unless minPartitions asks for more (one per partition at most)
+    small = ({0: 0, 1: 0, 2: 0}, {0: 1, 1: 2, 2: 5})
+    assert ranges(*small) == [((0, 0, 1), (1, 0, 2), (2, 0, 5))]
+    assert ranges(*small, min_partitions=2) == [((0, 0, 1), (1, 0, 2)), ((2, 0, 5),)]
+    assert ranges(*small, min_partitions=3) == [((0, 0, 1),), ((1, 0, 2),), ((2, 0, 5),)]
+    assert ranges(*small, min_partitions=8) == ranges(*small, min_partitions=3)
+    # one large partition first: each later slice still gets a partition
+    assert ranges({0: 0, 1: 0, 2: 0}, {0: 100, 1: 1, 2: 1}, min_partitions=3) == [
+        ((0, 0, 100),), ((1, 0, 1),), ((2, 0, 1),)]  # fmt: skip
     assert source._log_slices(planner.reader, rule, {0: 3}, {0: 3}, planner.opts, source_column=False) == []
+
+
+@pytest.mark.parametrize(
+    ("records", "partitions", "min_partitions", "expected"),
+    [(0, 0, None, 1), (999_999, 3, None, 1), (1_050_000, 3, None, 1), (2_500_000, 3, None, 2),
+     (9_000_000, 3, None, 3), (1_000, 3, 2, 2), (1_000, 3, 5, 3), (5_000_000, 12, 2, 5)],
+)  # fmt: skip
+def test_a_slice_holds_a_million_records_unless_more_tasks_are_asked_for(
+    records: int, partitions: int, min_partitions: int | None, expected: int
+) -> None:
+    assert source.slice_count(records, partitions, min_partitions) == expected
 
 
 def test_the_one_by_one_rule_decides_as_the_bulk_rule(kafka: Any) -> None:
