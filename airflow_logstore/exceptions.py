@@ -67,10 +67,11 @@ class FollowerLagError(LogStoreError):
 
 
 class StreamReadError(LogStoreError):
-    """A read of the ``logstore`` Spark source cannot go on exactly once: retention deleted records it had
-    not returned yet, the log topic was recreated, its control state finds a record below the
-    watermark undecided, or its checkpoint holds an offset this package cannot read. Running it again
-    from the same checkpoint cannot help; read again from a snapshot with a new checkpoint."""
+    """A read of the ``logstore`` Spark source (or a follower) cannot go on exactly once: retention
+    deleted records it had not returned yet, the log or control topic was recreated, its control state
+    finds a record below the watermark undecided, or its checkpoint holds an offset this package cannot
+    read. Running it again from the same checkpoint cannot help; read again from a snapshot with a new
+    checkpoint."""
 
     retryable = False
 

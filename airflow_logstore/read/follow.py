@@ -30,6 +30,7 @@ removed re-bases on the latest checkpoint when it covers any of them (:class:`Co
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any
 
@@ -39,7 +40,7 @@ from airflow_logstore.core.codec import RecordMeta, RecordType, decode_headers
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import Consistency
 from airflow_logstore.core.visibility import Decision, ReadFilter, classify, retired_unknown
-from airflow_logstore.exceptions import FollowerLagError, RecordDecodeError
+from airflow_logstore.exceptions import FollowerLagError, RecordDecodeError, StreamReadError
 from airflow_logstore.log import kafka_client
 from airflow_logstore.log.control_topic import latest_checkpoint
 from airflow_logstore.read.reader import (
@@ -58,6 +59,8 @@ log = logging.getLogger(__name__)
 #: the librdkafka default (500 ms) it trims the tail a little (a kept producer, 600 records in batches of
 #: 10 on the local broker: p99 56 ms vs 78 ms); the price is an empty fetch per 50 ms.
 TAILING_CONSUMER_SETTINGS = {"fetch.wait.max.ms": 50}
+#: A control follower asks its topic's id at least this often while it polls (:class:`ControlFollower`).
+TOPIC_CHECK_S = 10.0
 
 #: A consistent follower buffers at most about this many records per partition that the watermark has
 #: not passed yet; a partition at the limit is paused until its buffer drains to half.
@@ -87,10 +90,19 @@ class ControlFollower:
     every record as the whole topic does (invariants K1, K2), so the re-based state changes no decision
     the follower has made. At most one checkpoint read per :meth:`poll`.
 
+    **A re-created topic.** Offsets only grow in one topic, so a record below ``next`` (after the
+    follower's own seeks) means the consumer was reset: the topic was deleted and re-created under the
+    same name (its history, on which every decision rests, is gone). The follower then asks the topic's
+    id (``topic_id``), and it asks anyway every :data:`TOPIC_CHECK_S` seconds of polling (a new topic that
+    grew past ``next`` before the consumer noticed shows no lower offset); another id than at the start
+    raises :class:`~airflow_logstore.exceptions.StreamReadError`: the read cannot go on exactly once.
+
     :param consumer: the control topic's consumer (assigned here).
     :param topic: the control topic.
     :param latest: reads the latest checkpoint: (its state, the control offset after its ``through``).
     :param merge: adds what the state lacks and the table knows (the live snapshots' commits).
+    :param topic_id: asks Kafka for the control topic's id (None: the topic is missing; not given: no
+        check).
     """
 
     def __init__(
@@ -99,11 +111,16 @@ class ControlFollower:
         topic: str,
         latest: Callable[[], tuple[ControlState, int]],
         merge: Callable[[ControlState], ControlState],
+        topic_id: Callable[[], str | None] | None = None,
     ) -> None:
         self.consumer, self.topic = consumer, topic
         self._latest, self._merge = latest, merge
         self.rebased = 0  # how often the state was re-based on a checkpoint (for reports and tests)
+        self._topic_id = topic_id
         try:
+            # the id first: a topic re-created before the state is read is found at the next check
+            self._id = topic_id() if topic_id is not None else None
+            self._checked = time.monotonic()
             state, start = latest()
             self.state = merge(state)
             self.next = start
@@ -121,17 +138,23 @@ class ControlFollower:
             ctl.topic,
             lambda: latest_checkpoint(ctl),
             lambda state: merged_state(reader.table, state),
+            ctl.topic_id,
         )
 
     def poll(self, timeout: float = 0.0) -> bool:
         """Fold newly arrived control records; True when the watermark moved."""
         before = dict(self.state.watermark)
-        checked = False
+        checked = topic_checked = False
+        if time.monotonic() - self._checked >= TOPIC_CHECK_S:
+            self._check_topic()
         for message in self.consumer.consume(num_messages=1000, timeout=timeout):
             if message.error() is not None:
                 continue
             offset = message.offset()
             if offset < self.next:
+                if not topic_checked:  # a reset: raises when the topic is another one
+                    topic_checked = True
+                    self._check_topic()
                 continue  # folded already (fetched before a re-base)
             if offset > self.next and not checked:
                 checked = True
@@ -144,6 +167,20 @@ class ControlFollower:
                 control.fold([record], self.state)
             self.next = offset + 1
         return self.state.watermark != before
+
+    def _check_topic(self) -> None:
+        """Raise :class:`StreamReadError` when the control topic is not the one this follower started on."""
+        self._checked = time.monotonic()
+        if self._topic_id is None:
+            return
+        now = self._topic_id()
+        if now != self._id:
+            raise StreamReadError(
+                f"control topic '{self.topic}' was deleted and re-created while this read followed it "
+                f"(its id was {self._id}, it is {now} now; the follower had read up to offset "
+                f"{self.next - 1}): the visibility history its decisions rest on is gone, so the read "
+                "cannot go on exactly once; read again from a snapshot (and a new checkpoint)"
+            )
 
     def _rebase(self) -> bool:
         """Replace the state with the latest checkpoint's when it folded offsets at or past ``next``."""

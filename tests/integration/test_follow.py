@@ -360,3 +360,35 @@ def test_a_follower_stalled_past_compaction_re_bases_on_the_checkpoint_and_loses
     assert sorted({r.meta.batch_id for r in seen}) == list(range(1, 14))  # before: 13 only
     assert len(seen) == len({(r.partition, r.offset) for r in seen}) == 13 * CHECKPOINT_BATCH
     assert followers[0].rebased >= 1
+
+
+def test_a_control_topic_deleted_and_re_created_under_a_follower_stops_it(env) -> None:
+    """Before, a follower skipped the new topic's records as folded already (their offsets are below the
+    ones it had read) and its watermark stood still for good, without a word."""
+    from airflow_logstore.exceptions import StreamReadError
+
+    handle = make_table(env, properties={"log-store.partitions": "1"})
+    config = handle.config()
+    ctl = handle.control(config)
+    follower = follow_module.ControlFollower.of(LogReader(handle, consistency="consistent"))
+    try:
+        for writer in ("a", "b", "c"):
+            ctl.claim_epoch(writer)
+        end = ctl.end_offset()
+
+        def caught_up() -> bool:
+            follower.poll(0.2)
+            return follower.next == end
+
+        assert kafka_client.wait_until(caught_up, timeout=60)
+        assert follower.next == end and sorted(follower.state.epochs) == ["a", "b", "c"]
+        kafka_client.delete_topics(handle.kafka_config(config), [ctl.topic])
+        ctl.ensure()
+        ctl.claim_epoch("d")  # the new topic's first record: at an offset the follower read already
+        deadline = time.monotonic() + 60 + follow_module.TOPIC_CHECK_S
+        with pytest.raises(StreamReadError, match=f"control topic '{ctl.topic}' was deleted and re-created"):
+            while time.monotonic() < deadline:
+                follower.poll(0.2)
+        assert "d" not in follower.state.epochs
+    finally:
+        follower.close()

@@ -20,6 +20,7 @@ from airflow_logstore.core.codec import RecordMeta
 from airflow_logstore.core.control import ControlRecord, ControlState
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.core.visibility import Decision, classify
+from airflow_logstore.exceptions import StreamReadError
 from airflow_logstore.read.follow import ControlFollower
 from tests.unit.control_messages import ControlMessage
 
@@ -227,3 +228,50 @@ def test_a_held_record_no_state_can_decide_any_more_stops_the_follower() -> None
     assert retired_unknown(meta, partition, offset, by_retention, log_start=5)
     assert not retired_unknown(meta, partition, offset, by_retention, log_start=0)  # still in the log
     assert not retired_unknown(meta, partition, offset, _fold(range(THROUGH + 1)), log_start=5)  # known
+
+
+class _Ids:
+    """The control topic's id as Kafka answers it: ``now``, counting the questions."""
+
+    def __init__(self, now: str | None) -> None:
+        self.now, self.asked = now, 0
+
+    def __call__(self) -> str | None:
+        self.asked += 1
+        return self.now
+
+
+def test_a_control_topic_re_created_under_the_follower_stops_it_naming_the_topic() -> None:
+    """The topic is deleted and re-created: the consumer is reset and hands out offsets below ``next``
+    (the new topic's first records). Without the check the follower skipped them as folded already, and
+    its watermark stood still for good."""
+    ids = _Ids("id-1")
+    topic = _CompactedTopic(set(range(len(HISTORY))))
+    follower = ControlFollower(topic, "ctl", _Checkpoints(), lambda state: state, ids)
+    follower.poll()
+    assert follower.next == len(HISTORY) and ids.asked == 1  # read at the start only
+    topic.position = 0  # the reset: the next records come from offset 0 again ...
+    topic.kept = {0, 1}
+    follower.poll()  # ... of the same topic (the id did not change): skipped as folded already
+    assert ids.asked == 2 and follower.next == len(HISTORY)
+    topic.position, ids.now = 0, "id-2"  # a new topic of the same name
+    with pytest.raises(StreamReadError, match=r"control topic 'ctl' was deleted and re-created .* id-1"):
+        follower.poll()
+
+
+def test_the_follower_asks_the_topics_id_every_so_often(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new topic that grew past ``next`` before the consumer noticed shows no lower offset: the id is
+    asked anyway every ``TOPIC_CHECK_S`` of polling."""
+    from airflow_logstore.read import follow
+
+    ids = _Ids("id-1")
+    topic = _CompactedTopic(set())
+    follower = ControlFollower(topic, "ctl", _Checkpoints(), lambda state: state, ids)
+    follower.poll()
+    assert ids.asked == 1
+    monkeypatch.setattr(follow, "TOPIC_CHECK_S", 0.0)
+    follower.poll()
+    assert ids.asked == 2
+    ids.now = None  # deleted
+    with pytest.raises(StreamReadError, match="its id was id-1, it is None now"):
+        follower.poll()
