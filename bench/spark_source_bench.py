@@ -8,7 +8,10 @@
    (``local[2]``), records/s = records read / wall seconds:
 
    - Python reader, batch: ``LogReader.iterate_batches`` (consistent; the JVM scan at this size);
-   - Spark source, batch: ``spark.read.format("logstore")`` into Spark's ``noop`` sink (consistent, eventual);
+   - Spark source, batch: ``spark.read.format("logstore")`` into Spark's ``noop`` sink (consistent, as
+     planned and with ``minPartitions`` = the log's partitions; eventual);
+
+   these four alternate for ``--rounds`` rounds, and each one's median is reported (with every run's time);
    - Python follower: ``follow()`` (consistent) until every committed record came;
    - Spark source, stream: ``spark.readStream.format("logstore")`` (consistent) into the ``noop`` sink,
      one micro-batch, and micro-batches of ``maxRecordsPerTrigger`` 100,000, from the query's start to
@@ -50,13 +53,37 @@ def python_batch(handle: Any) -> dict[str, Any]:
     return {**_rate(returned, time.perf_counter() - started), "scanner": report.scanner}
 
 
-def spark_batch(spark: Any, table: str, consistency: str) -> dict[str, Any]:
+def spark_batch(spark: Any, table: str, consistency: str, **options: str) -> dict[str, Any]:
     started = time.perf_counter()
-    frame = spark.read.format("logstore").options(table=table, consistency=consistency).load()
+    frame = spark.read.format("logstore").options(table=table, consistency=consistency, **options).load()
     frame.write.format("noop").mode("overwrite").save()
     seconds = time.perf_counter() - started
     count = spark.read.format("logstore").options(table=table, consistency=consistency).load().count()
-    return _rate(count, seconds)
+    return {**_rate(count, seconds), "tasks": frame.rdd.getNumPartitions()}
+
+
+def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run of median time, with every run's seconds (the reads alternate, round after round)."""
+    ordered = sorted(runs, key=lambda run: run["seconds"])
+    return {**ordered[len(ordered) // 2], "runs_seconds": [run["seconds"] for run in runs]}
+
+
+def batch_reads(spark: Any, handle: Any, rounds: int) -> dict[str, dict[str, Any]]:
+    """The batch reads, one after the other in each of ``rounds`` rounds: the median of each."""
+    table, partitions = str(handle.name), str(handle.config().partitions)
+    reads = {
+        "python reader, batch (consistent)": lambda: python_batch(handle),
+        "spark source, batch (consistent)": lambda: spark_batch(spark, table, "consistent"),
+        "spark source, batch (consistent), a task per partition": lambda: spark_batch(
+            spark, table, "consistent", minPartitions=partitions
+        ),
+        "spark source, batch (eventual)": lambda: spark_batch(spark, table, "eventual"),
+    }
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in reads}
+    for _ in range(rounds):
+        for name, read in reads.items():
+            runs[name].append(read())
+    return {name: median_of(found) for name, found in runs.items()}
 
 
 def python_follower(handle: Any, expected: int) -> dict[str, Any]:
@@ -188,6 +215,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--skip", default="", help="throughput or latency")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the batch reads (medians)")
     args = parser.parse_args()
 
     from airflow_logstore.read.spark_source import register
@@ -207,9 +235,7 @@ def main() -> None:
             table, committed = str(handle.name), filled["committed"]
             spark_batch(spark, table, "consistent")  # warm-up: Python workers, imports
             runs = {
-                "python reader, batch (consistent)": python_batch(handle),
-                "spark source, batch (consistent)": spark_batch(spark, table, "consistent"),
-                "spark source, batch (eventual)": spark_batch(spark, table, "eventual"),
+                **batch_reads(spark, handle, args.rounds),
                 "python follower (consistent)": python_follower(handle, committed),
                 "spark source, stream (consistent), one micro-batch": spark_stream(
                     spark, table, committed, str(work / "one"), None
