@@ -137,7 +137,7 @@ def _covered(airflow: Any, handle: Any, runs: list[dict[str, Any]], batches: int
     if len(commits) < batches:
         return False
     ends = [_window_end(airflow, handle, r) for r in runs]
-    last = {}
+    last: dict[int, int] = {}
     for c in commits:
         for p, (_, o) in c.offsets.items():
             last[p] = max(last.get(p, -1), o)

@@ -28,7 +28,7 @@ def produce(handle: Any, records: int, keys: int) -> int:
     headers = encode_headers(RecordMeta("synthetic", epoch, 1, "0.0"))
     version: dict[int, int] = {}
     sent = 0
-    changes = []
+    changes: list[Any] = []
     while len(changes) < records:
         key = len(changes) % keys
         old = version.get(key)

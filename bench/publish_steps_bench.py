@@ -42,9 +42,11 @@ def instrument() -> None:
     publisher.kafka_client.partition_offsets = timed(
         "log end offsets", publisher.kafka_client.partition_offsets
     )
-    control_topic.ControlTopic.read = timed("control state read", control_topic.ControlTopic.read)
+    control_topic.ControlTopic.read = timed(  # type: ignore[method-assign]
+        "control state read", control_topic.ControlTopic.read
+    )
     publisher.scan_watermark = timed("watermark scan", publisher.scan_watermark)
-    publisher.copy_to_feed = timed("feed copy (all)", publisher.copy_to_feed)
+    feed.FeedCopier.copy = timed("feed copy (all)", feed.FeedCopier.copy)  # type: ignore[method-assign]
     publisher.maybe_checkpoint = timed("checkpoint", publisher.maybe_checkpoint)
     feed.read_progress = timed("feed: progress read", feed.read_progress)
     feed._copy = timed("feed: scan, produce, commit", feed._copy)

@@ -336,7 +336,7 @@ def test_a_bad_input_file_fails_its_run_at_once_and_the_next_run_goes_ahead(
     assert airflow.wait_for_run("logstore_pipeline", next_run) == "success"
     started = _time(airflow.get(f"/api/v2/dags/logstore_pipeline/dagRuns/{next_run}")["start_date"])
     assert started - write_failed < timedelta(minutes=1)
-    commits = snapshot_commits(LogStoreTable.open(conf["table"]).load())
+    commits = snapshot_commits(LogStoreTable.open(str(conf["table"])).load())
     assert [(c.writer_id, c.batch_id) for c in commits] == [("logstore_pipeline", 1)]
 
 
@@ -395,7 +395,7 @@ def test_a_killed_write_fails_its_run_at_once_and_the_next_run_goes_ahead(
     assert airflow.wait_for_run(HELD_DAG, next_run) == "success"
     started = _time(airflow.get(f"/api/v2/dags/{HELD_DAG}/dagRuns/{next_run}")["start_date"])
     assert started - killed_at < timedelta(minutes=1)
-    commits = snapshot_commits(LogStoreTable.open(conf["table"]).load())
+    commits = snapshot_commits(LogStoreTable.open(str(conf["table"])).load())
     assert [(c.writer_id, c.batch_id) for c in commits] == [("logstore_pipeline", 1)]
 
 
