@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -85,6 +86,34 @@ def start_over(table_name: str = TABLE) -> list[str]:
     return [table_name, *dropped["topics_deleted"]]
 
 
+def _archive_builder(settings: LocalSettings) -> threading.Thread:
+    """Build the Spark drivers' class archive in a thread (once per machine: the later demos find it),
+    so that the demo's Spark jobs start their drivers from it; a failed build only costs them that."""
+    from airflow_logstore.spark.driver_archive import build_driver_archive, driver_archive
+
+    archive = driver_archive(settings)
+    if archive is None or archive.staging is None:  # no java (the demo fails later, saying so), or built
+        done = threading.Thread()  # nothing to build
+        done.start()
+        return done
+
+    def build() -> None:
+        started = time.monotonic()
+        try:
+            path = build_driver_archive(settings)
+        except Exception as exc:  # the demo runs without it
+            path, why = None, str(exc).splitlines()[0]
+        else:
+            why = f"its log: {archive.path.with_suffix('.log')}"
+        done = f"built in {time.monotonic() - started:.0f}s" if path else f"not built ({why})"
+        print(f"[demo] the Spark drivers' class archive: {done}", flush=True)
+
+    print("[demo] building the Spark drivers' class archive (once) beside Airflow's start", flush=True)
+    thread = threading.Thread(target=build, name="driver-archive", daemon=True)
+    thread.start()
+    return thread
+
+
 def run_demo(dags_folder: Path | None = None) -> dict[str, Any]:
     from logstore_dev.services.airflow_local import local_airflow
 
@@ -99,6 +128,7 @@ def run_demo(dags_folder: Path | None = None) -> dict[str, Any]:
     status = LocalBroker(settings).up()
     print(f"[demo] {status.describe()}", flush=True)
     print(f"[demo] spark jars: {len(spark_jars(settings))} in {settings.jars_dir}", flush=True)
+    archive = _archive_builder(settings)  # beside Airflow's start, which mostly waits
     removed = start_over()
     if removed:
         print(f"[demo] removed the previous demo's table and topics: {', '.join(removed)}", flush=True)
@@ -107,6 +137,7 @@ def run_demo(dags_folder: Path | None = None) -> dict[str, Any]:
     print(f"[demo] starting Airflow (api-server, scheduler, dag-processor, triggerer) at {airflow.url} ...")
     airflow.up(timeout=300)
     print(f"[demo]   up in {time.monotonic() - started:.0f}s; logs in {airflow.home}", flush=True)
+    archive.join()
     try:
         batch = {n: str(data / f"orders_batch_{n}.jsonl") for n in (1, 2, 3)}
         _trigger(
