@@ -56,6 +56,9 @@ with DAG(
             "log-store.topic": TABLE.replace(".", "_") + "_log",
             "log-store.address": "{{ var.value.get('logstore_kafka_address', '127.0.0.1:19092') }}",
             "log-store.partitions": "3",
+            # a snapshot a micro-batch: keep an hour of them (logstore_compaction expires the rest), so
+            # that each commit stays cheap (README: "A stream's snapshots")
+            "history.expire.max-snapshot-age-ms": str(3600 * 1000),
         },
     )
     stream = LogStoreStreamingDualWriteOperator(

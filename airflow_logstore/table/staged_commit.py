@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from airflow_logstore.core.commit import AttemptRefs, stale_attempt_refs
 from airflow_logstore.core.summary import OP_BASE, S_OPERATION
 from airflow_logstore.exceptions import FencedError
+from airflow_logstore.table.transactions import manage_snapshots, transaction
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table, Transaction
@@ -63,7 +64,7 @@ def _create_empty_base(table: Table) -> None:
 
     try:
         with (
-            table.transaction() as tx,
+            transaction(table) as tx,
             tx.update_snapshot(snapshot_properties={S_OPERATION: OP_BASE}).fast_append(),
         ):
             pass
@@ -81,7 +82,7 @@ class Attempt:
 
 def open_attempt(base: Base, refs: AttemptRefs) -> Attempt:
     """Create the attempt's staging branch and fence tag at the base, in one catalog commit."""
-    with base.table.manage_snapshots() as manage:
+    with manage_snapshots(base.table) as manage:
         manage.create_branch(snapshot_id=base.snapshot_id, branch_name=refs.branch)
         manage.create_tag(snapshot_id=base.snapshot_id, tag_name=refs.fence_tag)
     return Attempt(base, refs)
@@ -95,7 +96,7 @@ def open_staging(handle: LogStoreTable, ref: str) -> Base:
     if ref in base.table.metadata.refs:
         remove_refs(base.table, [ref])
         base = load_base(handle)
-    with base.table.manage_snapshots() as manage:
+    with manage_snapshots(base.table) as manage:
         manage.create_branch(snapshot_id=base.snapshot_id, branch_name=ref)
     return base
 
@@ -133,8 +134,11 @@ def append_staged(
         if entry.status == ManifestEntryStatus.ADDED
     ]
     with (
-        table.transaction() as tx,
-        tx.update_snapshot(snapshot_properties=summary, branch=branch).fast_append() as append,
+        transaction(table) as tx,
+        # manifests merged as Spark's appends merge them (``commit.manifest-merge.enabled``, a default of
+        # every LogStore table): one more manifest per batch otherwise, which every later commit and scan
+        # reads until compaction
+        tx.update_snapshot(snapshot_properties=summary, branch=branch).merge_append() as append,
     ):
         for file in files:
             append.append_data_file(file)
@@ -167,7 +171,7 @@ def drop_staging(handle: LogStoreTable, ref: str, attempts: int = 3) -> None:
             table = handle.load()
             if ref not in table.metadata.refs:
                 return
-            with table.transaction() as tx:
+            with transaction(table) as tx:
                 staged = _staging_head(tx, ref)
                 ManageSnapshots(tx).remove_branch(ref).commit()
                 _expire_unless_kept(tx, staged)
@@ -259,7 +263,7 @@ def publish(attempt: Attempt, head_snapshot_id: int, table: Table, staging: str 
                 f"ref {ref} has changed: expected id {snapshot_id}, "
                 f"found {found.snapshot_id if found else None}"
             )
-    with table.transaction() as tx:
+    with transaction(table) as tx:
         staged = _staging_head(tx, staging)
         manage = ManageSnapshots(tx).create_branch(snapshot_id=head_snapshot_id, branch_name="main")
         manage = manage.remove_branch(refs.branch).remove_tag(refs.fence_tag)
@@ -316,7 +320,7 @@ def remove_refs(table: Table, names: list[str]) -> None:
         return
     from pyiceberg.table.refs import SnapshotRefType
 
-    with table.manage_snapshots() as manage:
+    with manage_snapshots(table) as manage:
         for name in names:
             if table.metadata.refs[name].snapshot_ref_type == SnapshotRefType.TAG:
                 manage.remove_tag(name)

@@ -41,7 +41,10 @@ log = logging.getLogger(__name__)
 #: Iceberg settings every LogStore table gets (a table's own properties win): row-level changes as
 #: delete files (cheap upserts); data files compressed with zstd, which Iceberg's Java API stores in
 #: every table it creates since 1.4 (a table created by pyiceberg without it is written with gzip by
-#: Spark, Iceberg's older default, at several times the CPU: BENCHMARKS.md).
+#: Spark, Iceberg's older default, at several times the CPU: BENCHMARKS.md). Manifests are merged on
+#: commit (Iceberg's Java default, which pyiceberg's is not): the writer's catalog commits then merge them
+#: as Spark's do, instead of adding one manifest per batch until compaction (a streaming writer commits
+#: every second, and each commit and scan reads every manifest).
 ICEBERG_DEFAULTS = {
     "format-version": "2",
     CODEC_PROPERTY: "zstd",
@@ -50,6 +53,7 @@ ICEBERG_DEFAULTS = {
     "write.delete.mode": "merge-on-read",
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": "50",
+    "commit.manifest-merge.enabled": "true",
 }
 
 

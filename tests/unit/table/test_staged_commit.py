@@ -223,3 +223,56 @@ def test_a_publish_goes_on_when_pyiceberg_refuses_to_expire_the_staging_head(
     assert after.current_snapshot().snapshot_id == head
     assert not {STAGE, REFS.branch, REFS.fence_tag} & set(after.metadata.refs)
     assert after.metadata.snapshot_by_id(staged_head) is not None  # left to snapshot expiry
+
+
+def test_a_transactions_staged_metadata_is_computed_once_per_staged_state(
+    catalog: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pyiceberg computes ``Transaction.table_metadata`` (a deep copy of the whole metadata) on every
+    read; the LogStore's transactions once per staged state, with the same content."""
+    import pyiceberg.table
+
+    from airflow_logstore.table.transactions import transaction
+
+    handle, _ = _staged(catalog, "cached")
+    computed: list[int] = []
+    compute = pyiceberg.table.update_table_metadata
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        computed.append(1)
+        return compute(*args, **kwargs)
+
+    monkeypatch.setattr(pyiceberg.table, "update_table_metadata", counting)
+    table = handle.load()
+    tx = transaction(table)
+    first = tx.table_metadata
+    assert tx.table_metadata is first and len(computed) == 1
+    tx.set_properties({"k": "v"})  # a staged update: computed again, with it
+    staged = tx.table_metadata
+    assert staged is not first and staged.properties["k"] == "v" and len(computed) == 2
+    assert tx.table_metadata is staged and len(computed) == 2
+    own = table.transaction().set_properties({"k": "v"}).table_metadata  # pyiceberg's own: the same
+    assert own.model_dump(exclude={"last_updated_ms"}) == staged.model_dump(exclude={"last_updated_ms"})
+    tx.commit_transaction()
+    assert handle.load().properties["k"] == "v"
+    assert transaction(table).table_metadata.properties["k"] == "v"  # the table's new metadata
+
+
+def test_the_writers_appends_merge_manifests(catalog: Any) -> None:
+    """Each batch's catalog commit appends its staged files; with manifest merging on (a LogStore
+    table's default, as Iceberg's Java default) the manifests stay few, as Spark's appends keep them,
+    instead of one more per batch until compaction."""
+    rows = pa.table({"id": pa.array([1], pa.int64())})
+    merging = {"commit.manifest-merge.enabled": "true", "commit.manifest.min-count-to-merge": "3"}
+    table = catalog.create_table("ns.merged", schema=rows.schema, properties=merging)
+    table.append(rows)
+    handle = _Handle(catalog, "ns.merged")
+    for batch in range(8):
+        main = handle.load().current_snapshot().snapshot_id
+        handle.load().manage_snapshots().create_branch(main, STAGE).commit()
+        handle.load().append(rows, branch=STAGE)
+        append_staged(handle, STAGE, "main", {**SUMMARY, "logstore.batch": str(batch)})  # type: ignore[arg-type]
+        drop_staging(handle, STAGE)  # type: ignore[arg-type]
+    table = handle.load()
+    assert len(table.scan().to_arrow()) == 9  # every batch's row, once
+    assert len(table.current_snapshot().manifests(table.io)) <= 3  # before: 9, one per commit
