@@ -133,6 +133,9 @@ def mixed(env: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dic
         "eventual",
         "append-only",
         "eventual-from-snapshot",
+        "eventual-from-timestamp",
+        "the-tables-defaults",
+        "a-property-as-an-option",
         "hybrid-consistent",
         "hybrid-eventual",
     ],
@@ -159,6 +162,18 @@ def test_a_batch_read_equals_the_python_reader(mixed: dict[str, Any], spark: Any
     elif case == "eventual-from-snapshot":
         rows = _spark_rows(spark, name, consistency="eventual", startingPosition=f"snapshot:{s1}")
         want = read_log(handle, f"snapshot:{s1}", consistency="eventual").records
+    elif case == "eventual-from-timestamp":  # batch 2's records on: the first after batch 1's commit
+        at = f"timestamp:{handle.load().snapshot_by_id(s1).timestamp_ms + 1}"
+        rows = _spark_rows(spark, name, consistency="eventual", startingPosition=at)
+        want = read_log(handle, at, consistency="eventual").records
+        assert 0 < len(rows) < len(_spark_rows(spark, name, consistency="eventual"))
+    elif case == "the-tables-defaults":  # no consistency or changelog mode: the table's properties
+        rows = _spark_rows(spark, name)
+        want = read_log(handle).records
+    elif case == "a-property-as-an-option":  # a read hint under its table property's name
+        rows = _spark_rows(spark, name, **{"log.consistency": "eventual"})
+        want = read_log(handle, options={"log.consistency": "eventual"}).records
+        assert {r["_record_type"] for r in rows} >= {"data", "reversal"}  # eventual: reversals too
     else:
         consistency = case.split("-")[1]
         options = {"startingPosition": f"snapshot:{s1}"} if consistency == "eventual" else {}

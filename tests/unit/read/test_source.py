@@ -502,6 +502,12 @@ def _stream(history: _History, rng: random.Random, kafka: Any) -> tuple[list[tup
         kafka(clock.log())
         if committed == len(offsets) - 1:  # no batch in flight: ask for the next one
             latest = planner.latest_offset()
+            after, before = (
+                StreamOffset.from_json(latest).positions,
+                StreamOffset.from_json(offsets[-1]).positions,
+            )
+            # maxRecordsPerTrigger bounds each micro-batch (offsets, not kept records)
+            assert max_records is None or sum(o - before.get(p, o) for p, o in after.items()) <= max_records
             if StreamOffset.from_json(latest).moved(StreamOffset.from_json(offsets[-1])):
                 offsets.append(latest)
             elif clock.now == final:
