@@ -61,9 +61,31 @@ def _values(batch: int, rows: int, mode: str) -> list[tuple[bytes]]:
     ]
 
 
+def micro_batch(
+    spark: Any, writer: Any, columns: list[str], batch: int, rows: int, mode: str
+) -> tuple[float, float, Any]:
+    """One micro-batch as the streaming application's ``each_batch`` writes it: the seconds to read it
+    (into a local frame when it is small: the small-batch path), the seconds to decode and write it, and
+    the writer's result."""
+    from airflow_logstore.write import streaming
+
+    frame = spark.createDataFrame(_values(batch, rows, mode), "value binary")
+    started = time.perf_counter()
+    small = streaming.local_values(frame, streaming.SMALL_BATCH_ROWS)
+    if small is None:
+        frame = frame.persist()
+    read = time.perf_counter()
+    if small is not None:
+        raw = streaming.decode_source(small, columns, writer.change_column, local=True)
+    else:
+        raw = streaming.decode_source(frame, columns, writer.change_column)
+    result = writer.write_frame(raw, batch)
+    frame.unpersist()
+    return read - started, time.perf_counter() - read, result
+
+
 def run(batches: int, rows: int, mode: str, say: Callable[[str], None] = print) -> float:
     from airflow_logstore.spark.session import build_spark_session
-    from airflow_logstore.write import streaming
     from airflow_logstore.write.writer import open_writer
     from logstore_dev.testing.environment import logstore_environment
     from logstore_dev.testing.tables import make_table
@@ -77,18 +99,9 @@ def run(batches: int, rows: int, mode: str, say: Callable[[str], None] = print) 
             columns = [f.name for f in spark.table(handle.spark_name()).schema.fields]
             totals = []
             for batch in range(1, batches + 1):
-                frame = spark.createDataFrame(_values(batch, rows, mode), "value binary")
                 TIMES.clear()
-                started = time.perf_counter()
-                small = streaming.local_values(frame, streaming.SMALL_BATCH_ROWS)
-                if small is not None:
-                    raw = streaming.decode_source(small, columns, writer.change_column, local=True)
-                else:
-                    frame = frame.persist()
-                    raw = streaming.decode_source(frame, columns, writer.change_column)
-                result = writer.write_frame(raw, batch)
-                frame.unpersist()
-                totals.append(time.perf_counter() - started)
+                read_s, write_s, result = micro_batch(spark, writer, columns, batch, rows, mode)
+                totals.append(read_s + write_s)
                 seconds = sorted(((sum(calls), name) for name, calls in TIMES.items()), reverse=True)
                 steps = " ".join(f"{name}={total:.2f}" for total, name in seconds)
                 say(f"batch {batch}: {totals[-1]:.2f}s, {result.log_records} log records; {steps}")

@@ -86,16 +86,15 @@ def start_over(table_name: str = TABLE) -> list[str]:
     return [table_name, *dropped["topics_deleted"]]
 
 
-def _archive_builder(settings: LocalSettings) -> threading.Thread:
+def _archive_builder(settings: LocalSettings) -> threading.Thread | None:
     """Build the Spark drivers' class archive in a thread (once per machine: the later demos find it),
-    so that the demo's Spark jobs start their drivers from it; a failed build only costs them that."""
+    so that the demo's Spark jobs start their drivers from it; a failed build only costs them that.
+    None: nothing to build."""
     from airflow_logstore.spark.driver_archive import build_driver_archive, driver_archive
 
     archive = driver_archive(settings)
     if archive is None or archive.staging is None:  # no java (the demo fails later, saying so), or built
-        done = threading.Thread()  # nothing to build
-        done.start()
-        return done
+        return None
 
     def build() -> None:
         started = time.monotonic()
@@ -137,7 +136,8 @@ def run_demo(dags_folder: Path | None = None) -> dict[str, Any]:
     print(f"[demo] starting Airflow (api-server, scheduler, dag-processor, triggerer) at {airflow.url} ...")
     airflow.up(timeout=300)
     print(f"[demo]   up in {time.monotonic() - started:.0f}s; logs in {airflow.home}", flush=True)
-    archive.join()
+    if archive is not None:
+        archive.join()
     try:
         batch = {n: str(data / f"orders_batch_{n}.jsonl") for n in (1, 2, 3)}
         _trigger(

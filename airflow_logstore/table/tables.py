@@ -30,6 +30,7 @@ from airflow_logstore.table.schema import (
     primary_key_of,
     same_columns,
 )
+from airflow_logstore.table.transactions import transaction
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -336,8 +337,8 @@ def alter_table(handle: LogStoreTable, properties: Mapping[str, str]) -> dict[st
     topic_created = False
     if config.enabled:
         topic_created, _ = _ensure_topics(handle, config)
-    with table.transaction() as transaction:
-        transaction.set_properties(properties)
+    with transaction(table) as staged:
+        staged.set_properties(properties)
     return {
         "table": str(handle.name),
         "set": properties,
