@@ -318,10 +318,11 @@ def test_streams_return_batches_a_control_checkpoint_retired_once(
     handle = make_table(env, prefix="retired", properties={"log-store.partitions": "1"})
     write_batches(handle, 1, 12)
 
-    def start(sink: _Sink, name: str) -> Any:
+    def start(sink: _Sink, name: str, **options: str) -> Any:
+        options = options or {"consistency": "consistent", "maxRecordsPerTrigger": "7"}
         return (
             spark.readStream.format("logstore")
-            .options(table=str(handle.name), consistency="consistent", maxRecordsPerTrigger="7")
+            .options(table=str(handle.name), **options)
             .load()
             .writeStream.foreachBatch(sink)
             .option("checkpointLocation", str(tmp_path / name))
@@ -329,7 +330,7 @@ def test_streams_return_batches_a_control_checkpoint_retired_once(
             .start()
         )
 
-    across, after = _Sink(), _Sink()
+    across, after, tail = _Sink(), _Sink(), _Sink()
     running = start(across, "across")
     try:
         _until(lambda: running.lastProgress is not None, "the first stream's first micro-batch")
@@ -337,18 +338,26 @@ def test_streams_return_batches_a_control_checkpoint_retired_once(
         assert report.checkpoint is not None and report.checkpoint["retired"] == 12
         assert not handle.control().read().commits  # every entry retired: only the settled ranges decide
         later = start(after, "after")
+        # an eventual stream from `latest`: its first micro-batch fixes where it starts (the log's end)
+        tailing = start(tail, "tail", consistency="eventual", startingPosition="latest")
         try:
+            _until(lambda: tailing.lastProgress is not None, "the latest stream's first micro-batch")
             write_batches(handle, 13, 3)
             publish_visible_offsets(handle)
             want = _python_log(read_log(handle, consistency="consistent").records)
             assert sum(want.values()) == 15 * 5
             _until(lambda: min(len(across.rows()), len(after.rows())) >= 75, "every committed record")
+            _until(lambda: len(tail.rows()) >= 15, "the records written after the latest stream started")
         finally:
+            tailing.stop()
             later.stop()
     finally:
         running.stop()
     for sink in (across, after):
         assert Counter(_log_key(r) for r in sink.rows()) == want
+    # exactly the batches written after its start, each record once (nothing before `latest`)
+    newer = [r for r in read_log(handle, consistency="eventual").records if r.meta.batch_id >= 13]
+    assert Counter(_log_key(r) for r in tail.rows()) == _python_log(newer) and len(newer) == 15
 
 
 # -- exactly once across SIGKILLs of the driver --------------------------------------------------------------
@@ -526,6 +535,8 @@ def test_streams_return_each_committed_change_once_across_sigkills_of_the_driver
     assert {r["_batch_id"] for r in log_rows} == {1, 2, 3, 4, 5}
     rows = _received(root, "hybrid")
     files, log = [r for r in rows if r["_source"] == "file"], [r for r in rows if r["_source"] == "log"]
+    # a union read: the snapshot's rows first, then its log part (no log row before the last file row)
+    assert {r["_source"] for r in rows[: len(files)]} == {"file"}
     assert Counter(_file_key(r) for r in files) == Counter(_file_key(r) for r in hybrid.file_rows.to_pylist())
     assert Counter(_log_key(r) for r in log) == _python_log(hybrid.log.records)
     assert {r["_batch_id"] for r in log} == {3, 4, 5}  # the snapshot holds batches 1 and 2
