@@ -61,6 +61,17 @@ def table(env):
     return make_table(env)
 
 
+def test_a_logstore_session_sends_pyspark_no_call_sites(spark) -> None:
+    """``base_conf``: PySpark 4's DataFrame debugging is off in the project's sessions, so a column call
+    is one Py4J round trip, not six (a micro-batch's dual write makes about 90 of them)."""
+    from pyspark.errors.utils import is_debugging_enabled
+    from pyspark.sql import functions as F
+
+    F.col("id")  # the first call caches what the session says
+    assert spark.conf.get("spark.python.sql.dataFrameDebugging.enabled") == "false"
+    assert not is_debugging_enabled()
+
+
 def test_three_batches_reach_both_stores(env, spark, table, tmp_path: Path) -> None:
     writer = open_writer(spark, str(table.name), writer_id="it-writer")
     results = []
