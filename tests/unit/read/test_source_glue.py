@@ -80,6 +80,36 @@ def test_a_jobs_settings_travel_as_options_with_every_secret_under_a_secret_key(
     assert opts.table == "ns.t"
 
 
+def test_in_a_submitted_job_the_options_come_from_the_settings_the_operators_submitted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``logstore_options(spark)``: the job's Spark properties (``job_properties``, what the operators pass
+    to spark-submit) win over the environment, and name the same catalog and Kafka settings."""
+    from airflow_logstore.spark.jobconf import job_properties
+
+    env_spec = {"name": "env", "type": "sql", "uri": "sqlite:////tmp/x.db", "warehouse": "file:///tmp/w"}
+    monkeypatch.setenv("LOGSTORE_CATALOG", json.dumps(env_spec))
+    monkeypatch.setenv("LOGSTORE_KAFKA_CONFIG", json.dumps({"security.protocol": "SSL"}))
+    catalog = CatalogSpec(
+        "lake", "rest", "http://catalog:8181", "s3://warehouse/", {"s3.secret-access-key": "s3cr3t-key"}
+    )
+    kafka = {"security.protocol": "SASL_SSL", "sasl.username": "u", "sasl.password": "kafka-pw"}
+    submitted = {"spark.app.name": "job", **job_properties(catalog, kafka)}
+
+    class _Session:  # the edge faked: a session's SparkConf, as spark-submit filled it
+        class sparkContext:
+            @staticmethod
+            def getConf() -> Any:
+                return type("Conf", (), {"getAll": staticmethod(lambda: list(submitted.items()))})()
+
+    options = logstore_options(_Session())  # type: ignore[arg-type]
+    assert options == logstore_options(catalog=catalog, kafka_extra=kafka)
+    opts = source_options({"table": "ns.t", **options})
+    assert (opts.catalog, opts.kafka_extra) == (catalog, kafka)
+    submitted.clear()  # a session nobody submitted settings to: the environment's
+    assert source_options({"table": "ns.t", **logstore_options(_Session())}).catalog.name == "env"  # type: ignore[arg-type]
+
+
 def test_without_settings_a_read_finds_the_catalog_as_the_logstore_command_does(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
