@@ -39,8 +39,9 @@ def base_conf() -> dict[str, str]:
     ``spark.python.sql.dataFrameDebugging.enabled`` is off: PySpark 4 otherwise wraps every DataFrame and
     column call to send its Python call site to the JVM (five more Py4J round trips each, for error
     messages that would point into this package's code, not a user's). A streaming micro-batch's dual
-    write makes about 90 such calls: 0.72 s instead of 0.82 s a micro-batch (medians of 10 each,
-    alternated in one process; BENCHMARKS.md). Sessions of users' own (``register``) are not touched.
+    write makes about 90 such calls: 0.77 s instead of 0.87 s a micro-batch (medians of 20 each,
+    alternated in one process: ``bench/dataframe_debugging_bench.py``, BENCHMARKS.md). Sessions of
+    users' own (``register``) are not touched.
     """
     return {
         "spark.redaction.regex": SECRET_KEY_REGEX,
