@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from airflow_logstore.publish.publisher import is_visible
+from airflow_logstore.publish.publisher import is_visible, publish_visible_offsets
 from airflow_logstore.read.reader import read_log
 from airflow_logstore.table.tables import LogStoreTable, create_table, snapshot_commits
 from logstore_dev.services.airflow_local import LocalAirflow
@@ -493,8 +493,9 @@ def test_a_killed_streaming_writer_is_retried_reconciled_and_read_downstream_onc
        micro-batch from the checkpoint and commits it;
     2. its commit event runs logstore_publish, whose publish fires the visible event: a
        logstore_downstream run starts after that publish and reads exactly the batch's changes;
-    3. the triggerer is SIGKILLed; a second batch is committed while it is down; a new triggerer: the
-       commit trigger fires for the unpublished commit, and the next downstream run reads exactly it;
+    3. the triggerer is SIGKILLed; a second batch is committed and published while it is down (the
+       watermark moves with no trigger watching); a new triggerer: the visible trigger goes on from the
+       watermark its asset's state store kept, and one downstream run reads exactly that batch;
     4. the stream is stopped (its task succeeds), logstore_reconcile reverses the dead epoch's records.
     Every change is read by one downstream run, once; nothing of the dead epoch is.
     """
@@ -547,12 +548,21 @@ def test_a_killed_streaming_writer_is_retried_reconciled_and_read_downstream_onc
     assert triggerer.kill()
     _produce_source(env, source, range(11, 21))
     _until(lambda: committed(range(11, 21)), "batch B committed while the triggerer is down", 300)
+    published = publish_visible_offsets(handle)  # the watermark moves past B with no trigger running
+    assert published.newly_visible, "B was not made visible while the triggerer was down"
     triggerer.launch(
         [sys.executable, "-m", "airflow", *COMPONENTS["triggerer"]], env=airflow.env(), cwd=Path.cwd()
     )
     _until(
         lambda: sum(map(len, _downstream_reads(airflow, stream, stream.table).values())) >= 20, "B read", 400
     )
+    # one run for the move made while the triggerer was down: all of B and nothing else
+    reads_of_b = [
+        sorted(r["id"] for r in rows)
+        for rows in _downstream_reads(airflow, stream, stream.table).values()
+        if any(r["id"] > 10 for r in rows)
+    ]
+    assert reads_of_b == [list(range(11, 21))], reads_of_b
 
     # 4. stop the stream (a stop request, as an operator would): its task succeeds
     location = handle.load().location()
