@@ -38,12 +38,23 @@ def write_status(table: Table, report_id: str, status: dict[str, Any]) -> None:
 
 
 def read_status(table: Table, report_id: str) -> dict[str, Any] | None:
-    """The application's last heartbeat, or None before its first."""
+    """The application's last heartbeat, or None before its first, or when the file is cut short.
+
+    A heartbeat is rewritten in place (FileIO has no rename): a reader can find it empty or half
+    written while the driver writes it, and for good when the driver was killed in that moment. That is
+    no heartbeat, not an error: the supervisor's process check and heartbeat timeout decide."""
     source = table.io.new_input(status_path(table.location(), report_id))
     if not source.exists():
         return None
     with source.open() as stream:
-        data = json.loads(stream.read())
+        raw = stream.read()
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        log.warning(
+            "the heartbeat %s cannot be read (%d bytes: cut short); taken as none", source.location, len(raw)
+        )
+        return None
     return data if isinstance(data, dict) else None
 
 

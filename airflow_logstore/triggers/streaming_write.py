@@ -157,10 +157,10 @@ class StreamingDualWriteTrigger(BaseTrigger):
         failure = read_attempt_failure(table, self.report_id)
         if failure is not None:
             return {"status": "failed", "failure": failure.to_json(), "message": failure.describe()}
-        status = streams.read_status(table, self.report_id)
         self._polls += 1
-        if gone:
+        if gone:  # decided without the heartbeat: what the dead process left there says nothing more
             return self._lost(table, f"its process {self.pid} ended without a result or a failure report")
+        status = streams.read_status(table, self.report_id)
         beats = (status or {}).get("beats")
         now = self.clock()
         if beats != self._beats or self._beat_seen_at is None:

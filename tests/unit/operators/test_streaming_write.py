@@ -340,6 +340,49 @@ def test_a_process_that_ended_without_a_word_is_lost_at_once(table: LogStoreTabl
     assert "starting | Killed" in event["message"]
 
 
+@pytest.mark.parametrize("left", [b"", b'{"beats": 3, "sta'])
+def test_a_process_killed_while_writing_its_heartbeat_is_lost_not_watched_forever(
+    table: LogStoreTable, left: bytes
+) -> None:
+    """A driver killed while it rewrote its heartbeat leaves the file empty or half written: the
+    trigger reports the process lost (before, every look raised on the file and the task stayed
+    deferred), and a heartbeat cut short reads as none."""
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    started = psutil.Process(done.pid).create_time()
+    done.wait()
+    loaded = table.load()
+    with loaded.io.new_output(streams.status_path(loaded.location(), "r1")).create(overwrite=True) as out:
+        out.write(left)
+    assert streams.read_status(loaded, "r1") is None
+    trigger = watcher(pid=done.pid, pid_started=started, host=socket.gethostname())
+    event = trigger.look()
+    assert event is not None and event["status"] == "lost", event
+    assert f"its process {done.pid} ended without a result or a failure report" in event["message"]
+
+
+def test_a_cut_short_heartbeat_of_a_remote_driver_is_no_heartbeat(table: LogStoreTable) -> None:
+    """No process to check (the driver runs elsewhere): a heartbeat cut short counts as none, and the
+    heartbeat timeout decides, as for a driver that stopped beating."""
+    trigger = watcher()
+    clock = trigger.clock
+    assert isinstance(clock, Clock)
+    streams.write_status(table.load(), "r1", {"beats": 1})
+    assert trigger.look() is None
+    loaded = table.load()
+    with loaded.io.new_output(streams.status_path(loaded.location(), "r1")).create(overwrite=True) as out:
+        out.write(b"")
+    events = []
+    for _ in range(4):
+        clock.now += 20
+        events.append(trigger.look())
+    assert events[:2] == [None, None]
+    assert (
+        events[-1] is not None
+        and events[-1]["status"] == "lost"
+        and "no heartbeat for" in events[-1]["message"]
+    )
+
+
 def test_a_process_is_told_from_another_that_reused_its_pid() -> None:
     running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:
