@@ -148,6 +148,7 @@ class _TableEventTrigger(BaseEventTrigger):
                     delay,
                 )
                 await asyncio.to_thread(self._locked_reset)
+                pause_point("events:poll-failed")  # no event for it; retried after the delay
                 await self.sleep(delay)
                 continue
             self.failed_attempts = 0

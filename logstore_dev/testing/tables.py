@@ -25,9 +25,11 @@ def make_table(
     properties: Mapping[str, str] | None = None,
     log: bool = True,
     prefix: str = "t",
+    name: str | None = None,
 ) -> LogStoreTable:
-    """A new table with a unique name (namespace ``it``) and, when ``log``, its own topics."""
-    name = env.unique(prefix)
+    """A new table with a unique name (namespace ``it``; ``name``: that one, from ``env.unique``) and,
+    when ``log``, its own topics."""
+    name = name or env.unique(prefix)
     props = env.log_properties(f"{name}_log") if log else {}
     props.update(properties or {})
     handle = LogStoreTable.open(f"it.{name}")

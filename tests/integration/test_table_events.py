@@ -167,3 +167,48 @@ def test_a_commit_trigger_started_after_a_commit_that_is_not_visible_fires_for_i
     events = asyncio.run(scenario())
     assert len(events) == 1 and events[0].payload["unpublished"] is True
     assert [(c["writer_id"], c["batch_id"]) for c in events[0].payload["commits"]] == [("late", 2)]
+
+
+def test_triggers_on_a_table_that_does_not_exist_yet_fire_nothing_retry_and_fire_its_first_changes(
+    env, spark, tmp_path: Path
+) -> None:
+    """An error in a trigger yields no event: both triggers are started before their table exists, fail
+    their polls (logged, retried after a backoff) and fire nothing; once the table is created, written
+    and published, each fires for exactly its first change."""
+    name = env.unique("later")
+    commit_trigger = logstore_commit_asset(f"it.{name}", poll_interval=0.2).watchers[0].trigger
+    visible_trigger = logstore_visible_asset(f"it.{name}", poll_interval=0.2).watchers[0].trigger
+    loop = TriggererLoop()
+    failures = Counter[str]()
+    enough = threading.Event()
+
+    def failed() -> None:
+        failures["polls"] += 1
+        if failures["polls"] >= 4:  # both triggers failed, and were retried
+            enough.set()
+
+    async def scenario() -> tuple[list[Any], list[Any]]:
+        commits_id = await loop.start(commit_trigger)
+        visible_id = await loop.start(visible_trigger)
+        await loop.reached(enough)
+        assert await loop.settle(commits_id) == [] and await loop.settle(visible_id) == []
+        handle = await asyncio.to_thread(make_table, env, name=name)
+        writer = await asyncio.to_thread(open_writer, spark, f"it.{name}", writer_id="later")
+        path = str(write_jsonl(tmp_path / "b1.jsonl", _rows(1)))
+        await asyncio.to_thread(writer.write_path, path, 1)
+        commits = await loop.wait_for_events(commits_id, 1)
+        await asyncio.to_thread(publish_visible_offsets, handle)
+        visible = await loop.wait_for_events(visible_id, 1)
+        await loop.close()
+        return commits, visible
+
+    with on_pause("events:poll-failed", failed):
+        commits, visible = asyncio.run(scenario())
+
+    handle = LogStoreTable.open(f"it.{name}")
+    assert [c["batch_id"] for e in commits for c in e.payload["commits"]] == [1]
+    assert len(visible) == 1
+    window = run_window([visible[0].payload], [])
+    read = _read_window(handle, window)
+    committed = sorted((r.partition, r.offset) for r in read_log(handle, consistency="consistent").records)
+    assert sorted(read) == committed and committed  # batch 1, all of it, from the table's start
