@@ -57,8 +57,9 @@ class TableProbe(Protocol):
     def control_history(
         self, config: LogStoreConfig, since_ms: int, limit: int
     ) -> tuple[list[ControlRecord], bool]:
-        """The control records written since ``since_ms``, at most the newest ``limit`` of them, in
-        offset order; and whether there were more (then only the newest were read)."""
+        """The control records written since ``since_ms``, at most ``limit`` of them (spread over the
+        window when it holds more: :func:`history_ranges`), in offset order; and whether it held more
+        (then the records read are a sample)."""
         ...
 
 
@@ -160,17 +161,38 @@ class LiveProbe:
         try:
             low, end = kafka_client.partition_offsets(cons, control_topic, 1)[0]
             first = max(kafka_client.offsets_for_time(cons, control_topic, 1, since_ms)[0], low)
-            start = max(first, end - limit)
+            ranges = history_ranges(first, end, limit)
             records = []
-            for batch in kafka_client.scan(cons, control_topic, {0: start}, {0: end}):
-                for m in batch:
-                    stamp = kafka_client.message_timestamp_ms(m)
-                    record = control.decode(m.key(), m.value(), m.offset(), stamp)
-                    if record is not None:
-                        records.append(record)
-            return records, start > first
+            for start, stop in ranges:
+                for batch in kafka_client.scan(cons, control_topic, {0: start}, {0: stop}):
+                    for m in batch:
+                        stamp = kafka_client.message_timestamp_ms(m)
+                        record = control.decode(m.key(), m.value(), m.offset(), stamp)
+                        if record is not None:
+                            records.append(record)
+            return records, len(ranges) > 1
         finally:
             cons.close()
+
+
+#: A window with more control records than a page load reads is read in this many evenly spaced slices.
+HISTORY_SLICES = 12
+
+
+def history_ranges(first: int, end: int, limit: int, slices: int = HISTORY_SLICES) -> list[tuple[int, int]]:
+    """The offset ranges of the control topic a lag chart reads from a window ``[first, end)``: all of
+    it when it holds at most ``limit`` records, else ``slices`` evenly spaced ranges of ``limit //
+    slices`` records each, the last ending at ``end`` (the chart then spans the window, sampled, not
+    only its newest part). Ranges are ascending and never overlap."""
+    if end - first <= limit:
+        return [(first, end)] if end > first else []
+    slices = max(1, min(slices, limit))
+    size = max(1, limit // slices)
+    if slices == 1:
+        return [(end - size, end)]
+    step = (end - first - size) / (slices - 1)  # > size: the window holds more than slices * size
+    starts = [first + int(i * step) for i in range(slices - 1)] + [end - size]
+    return [(start, start + size) for start in starts]
 
 
 def catalog_probes(catalog: CatalogSpec, kafka_extra: Mapping[str, Any] | None = None) -> list[LiveProbe]:

@@ -369,7 +369,7 @@ def lag_section(
 
     :param history: the control records of the window, in offset order (tombstones included).
     :param commits: the live snapshots' commits (a commit's time, when the window lacks its ledger entry).
-    :param truncated: the window held more records than were read (only the newest were).
+    :param truncated: the window held more records than were read (evenly spaced slices of it were).
     """
     since = now_ms - int(hours * 3600 * 1000)
     committed_at = {ledger_name(c): c.timestamp_ms for c in [*commits, *state.commits.values()]}

@@ -153,6 +153,27 @@ def known(env: LogStoreTestEnv, catalog: CatalogSpec) -> KnownTable:
     return KnownTable(handle, epochs, commits, report.reversed)
 
 
+def test_a_lag_window_with_more_control_records_than_a_load_reads_is_sampled_across_it(
+    known: KnownTable,
+) -> None:
+    """The live probe on the real control topic: with a limit below what the window holds, it reads
+    evenly spaced slices from the window's start to its end (the newest record included), in order."""
+    from airflow_logstore.health.probe import history_ranges
+
+    probe = LiveProbe(known.handle)
+    config = known.handle.config()
+    everything, sampled = probe.control_history(config, 0, 10_000)
+    assert not sampled and len(everything) >= 12
+    first, end = everything[0].offset, everything[-1].offset + 1
+    records, sampled = probe.control_history(config, 0, 4)
+    assert sampled
+    offsets = [r.offset for r in records]
+    assert offsets == sorted(offsets) and len(offsets) <= 4
+    want = [o for a, b in history_ranges(first, end, 4) for o in range(a, b)]
+    assert offsets == [o for o in want if o in {r.offset for r in everything}]
+    assert offsets[0] < first + (end - first) // 4 and offsets[-1] == end - 1  # the oldest part, the newest
+
+
 def test_the_health_of_a_real_table(known: KnownTable) -> None:
     """The data module on the real broker and catalog: every number the page shows, from metadata."""
     health = table_health(LiveProbe(known.handle))

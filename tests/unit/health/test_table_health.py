@@ -7,6 +7,7 @@ rules as publishing and reading.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from airflow_logstore.core.properties import LogStoreConfig, parse_table_propert
 from airflow_logstore.core.summary import OP_COMPACTION, CommitInfo
 from airflow_logstore.exceptions import KafkaUnavailableError, TableNotFoundError
 from airflow_logstore.health import catalog_health, table_health
+from airflow_logstore.health.probe import HISTORY_SLICES, history_ranges
 from airflow_logstore.health.view import TableFacts, TailRecord, tail_range
 
 S = 1000  # ms
@@ -110,7 +112,8 @@ class FakeProbe:
     ) -> tuple[list[ControlRecord], bool]:
         self._call("control_history")
         found = [r for r in self.history if (r.timestamp_ms or 0) >= since_ms]
-        return found[-limit:], len(found) > limit
+        ranges = history_ranges(0, len(found), limit)  # as the live probe reads the window
+        return [r for start, end in ranges for r in found[start:end]], len(ranges) > 1
 
 
 def facts(snapshots: Sequence[SnapshotInfo], config: LogStoreConfig = CONFIG) -> TableFacts:
@@ -384,3 +387,26 @@ def test_the_json_is_plain(hours: float) -> None:
 
     health = table_health(scenario().probe, now_ms=NOW, hours=hours)
     assert json.loads(json.dumps(health)) == health
+
+
+@pytest.mark.parametrize(
+    ("first", "end", "limit"),
+    [(0, 43_200, 5000), (100, 5101, 5000), (7, 1_000_007, 5000), (0, 10, 3), (0, 100, 1), (5, 30, 12)],
+)
+def test_a_long_window_is_read_in_evenly_spaced_slices_that_span_it(first: int, end: int, limit: int) -> None:
+    """A lag chart's window with more control records than a page load reads (a writer publishing every
+    second writes about 43,000 in 6 hours): slices from its start to its end, never more than the limit,
+    never overlapping, so that the chart spans the window instead of showing its newest part."""
+    ranges = history_ranges(first, end, limit)
+    assert ranges[-1][1] == end  # the newest records are read
+    assert len(ranges) == 1 or ranges[0][0] < first + (end - first) // 10  # ... and the oldest part too
+    assert all(first <= a < b <= end for a, b in ranges)
+    assert all(b1 <= a2 for (_, b1), (a2, _) in itertools.pairwise(ranges))  # ascending, apart
+    assert sum(b - a for a, b in ranges) <= limit and len(ranges) == min(HISTORY_SLICES, limit)
+    sizes = {b - a for a, b in ranges}
+    assert len(sizes) == 1 and sizes.pop() == max(1, limit // min(HISTORY_SLICES, limit))
+
+
+def test_a_window_within_the_limit_is_read_whole() -> None:
+    assert history_ranges(10, 5010, 5000) == [(10, 5010)]
+    assert history_ranges(10, 10, 5000) == []
