@@ -120,6 +120,8 @@ def test_spark_submit_command_is_exact_and_carries_no_secret(connections: None) 
             "--conf",
             "spark.python.worker.reuse=true",
             "--conf",
+            "spark.python.sql.dataFrameDebugging.enabled=false",
+            "--conf",
             "spark.pyspark.python=/opt/venv/bin/python",
             "--conf",
             "spark.pyspark.driver.python=/opt/venv/bin/python",
