@@ -193,6 +193,7 @@ def test_triggers_on_a_table_that_does_not_exist_yet_fire_nothing_retry_and_fire
         await loop.reached(enough)
         assert await loop.settle(commits_id) == [] and await loop.settle(visible_id) == []
         handle = await asyncio.to_thread(make_table, env, name=name)
+        await loop.reached(watching)  # its retry found the table: it fires for what moves from now
         writer = await asyncio.to_thread(open_writer, spark, f"it.{name}", writer_id="later")
         path = str(write_jsonl(tmp_path / "b1.jsonl", _rows(1)))
         await asyncio.to_thread(writer.write_path, path, 1)
@@ -202,7 +203,8 @@ def test_triggers_on_a_table_that_does_not_exist_yet_fire_nothing_retry_and_fire
         await loop.close()
         return commits, visible
 
-    with on_pause("events:poll-failed", failed):
+    watching = threading.Event()  # the visible trigger took the watermark it starts from
+    with on_pause("events:poll-failed", failed), on_pause("events:watching", watching.set):
         commits, visible = asyncio.run(scenario())
 
     handle = LogStoreTable.open(f"it.{name}")
