@@ -256,7 +256,8 @@ class LogStoreVisibleTrigger(_TableEventTrigger):
         return 0.0  # the poll waited for control records already
 
     async def started(self) -> None:
-        """Read the watermark last fired up to from Airflow's asset state store (3.3+), if any."""
+        """Read the watermark to start from from Airflow's asset state store (3.3+), if any: where the
+        last event this trigger handed over started (:meth:`fired`)."""
         store = getattr(self, "asset_state_store", None)
         if store is None:
             return
@@ -274,14 +275,27 @@ class LogStoreVisibleTrigger(_TableEventTrigger):
         self._store = store
         if isinstance(stored, dict):
             self._stored = {int(p): int(o) for p, o in stored.items()}
-            self.log.info("%s: starting from the watermark last fired up to, %s", self.table, stored)
+            self.log.info(
+                "%s: starting from where the last event handed over started, %s", self.table, stored
+            )
 
     async def fired(self, payload: dict[str, Any]) -> None:
+        """Keep the watermark *before* the event just handed over, not after it.
+
+        A trigger hands an event to the triggerer, which stores it in the database a moment later: a
+        triggerer killed in between loses it, and a trigger that kept the watermark after it would start
+        past it and fire nothing for it until the next advance (never, on a table that stops changing).
+        Kept one event behind, a restarted trigger fires again at once for the last event's range (and
+        whatever moved since): if the lost event was stored after all, the repeat's window reads nothing
+        new (E1); if it was lost, the repeat's window reads it (and any earlier lost one: a window starts
+        where the stored events stopped). The cost: after a restart, at most one downstream run with an
+        empty window."""
         if self._store is None:
             return
+        before = {str(p): int(o) - 1 for p, o in payload["from"].items()}
         try:
-            await self._store.aset(STATE_KEY, payload["watermark"])
-        except Exception as exc:  # only the latency after a restart depends on it
+            await self._store.aset(STATE_KEY, before)
+        except Exception as exc:  # a restart then starts from an older event: repeats, none lost
             self.log.warning("%s: could not store the fired watermark: %s", self.table, first_line(exc))
 
     def open_follower(self) -> tuple[ControlFollower, list[int]]:

@@ -291,7 +291,8 @@ def _run_with_store(control: Control, store: Store, moves: list[dict[int, int]])
             # the triggerer asks for the next event at once: the trigger stores what it fired, then polls
             pending = asyncio.ensure_future(stream.__anext__())
             for _ in range(200):
-                if store.values.get(STATE_KEY) == events[-1]["watermark"] or store.error is not None:
+                before = {p: o - 1 for p, o in events[-1]["from"].items()}
+                if store.values.get(STATE_KEY) == before or store.error is not None:
                     break
                 await asyncio.sleep(0.01)
             pending.cancel()
@@ -311,7 +312,25 @@ def test_with_the_asset_state_store_a_restart_fires_at_once_for_what_was_publish
     control.move({0: 8})  # published while the trigger was down
     events = _run_with_store(control, store, [{}])  # the first poll, no new move
     assert (events[0]["from"], events[0]["to"]) == ({"0": 5, "1": 0}, {"0": 9, "1": 0})
-    assert store.values[STATE_KEY] == {"0": 8, "1": -1}  # kept after the event was handed over
+    assert store.values[STATE_KEY] == {"0": 4, "1": -1}  # kept one event behind: where it started
+
+
+def test_a_restart_right_after_an_event_was_handed_over_fires_its_range_again_and_reads_it_once(
+    control: Control,
+) -> None:
+    """The triggerer may die between taking an event and storing it: the restarted trigger (the state
+    store as the first run left it, no new move) fires the last event's range again at once. If the
+    first was stored, the repeat's window is empty; if it was lost, the repeat's window is its range."""
+    store = Store({"0": 4})
+    control.move({0: 8})
+    first = _run_with_store(control, store, [{}])[0]
+    control.opened = 0
+    repeat = _run_with_store(control, store, [{}])[0]  # a restart: the same store, nothing moved
+    assert (repeat["from"], repeat["to"]) == (first["from"], first["to"])
+    stored = run_window([repeat], [first])  # the first event was stored: nothing new to read
+    assert stored.start == stored.end == {0: 9, 1: 0}
+    lost = run_window([repeat], [])  # the first event never reached the database: its range is read
+    assert (lost.start, lost.end) == ({0: 5, 1: 0}, {0: 9, 1: 0})
 
 
 def test_a_state_store_that_cannot_be_used_is_logged_and_left_alone(control: Control) -> None:
