@@ -567,6 +567,35 @@ def test_the_stream_reads_only_below_the_watermark_of_its_state(kafka: Any) -> N
         planner.partitions(latest, {**latest, "consistency": "eventual"})
 
 
+def test_a_quiet_stream_hands_spark_an_empty_micro_batch_only_when_its_lag_changed_and_not_too_often(
+    kafka: Any,
+) -> None:
+    """The lag refresh: a consistent stream whose positions stand still (the watermark did not move) but
+    whose log end moved offers Spark a new offset, with the same positions and the new lag (an empty
+    micro-batch: its progress shows the lag), at most every ``LAG_REFRESH_S``; with nothing changed it
+    offers the same JSON (no micro-batch at all)."""
+    clock = _Clock(_History())
+    clock.history.records = [_Record(0, o, RecordMeta("w", 1, 1, TASK)) for o in range(4)]
+    clock.history.arrive = [0] * 4
+    state = ControlState(epochs={"w": 1}, commits={("w", 1): _commit(1, {0: (0, 3)})}, watermark={0: 1})
+    clock.history.states = [state]
+    log = kafka(clock.log())
+    planner = _planner(clock, None)
+    start = planner.initial_offset()
+    latest = planner.latest_offset()
+    assert [row for piece in planner.partitions(start, latest) for row in _read(piece)] == [(0, 0), (0, 1)]
+    assert planner.latest_offset() == latest  # nothing changed: the same JSON
+    log.log.append(_Record(0, 4, RecordMeta("w", 2, 1, TASK)))  # the log end moves, the watermark not
+    assert planner.latest_offset() == latest  # within LAG_REFRESH_S of the last: not yet
+    planner._lag_at -= source.LAG_REFRESH_S  # the refresh interval has passed
+    refreshed = planner.latest_offset()
+    assert refreshed != latest and refreshed["positions"] == latest["positions"]
+    assert refreshed["log_end"] == {"0": 5, "1": 0} and latest["log_end"] == {"0": 4, "1": 0}
+    assert planner.partitions(latest, refreshed) == []  # an empty micro-batch: nothing to read
+    planner._lag_at -= source.LAG_REFRESH_S
+    assert planner.latest_offset() == refreshed  # the lag did not change again: no micro-batch
+
+
 def test_a_stream_whose_checkpoint_says_transactional_continues(kafka: Any) -> None:
     """A checkpoint of an older version names the consistency ``transactional`` (the old name of
     consistent): a restarted consistent stream takes it, goes on from its positions, and keeps the name in
