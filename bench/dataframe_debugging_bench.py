@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from bench.micro_batch_bench import micro_batch
+from bench.micro_batch_bench import bench_writer, micro_batch
 
 
 def main() -> None:
@@ -25,27 +25,15 @@ def main() -> None:
 
     import pyspark.errors.utils as pyspark_errors
 
-    from airflow_logstore.spark.session import build_spark_session
-    from airflow_logstore.write.writer import open_writer
-    from logstore_dev.testing.environment import logstore_environment
-    from logstore_dev.testing.tables import make_table
-
-    with logstore_environment() as env:
-        spark = build_spark_session("dataframe-debugging-bench")
-        try:
-            handle = make_table(env)
-            writer = open_writer(spark, str(handle.name), writer_id="bench")
-            columns = [f.name for f in spark.table(handle.spark_name()).schema.fields]
-            for batch in range(1, 4):
-                micro_batch(spark, writer, columns, batch, 30, "new")
-            sides: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
-            for batch in range(4, 4 + args.batches):
-                debugging = batch % 2 == 0
-                pyspark_errors._enable_debugging_cache = debugging  # type: ignore[assignment]  # the kept setting
-                read_s, write_s, _ = micro_batch(spark, writer, columns, batch, 30, "new")
-                sides[debugging].append((read_s, write_s))
-        finally:
-            spark.stop()
+    with bench_writer("dataframe-debugging-bench") as (spark, _, writer, columns):
+        for batch in range(1, 4):
+            micro_batch(spark, writer, columns, batch, 30, "new")
+        sides: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+        for batch in range(4, 4 + args.batches):
+            debugging = batch % 2 == 0
+            pyspark_errors._enable_debugging_cache = debugging  # type: ignore[assignment]  # the kept setting
+            read_s, write_s, _ = micro_batch(spark, writer, columns, batch, 30, "new")
+            sides[debugging].append((read_s, write_s))
     for debugging, times in sides.items():
         read = statistics.median(t[0] for t in times)
         write = statistics.median(t[1] for t in times)

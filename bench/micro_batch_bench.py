@@ -17,8 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, NamedTuple
 
 from bench.common import TIMES, timed
 
@@ -61,6 +62,33 @@ def _values(batch: int, rows: int, mode: str) -> list[tuple[bytes]]:
     ]
 
 
+class BenchWriter(NamedTuple):
+    spark: Any
+    handle: Any
+    writer: Any
+    columns: list[str]
+
+
+@contextmanager
+def bench_writer(app_name: str) -> Iterator[BenchWriter]:
+    """A keyed table on the embedded default and one writer of it, in a Spark session of its own
+    (stopped at the end), with the table's columns as the streaming application decodes them."""
+    from airflow_logstore.spark.session import build_spark_session
+    from airflow_logstore.write.writer import open_writer
+    from logstore_dev.testing.environment import logstore_environment
+    from logstore_dev.testing.tables import make_table
+
+    with logstore_environment() as env:
+        spark = build_spark_session(app_name)
+        try:
+            handle = make_table(env)
+            writer = open_writer(spark, str(handle.name), writer_id="bench")
+            columns = [f.name for f in spark.table(handle.spark_name()).schema.fields]
+            yield BenchWriter(spark, handle, writer, columns)
+        finally:
+            spark.stop()
+
+
 def micro_batch(
     spark: Any, writer: Any, columns: list[str], batch: int, rows: int, mode: str
 ) -> tuple[float, float, Any]:
@@ -85,28 +113,16 @@ def micro_batch(
 
 
 def run(batches: int, rows: int, mode: str, say: Callable[[str], None] = print) -> float:
-    from airflow_logstore.spark.session import build_spark_session
-    from airflow_logstore.write.writer import open_writer
-    from logstore_dev.testing.environment import logstore_environment
-    from logstore_dev.testing.tables import make_table
-
     instrument()
-    with logstore_environment() as env:
-        spark = build_spark_session("micro-batch-bench")
-        try:
-            handle = make_table(env)
-            writer = open_writer(spark, str(handle.name), writer_id="bench")
-            columns = [f.name for f in spark.table(handle.spark_name()).schema.fields]
-            totals = []
-            for batch in range(1, batches + 1):
-                TIMES.clear()
-                read_s, write_s, result = micro_batch(spark, writer, columns, batch, rows, mode)
-                totals.append(read_s + write_s)
-                seconds = sorted(((sum(calls), name) for name, calls in TIMES.items()), reverse=True)
-                steps = " ".join(f"{name}={total:.2f}" for total, name in seconds)
-                say(f"batch {batch}: {totals[-1]:.2f}s, {result.log_records} log records; {steps}")
-        finally:
-            spark.stop()
+    with bench_writer("micro-batch-bench") as (spark, _, writer, columns):
+        totals = []
+        for batch in range(1, batches + 1):
+            TIMES.clear()
+            read_s, write_s, result = micro_batch(spark, writer, columns, batch, rows, mode)
+            totals.append(read_s + write_s)
+            seconds = sorted(((sum(calls), name) for name, calls in TIMES.items()), reverse=True)
+            steps = " ".join(f"{name}={total:.2f}" for total, name in seconds)
+            say(f"batch {batch}: {totals[-1]:.2f}s, {result.log_records} log records; {steps}")
     warm = totals[2:] or totals
     mean = sum(warm) / len(warm)
     say(f"mode {mode}, {rows} rows: mean {mean:.2f}s per micro-batch (batches 3 to {batches})")

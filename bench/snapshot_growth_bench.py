@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from bench.common import TIMES
-from bench.micro_batch_bench import instrument, micro_batch
+from bench.micro_batch_bench import bench_writer, instrument, micro_batch
 
 
 def micro_batches(spark: Any, writer: Any, columns: list[str], first: int, count: int) -> dict[str, Any]:
@@ -71,37 +71,26 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=6)
     args = parser.parse_args()
 
-    from airflow_logstore.spark.session import build_spark_session
-    from airflow_logstore.write.writer import open_writer
     from bench.common import machine, save
-    from logstore_dev.testing.environment import logstore_environment
-    from logstore_dev.testing.tables import make_table
 
     instrument()
     results: dict[str, Any] = {"machine": machine(), "sizes": {}}
-    with logstore_environment() as env:
-        spark = build_spark_session("snapshot-growth-bench")
-        try:
-            handle = make_table(env)
-            writer = open_writer(spark, str(handle.name), writer_id="bench")
-            columns = [f.name for f in spark.table(handle.spark_name()).schema.fields]
-            micro_batches(spark, writer, columns, 1, 2)  # warm-up: the session, the first commits
-            batch = 3
-            sizes = [len(handle.load().metadata.snapshots)] + [int(s) for s in args.grow.split(",")]
-            for size in sizes:
-                grown = grow(handle, size)
-                found = len(handle.load().metadata.snapshots)
-                measured = micro_batches(spark, writer, columns, batch, args.batches)
-                batch += args.batches
-                entry = {
-                    "snapshots": found,
-                    "grown_in_s": round(grown, 1),
-                    "deep_copy_ms": deep_copy_ms(handle),
-                }
-                results["sizes"][str(found)] = {**entry, **measured}
-                print(json.dumps(results["sizes"][str(found)]), flush=True)
-        finally:
-            spark.stop()
+    with bench_writer("snapshot-growth-bench") as (spark, handle, writer, columns):
+        micro_batches(spark, writer, columns, 1, 2)  # warm-up: the session, the first commits
+        batch = 3
+        sizes = [len(handle.load().metadata.snapshots)] + [int(s) for s in args.grow.split(",")]
+        for size in sizes:
+            grown = grow(handle, size)
+            found = len(handle.load().metadata.snapshots)
+            measured = micro_batches(spark, writer, columns, batch, args.batches)
+            batch += args.batches
+            entry = {
+                "snapshots": found,
+                "grown_in_s": round(grown, 1),
+                "deep_copy_ms": deep_copy_ms(handle),
+            }
+            results["sizes"][str(found)] = {**entry, **measured}
+            print(json.dumps(results["sizes"][str(found)]), flush=True)
     print(f"saved to {save('snapshot_growth', results)}")
 
 
