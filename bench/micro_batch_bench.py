@@ -90,16 +90,21 @@ def bench_writer(app_name: str) -> Iterator[BenchWriter]:
 
 
 def micro_batch(
-    spark: Any, writer: Any, columns: list[str], batch: int, rows: int, mode: str
+    spark: Any, writer: Any, columns: list[str], batch: int, rows: int, mode: str, *, small_path: bool = False
 ) -> tuple[float, float, Any]:
     """One micro-batch as the streaming application's ``each_batch`` writes it: the seconds to read it
     (into a local frame when it is small: the small-batch path), the seconds to decode and write it, and
-    the writer's result."""
+    the writer's result.
+
+    :param small_path: the caller measures the small-batch path: fail if the micro-batch does not take it
+    """
     from airflow_logstore.write import streaming
 
     frame = spark.createDataFrame(_values(batch, rows, mode), "value binary")
     started = time.perf_counter()
     small = streaming.local_values(frame, streaming.SMALL_BATCH_ROWS)
+    if small_path and small is None:
+        raise AssertionError(f"a micro-batch of {rows} rows did not take the small-batch path")
     if small is None:
         frame = frame.persist()
     read = time.perf_counter()

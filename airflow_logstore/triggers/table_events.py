@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 MAX_BACKOFF_S = 60.0
 #: The visible trigger's key in Airflow's asset state store: the watermark it last fired up to.
 STATE_KEY = "logstore_visible_watermark"
+#: Reads of the asset state store at start before the trigger runs without it (the store unreachable).
+STORE_ATTEMPTS = 3
 
 
 class _TableEventTrigger(BaseEventTrigger):
@@ -261,23 +263,41 @@ class LogStoreVisibleTrigger(_TableEventTrigger):
         store = getattr(self, "asset_state_store", None)
         if store is None:
             return
-        try:
-            stored = await store.aget(STATE_KEY)
-        except Exception as exc:  # several assets on one trigger, or the store cannot be reached
-            self.log.warning(
-                "%s: not keeping the fired watermark in the asset state store (%s: %s); after a "
-                "restart, changes published meanwhile reach downstream with the next advance",
-                self.table,
-                type(exc).__name__,
-                first_line(exc),
-            )
-            return
+        for attempt in range(1, STORE_ATTEMPTS + 1):
+            try:
+                stored = await store.aget(STATE_KEY)
+                break
+            except (ValueError, KeyError, TypeError) as exc:  # several assets share this trigger
+                return self._without_store(exc)
+            except Exception as exc:  # the store cannot be reached now: a few tries, then without it
+                if attempt == STORE_ATTEMPTS:
+                    return self._without_store(exc)
+                delay = self.backoff(attempt)
+                self.log.warning(
+                    "%s: reading the asset state store failed (%s: %s; %s of %s); retrying in %.1fs",
+                    self.table,
+                    type(exc).__name__,
+                    first_line(exc),
+                    attempt,
+                    STORE_ATTEMPTS,
+                    delay,
+                )
+                await self.sleep(delay)
         self._store = store
         if isinstance(stored, dict):
             self._stored = {int(p): int(o) for p, o in stored.items()}
             self.log.info(
                 "%s: starting from where the last event handed over started, %s", self.table, stored
             )
+
+    def _without_store(self, exc: Exception) -> None:
+        self.log.warning(
+            "%s: not keeping the fired watermark in the asset state store (%s: %s); after a restart, "
+            "changes published meanwhile reach downstream with the next advance",
+            self.table,
+            type(exc).__name__,
+            first_line(exc),
+        )
 
     async def fired(self, payload: dict[str, Any]) -> None:
         """Keep the watermark *before* the event just handed over, not after it.

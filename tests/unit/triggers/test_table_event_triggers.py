@@ -40,6 +40,7 @@ from airflow_logstore.triggers.assets import (
 )
 from airflow_logstore.triggers.table_events import (
     STATE_KEY,
+    STORE_ATTEMPTS,
     LogStoreCommitTrigger,
     LogStoreVisibleTrigger,
 )
@@ -257,12 +258,15 @@ def test_a_restarted_trigger_neither_repeats_nor_loses_what_runs_read(
 class Store:
     """Airflow's asset state store as a watcher trigger sees it (``aget``/``aset``, 3.3+)."""
 
-    def __init__(self, value: Any = None, error: Exception | None = None) -> None:
+    def __init__(self, value: Any = None, error: Exception | None = None, failures: int = -1) -> None:
         self.values: dict[str, Any] = {} if value is None else {STATE_KEY: value}
         self.error = error
+        self.failures = failures  # reads that raise ``error`` (-1: every read)
+        self.reads = 0
 
     async def aget(self, key: str, default: Any = None) -> Any:
-        if self.error is not None:
+        self.reads += 1
+        if self.error is not None and (self.failures < 0 or self.reads <= self.failures):
             raise self.error
         return self.values.get(key, default)
 
@@ -292,7 +296,7 @@ def _run_with_store(control: Control, store: Store, moves: list[dict[int, int]])
             pending = asyncio.ensure_future(stream.__anext__())
             for _ in range(200):
                 before = {p: o - 1 for p, o in events[-1]["from"].items()}
-                if store.values.get(STATE_KEY) == before or store.error is not None:
+                if store.values.get(STATE_KEY) == before or trigger._store is None:  # stored, or never
                     break
                 await asyncio.sleep(0.01)
             pending.cancel()
@@ -337,6 +341,28 @@ def test_a_state_store_that_cannot_be_used_is_logged_and_left_alone(control: Con
     store = Store(error=ValueError("Task has 2 concrete inlets and outlets"))
     with structlog.testing.capture_logs() as logs:
         events = _run_with_store(control, store, [{0: 6}])
+    assert (events[0]["from"], events[0]["to"]) == ({"0": 5, "1": 0}, {"0": 7, "1": 0})
+    assert STATE_KEY not in store.values
+    assert any("not keeping the fired watermark" in str(entry.get("event")) for entry in logs), logs
+    assert store.reads == 1  # several assets on one trigger: no retry can help
+
+
+def test_a_state_store_unreachable_at_start_is_read_again_and_kept(control: Control) -> None:
+    """A store that fails its first read (the API server restarting) is read again after the backoff and
+    used: the restart starts where the store says, not from the watermark of now."""
+    store = Store({"0": 4}, error=ConnectionError("the API server is restarting"), failures=1)
+    control.move({0: 8})  # published while the trigger was down
+    events = _run_with_store(control, store, [{}])
+    assert store.reads == 2
+    assert (events[0]["from"], events[0]["to"]) == ({"0": 5, "1": 0}, {"0": 9, "1": 0})
+    assert store.values[STATE_KEY] == {"0": 4, "1": -1}
+
+
+def test_a_state_store_unreachable_at_every_read_is_given_up_after_a_few(control: Control) -> None:
+    store = Store(error=ConnectionError("refused"))
+    with structlog.testing.capture_logs() as logs:
+        events = _run_with_store(control, store, [{0: 6}])
+    assert store.reads == STORE_ATTEMPTS
     assert (events[0]["from"], events[0]["to"]) == ({"0": 5, "1": 0}, {"0": 7, "1": 0})
     assert STATE_KEY not in store.values
     assert any("not keeping the fired watermark" in str(entry.get("event")) for entry in logs), logs
