@@ -102,9 +102,23 @@ def table_health(
     return health
 
 
+#: The errors the view logged with their stack trace: (table, part, error), at most ``_LOGGED_MAX`` of them.
+_LOGGED: set[tuple[str, str, str]] = set()
+_LOGGED_MAX = 256
+
+
 def _failed(health: dict[str, Any], part: str, exc: BaseException) -> dict[str, Any]:
+    """Name the error in the part; log it with its stack trace the first time, then at debug (the page
+    asks again every minute, and a broker that is down stays down for many of them)."""
+    described = health["errors"][part] = describe_error(exc)
+    seen = (str(health["table"]), part, described)
+    if seen in _LOGGED:
+        log.debug("LogStore view: %s of %s could not be read (again): %s", part, health["table"], described)
+        return health
+    if len(_LOGGED) >= _LOGGED_MAX:
+        _LOGGED.clear()
+    _LOGGED.add(seen)
     log.warning("LogStore view: %s of %s could not be read: %s", part, health["table"], exc, exc_info=True)
-    health["errors"][part] = describe_error(exc)
     return health
 
 

@@ -99,11 +99,25 @@ def create_app(
 
     authorized = [Depends(requires_access_view(access_view=AccessView[ACCESS_VIEW]))]
     hours_query = Query(DEFAULT_HOURS, gt=0, le=MAX_HOURS, description="window of the visibility-lag chart")
+    # no routes of FastAPI's own (its OpenAPI schema and docs pages would need no login): the schema
+    # is served below, behind the same dependency as every route
     app = FastAPI(
         title="LogStore view",
         description="The health of LogStore tables: snapshots, log lag, undecided batches, "
         "reconciliation, retention gaps, compaction and visibility lag.",
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
     )
+
+    @app.get("/openapi.json", dependencies=authorized, include_in_schema=False)
+    def schema() -> dict[str, Any]:
+        """The JSON API's OpenAPI schema."""
+        from fastapi.openapi.utils import get_openapi
+
+        return get_openapi(
+            title=app.title, version=app.version, description=app.description, routes=app.routes
+        )
 
     @app.get("/", response_class=HTMLResponse, dependencies=authorized, include_in_schema=False)
     def page() -> HTMLResponse:

@@ -339,6 +339,25 @@ def test_a_failing_log_read_leaves_the_metadata_and_names_the_error() -> None:
     assert "log" not in health and "batches" not in health
 
 
+def test_a_part_that_keeps_failing_is_logged_with_its_trace_once(caplog: pytest.LogCaptureFixture) -> None:
+    """The page asks every minute: a broker that stays down is one warning with its stack trace, then
+    debug lines; another error of the same part is a warning again."""
+    found = scenario()
+    found.probe.failures["log_bounds"] = KafkaUnavailableError("the broker did not answer (logged once)")
+    with caplog.at_level("DEBUG", logger="airflow_logstore.health.gather"):
+        for _ in range(3):
+            assert table_health(found.probe, now_ms=NOW)["errors"]["log"].startswith("KafkaUnavailableError")
+        found.probe.failures["log_bounds"] = KafkaUnavailableError("another error (logged once)")
+        table_health(found.probe, now_ms=NOW)
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert [str(r.args[2]) for r in warnings] == [
+        "the broker did not answer (logged once)",
+        "another error (logged once)",
+    ]
+    assert all(r.exc_info for r in warnings)
+    assert sum(r.levelname == "DEBUG" and "again" in r.getMessage() for r in caplog.records) == 2
+
+
 def test_one_table_that_fails_to_load_does_not_hide_the_others() -> None:
     broken = FakeProbe(
         "ns.gone", [], failures={"facts": TableNotFoundError("table 'ns.gone' does not exist")}

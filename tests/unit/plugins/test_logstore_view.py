@@ -134,6 +134,24 @@ def test_an_anonymous_request_is_refused_when_airflow_requires_a_login(auth: Any
     assert view.get(path, headers={"Authorization": f"Bearer {viewer}"}).status_code == 200
 
 
+def test_every_route_of_the_app_needs_a_login(auth: Any) -> None:
+    """Every route the app serves, FastAPI's own included: none answers an anonymous request (the
+    OpenAPI schema and docs pages FastAPI adds by default would)."""
+    from starlette.routing import Route
+
+    view = client(**fake_probes())
+    paths = sorted(r.path for r in view.app.routes if isinstance(r, Route))
+    assert {"/", "/api/tables", "/api/tables/{name}", "/openapi.json"} <= set(paths), paths
+    viewer = {"Authorization": f"Bearer {token(auth, 'viewer', 'viewer')}"}
+    for path in [p.replace("{name}", "ns.orders") for p in paths]:
+        assert view.get(path).status_code == 401, path
+        assert view.get(path, headers=viewer).status_code == 200, path
+    for path in ("/docs", "/redoc", "/docs/oauth2-redirect"):  # not served at all
+        assert view.get(path, headers=viewer).status_code == 404, path
+    schema = view.get("/openapi.json", headers=viewer).json()
+    assert set(schema["paths"]) == {"/api/tables", "/api/tables/{name}"}
+
+
 def test_the_ui_session_cookie_is_a_credential_and_the_page_says_how_to_log_in(auth: Any) -> None:
     view = client(**fake_probes())
     refused = view.get("/")

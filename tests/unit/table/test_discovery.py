@@ -1,0 +1,59 @@
+"""Finding the LogStore tables of a catalog (scheduled reconciliation and compaction, the UI view)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from airflow_logstore.settings import local_settings
+from airflow_logstore.table.catalog import CatalogSpec, embedded_catalog
+from airflow_logstore.table.discovery import logstore_tables
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> CatalogSpec:
+    spec = embedded_catalog(local_settings({"LOGSTORE_HOME": str(tmp_path)}))
+    loaded = spec.load()
+    loaded.create_namespace("ns")
+    schema = pa.schema([pa.field("id", pa.int64())])
+    for name, enabled in (("orders", "true"), ("plain", "false"), ("broken", "true"), ("bad", "maybe")):
+        properties = {"log-store.enabled": enabled, "log-store.topic": f"ns.{name}.log"}
+        properties["log-store.address"] = "127.0.0.1:9092"
+        loaded.create_table(f"ns.{name}", schema, properties=properties)
+    return spec
+
+
+def test_log_enabled_tables_are_found_and_invalid_ones_skipped(catalog: CatalogSpec) -> None:
+    assert logstore_tables(catalog) == ["ns.broken", "ns.orders"]
+    assert logstore_tables(catalog, log_enabled_only=False) == ["ns.broken", "ns.orders", "ns.plain"]
+
+
+def test_a_table_that_cannot_be_loaded_is_listed_and_named_not_fatal_to_the_others(
+    catalog: CatalogSpec, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One table's metadata gone (storage lost it): before, the whole listing failed, and with it the
+    view's list of every table and the scheduled reconcile of every table."""
+    Path(catalog.load().load_table("ns.broken").metadata_location.removeprefix("file://")).unlink()
+    with caplog.at_level(logging.WARNING, logger="airflow_logstore.table.discovery"):
+        assert logstore_tables(catalog) == ["ns.broken", "ns.orders"]
+    assert "table ns.broken cannot be loaded (FileNotFoundError" in caplog.text
+
+
+def test_a_table_dropped_while_the_catalog_is_listed_is_skipped(
+    catalog: CatalogSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.exceptions import NoSuchTableError
+
+    load = SqlCatalog.load_table
+
+    def dropped_meanwhile(self: SqlCatalog, identifier: object) -> object:
+        if identifier == ("ns", "orders"):
+            raise NoSuchTableError("Table does not exist: ns.orders")
+        return load(self, identifier)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SqlCatalog, "load_table", dropped_meanwhile)
+    assert logstore_tables(catalog) == ["ns.broken"]
