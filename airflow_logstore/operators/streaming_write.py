@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow_logstore.exceptions import first_line
 from airflow_logstore.operators._base import SparkJobOperator
 from airflow_logstore.operators._lineage import Lineage, LineageMixin, kafka_dataset
 
@@ -24,6 +25,8 @@ OUTPUT_MAX_AGE_S = 7 * 24 * 3600
 #: Spark settings of a long-running application unless the operator's ``spark_conf`` says otherwise:
 #: Spark's own INFO lines, per micro-batch, would fill its output file over days
 STREAM_CONF = {"spark.log.level": "WARN"}
+#: seconds between the task's lines while it waits for the application's first heartbeat
+STARTUP_PROGRESS_S = 30.0
 
 
 def output_file(report_id: str) -> Path:
@@ -228,7 +231,11 @@ class LogStoreStreamingDualWriteOperator(LineageMixin, SparkJobOperator):
             self.log.info("submitting the streaming dual write: %s", hook._mask_cmd(command))
             self._process = launch_detached(hook, application, log_path)
             # the properties file (secrets) is removed when the block ends: once the application runs
-            status = self._wait_started(handle, report_id, log_path)
+            try:
+                status = self._wait_started(handle, report_id, log_path)
+            except BaseException:  # never an application left running with no trigger watching it
+                self._stop_process()
+                raise
         pid = self._process.pid
         self.log.info(
             "streaming dual write of %s started: writer %s, epoch %s, spark-submit pid %s, output %s",
@@ -262,8 +269,11 @@ class LogStoreStreamingDualWriteOperator(LineageMixin, SparkJobOperator):
         from airflow_logstore.table.reports import read_attempt_failure
 
         assert self._process is not None
-        deadline = time.monotonic() + self.startup_timeout
+        started = time.monotonic()
+        deadline, progress = started + self.startup_timeout, started + STARTUP_PROGRESS_S
         what = f"streaming dual write of {self.table}"
+        self.log.info("waiting up to %.0fs for the application's first heartbeat", self.startup_timeout)
+        read_error: str | None = None
         while True:
             if self._killed:
                 raise JobFailedError(
@@ -272,8 +282,13 @@ class LogStoreStreamingDualWriteOperator(LineageMixin, SparkJobOperator):
                     f"application was stopped (output: {log_path})",
                     retryable=True,
                 )
-            table = handle.load()
-            status = streams.read_status(table, report_id)
+            try:
+                status = streams.read_status(handle.load(), report_id)
+            except Exception as exc:  # the catalog or its storage blinked: the deadline decides
+                status, error = None, f"{type(exc).__name__}: {first_line(exc)}"
+                if error != read_error:
+                    self.log.warning("reading the heartbeat failed (%s); trying again", error)
+                read_error = error
             if status is not None:
                 return status
             code = self._process.poll()
@@ -288,14 +303,19 @@ class LogStoreStreamingDualWriteOperator(LineageMixin, SparkJobOperator):
                     f"{_tail(log_path)}",
                     retryable=True,
                 )
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 self._stop_process()
+                unread = f" (the last read of its heartbeat failed: {read_error})" if read_error else ""
                 raise JobFailedError(
                     "StreamDidNotStart",
-                    f"{what}: no heartbeat within {self.startup_timeout:.0f}s; stopped it. The end of its "
-                    f"output ({log_path}): {_tail(log_path)}",
+                    f"{what}: no heartbeat within {self.startup_timeout:.0f}s{unread}; stopped it. The end "
+                    f"of its output ({log_path}): {_tail(log_path)}",
                     retryable=True,
                 )
+            if now > progress:
+                progress = now + STARTUP_PROGRESS_S
+                self.log.info("no heartbeat yet after %.0fs (output: %s)", now - started, log_path)
             time.sleep(1.0)
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:

@@ -239,7 +239,12 @@ class StreamingDualWriteTrigger(BaseTrigger):
         from airflow_logstore.table import streams
 
         def stop() -> None:
-            streams.request_stop(self._handle().load(), self.report_id)
+            try:  # each step on its own: a catalog that cannot be reached still lets the process go
+                streams.request_stop(self._handle().load(), self.report_id)
+            except Exception as exc:
+                self.log.warning(
+                    "could not leave a stop request (%s: %s)", type(exc).__name__, first_line(exc)
+                )
             if self._local():
                 kill_group(self.pid, self.pid_started, signal.SIGTERM)
 

@@ -15,6 +15,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.exceptions import first_line
@@ -25,9 +26,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Seconds between two lines that sum up the micro-batches written since the last one.
+PROGRESS_S = 60.0
+
 
 class StreamMonitor:
     """Heartbeat and stop requests of the streaming dual write submitted with ``report_id``."""
+
+    #: the clock of the progress lines (tests set their own)
+    clock: Callable[[], float] = staticmethod(time.monotonic)
 
     def __init__(self, writer: DualWriter, report_id: str, interval: float = 5.0) -> None:
         self.report_id = report_id
@@ -40,6 +47,7 @@ class StreamMonitor:
         self.batches = 0
         self.last_batch: dict[str, Any] | None = None
         self.stop_requested = False
+        self._since = _Since(self.clock())  # the micro-batches since the last progress line
         self._query: Any = None
         self._lock = threading.Lock()
         self._done = threading.Event()
@@ -55,9 +63,28 @@ class StreamMonitor:
         self.beat()
 
     def batch_done(self, batch_id: int, result: BatchResult) -> None:
+        """Count a micro-batch; about once a :data:`PROGRESS_S`, one line sums up those since the last."""
+        log.debug("micro-batch %s: %s", batch_id, result.to_dict())
         with self._lock:
             self.batches += 1
             self.last_batch = {"batch_id": batch_id, **result.to_dict()}
+            since, now = self._since.add(result), self.clock()
+            if since.started_at + PROGRESS_S > now:
+                return
+            self._since = _Since(now)
+        log.info(
+            "%s micro-batches in the last %.0fs (%s in all): %s rows in, %s log records, %s skipped as "
+            "committed; the last: batch %s, snapshot %s, offsets %s",
+            since.batches,
+            now - since.started_at,
+            self.batches,
+            since.rows_in,
+            since.log_records,
+            since.skipped,
+            batch_id,
+            result.snapshot_id,
+            result.offsets,
+        )
 
     def status(self) -> dict[str, Any]:
         with self._lock:
@@ -84,20 +111,28 @@ class StreamMonitor:
             log.warning("could not write the stream's heartbeat (%s); trying again", first_line(exc))
 
     def _run(self) -> None:
+        stopped = False  # the query was told to stop
         while not self._done.wait(self.interval):
             self.beat()
             try:
-                asked = not self.stop_requested and streams.stop_requested(self.table, self.report_id)
+                asked = self.stop_requested or streams.stop_requested(self.table, self.report_id)
             except Exception as exc:
                 log.warning("could not look for a stop request (%s); trying again", first_line(exc))
                 continue
-            if asked:
+            if not asked or stopped:
+                continue
+            if not self.stop_requested:
                 log.info("stop requested: stopping the streaming query")
-                with self._lock:
-                    self.stop_requested = True
-                    query = self._query
-                if query is not None:
-                    query.stop()
+            with self._lock:
+                self.stop_requested = True
+                query = self._query
+            if query is None:
+                continue  # obeyed when the query is attached (run_stream's start)
+            try:
+                query.stop()
+                stopped = True
+            except Exception as exc:  # the heartbeat goes on (its thread must not die), and so do the tries
+                log.warning("could not stop the streaming query (%s); trying again", first_line(exc))
 
     def close(self, state: str) -> None:
         """The last heartbeat: ``finished``, ``stopped`` or ``failed``."""
@@ -106,3 +141,18 @@ class StreamMonitor:
         with self._lock:
             self.state = state
         self.beat()
+
+
+class _Since:
+    """The micro-batches since the last progress line, summed."""
+
+    def __init__(self, started_at: float) -> None:
+        self.started_at = started_at
+        self.batches = self.rows_in = self.log_records = self.skipped = 0
+
+    def add(self, result: BatchResult) -> _Since:
+        self.batches += 1
+        self.rows_in += result.rows_in
+        self.log_records += result.log_records
+        self.skipped += int(result.skipped)
+        return self

@@ -124,7 +124,9 @@ def run_stream(
 ) -> list[BatchResult]:
     """Run the streaming dual write until the source is drained (available-now/once) or ``timeout``.
 
-    :param monitor: writes the application's heartbeat and stops the query on a stop request
+    :param monitor: writes the application's heartbeat and stops the query on a stop request; with it,
+        the micro-batches are counted and logged in a line a minute by the monitor, and none is returned
+        (a run of days would keep one result per micro-batch)
     :raises: a micro-batch's own error (its class says whether a retry can help), else ``LogStoreError``
     """
     from pyspark.errors import StreamingQueryException
@@ -163,10 +165,11 @@ def run_stream(
                 return
             raw = decode_source(batch, table_columns, writer.change_column, local=small is not None)
             result = writer.write_frame(raw, int(batch_id))
-            log.info("micro-batch %s: %s", batch_id, result.to_dict())
-            results.append(result)
-            if monitor is not None:
+            if monitor is not None:  # a long run: counted and summed up by the monitor, not kept
                 monitor.batch_done(int(batch_id), result)
+            else:
+                log.info("micro-batch %s: %s", batch_id, result.to_dict())
+                results.append(result)
         except BaseException as exc:
             failures.append(exc)  # the query reports it wrapped; the driver raises it as it is
             raise

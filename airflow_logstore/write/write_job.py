@@ -155,7 +155,11 @@ def dual_write_main(
                 monitor=monitor,
             )
             if monitor is not None:  # a long run: its count and last micro-batch, not all of them
-                summary = {"batches": len(results), "last_batch": monitor.last_batch, "epoch": writer.epoch}
+                summary = {
+                    "batches": monitor.batches,
+                    "last_batch": monitor.last_batch,
+                    "epoch": writer.epoch,
+                }
                 emit({**summary, "stopped": monitor.stop_requested})
             else:
                 emit({"batches": [r.to_dict() for r in results]})

@@ -34,6 +34,7 @@ from airflow_logstore.table.reports import failure_of, report_failure, write_res
 from airflow_logstore.table.tables import LogStoreTable
 from airflow_logstore.triggers.streaming_write import StreamingDualWriteTrigger, kill_group, process_alive
 from airflow_logstore.write.stream_monitor import StreamMonitor
+from airflow_logstore.write.writer import BatchResult
 from tests.threads import in_thread
 
 LOG_PROPERTIES = {
@@ -223,6 +224,70 @@ def test_a_task_killed_before_the_first_heartbeat_stops_its_application_and_says
     assert isinstance(error, JobFailedError), outcome
     assert "killed before the application's first heartbeat" in str(error)
     assert error.retryable
+
+
+def test_a_heartbeat_that_cannot_be_read_for_a_moment_is_read_again(
+    table: LogStoreTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The catalog blinks while the task waits for the first heartbeat: the read is tried again (the
+    startup deadline decides), and the task defers once the heartbeat is there."""
+    launched = Launched(table, monkeypatch)
+    launched.on_start = lambda report_id: streams.write_status(table.load(), report_id, {"beats": 1})
+    real, failures = streams.read_status, [OSError("the catalog's database is locked")]
+
+    def blinking(loaded: Any, report_id: str) -> Any:
+        if failures:
+            raise failures.pop()
+        return real(loaded, report_id)
+
+    monkeypatch.setattr(streams, "read_status", blinking)
+    try:
+        with pytest.raises(TaskDeferred):
+            operator().execute({})
+        assert launched.process.poll() is None  # still running: the trigger watches it now
+    finally:
+        launched.stop()
+    assert failures == []
+
+
+def test_a_heartbeat_that_cannot_be_read_until_the_deadline_stops_the_application(
+    table: LogStoreTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    launched = Launched(table, monkeypatch)
+
+    def gone(loaded: Any, report_id: str) -> Any:
+        raise OSError("the catalog's database is gone")
+
+    monkeypatch.setattr(streams, "read_status", gone)
+    try:
+        with pytest.raises(JobFailedError, match="the last read of its heartbeat failed: OSError") as e:
+            operator(startup_timeout=2).execute({})
+        assert launched.process.wait(30) == -signal.SIGKILL  # its process group was killed
+    finally:
+        launched.stop()
+    assert e.value.retryable
+
+
+def test_whatever_ends_the_wait_for_the_first_heartbeat_stops_the_application(
+    table: LogStoreTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The task's ``execution_timeout`` (a ``BaseException`` raised in the wait) or any other error
+    that ends the wait stops the application: none is left running that no trigger watches (a retry
+    would start a second one on the same checkpoint)."""
+    from airflow.sdk.exceptions import AirflowTaskTimeout
+
+    launched = Launched(table, monkeypatch)
+
+    def timed_out(loaded: Any, report_id: str) -> Any:
+        raise AirflowTaskTimeout("Timeout, PID: 1")
+
+    monkeypatch.setattr(streams, "read_status", timed_out)
+    try:
+        with pytest.raises(AirflowTaskTimeout):
+            operator().execute({})
+        assert launched.process.wait(30) == -signal.SIGKILL  # its process group was killed
+    finally:
+        launched.stop()
 
 
 def test_how_the_application_ended_decides_how_the_task_ends() -> None:
@@ -429,15 +494,43 @@ def test_errors_reading_the_table_are_retried_without_an_event(
     }
 
 
+def test_on_kill_stops_the_process_when_no_stop_request_can_be_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The task is marked failed while the catalog cannot be reached: the stop request fails (logged),
+    and the application's process group, here on this host, is still stopped."""
+
+    def unreachable() -> Any:
+        raise sqlalchemy.exc.OperationalError("SELECT", {}, Exception("unable to open database file"))
+
+    monkeypatch.setattr(LogStoreHook, "table", lambda self, name: SimpleNamespace(load=unreachable))
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    try:
+        started = psutil.Process(process.pid).create_time()
+        trigger = watcher(pid=process.pid, pid_started=started, host=socket.gethostname())
+        asyncio.run(trigger.on_kill())
+        assert process.wait(30) == -signal.SIGTERM
+    finally:
+        process.kill()
+        process.wait()
+
+
 # -- the heartbeat, in the driver -------------------------------------------------------------------
 
 
 class Query:
-    def __init__(self) -> None:
+    def __init__(self, failures: int = 0) -> None:
         self.stopped = asyncio.Event()
+        self.failures = failures  # calls of ``stop`` that raise first
+        self.calls = 0
 
     def stop(self) -> None:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise RuntimeError("py4j: the JVM did not answer")
         self.stopped.set()
+
+
+def batch(batch_id: int, **numbers: Any) -> BatchResult:
+    return BatchResult("db.orders", "w", batch_id, 9, "file,log", **numbers)
 
 
 def test_the_heartbeat_counts_up_and_a_stop_request_stops_the_query(table: LogStoreTable) -> None:
@@ -445,20 +538,48 @@ def test_the_heartbeat_counts_up_and_a_stop_request_stops_the_query(table: LogSt
     monitor = StreamMonitor(writer, "r9", interval=0.05)  # type: ignore[arg-type]
     first = streams.read_status(table.load(), "r9")
     assert first is not None and first["state"] == "starting" and first["epoch"] == 9
-    query = Query()
+    query = Query(failures=2)  # the first two tries to stop it fail: the heartbeat goes on, tries again
     monitor.attach(query)
-    monitor.batch_done(0, SimpleNamespace(to_dict=lambda: {"log_records": 4}))  # type: ignore[arg-type]
+    monitor.batch_done(0, batch(0, log_records=4))
     streams.request_stop(table.load(), "r9")
     for _ in range(400):  # the monitor's thread looks at every beat
         if query.stopped.is_set():
             break
         asyncio.run(asyncio.sleep(0.01))
-    assert query.stopped.is_set() and monitor.stop_requested
+    assert query.stopped.is_set() and monitor.stop_requested and query.calls == 3
+    assert monitor._thread.is_alive()
     monitor.close("stopped")
     last = streams.read_status(table.load(), "r9")
     assert last is not None and last["state"] == "stopped" and last["beats"] > first["beats"]
-    assert last["batches"] == 1 and last["last_batch"] == {"batch_id": 0, "log_records": 4}
+    assert last["batches"] == 1 and last["last_batch"] == {**batch(0, log_records=4).to_dict(), "batch_id": 0}
     assert last["pid"] == os.getpid() and last["host"] == socket.gethostname()
+
+
+def test_the_micro_batches_are_summed_up_in_a_line_a_minute_not_one_each(
+    table: LogStoreTable, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A long run writes a micro-batch a second: the application's output gets one line a minute with
+    the numbers of the micro-batches since the last line, not 86,400 lines a day."""
+    writer = SimpleNamespace(handle=table, writer_id="w", epoch=9)
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(StreamMonitor, "clock", staticmethod(lambda: clock["now"]))
+    monitor = StreamMonitor(writer, "r9", interval=60)  # type: ignore[arg-type]
+    try:
+        with caplog.at_level("INFO", logger="airflow_logstore.write.stream_monitor"):
+            for i in range(1, 121):  # two minutes of micro-batches, one a second
+                clock["now"] += 1
+                skipped = i == 5
+                monitor.batch_done(i, batch(i, rows_in=10, log_records=12, skipped=skipped, snapshot_id=i))
+    finally:
+        monitor.close("finished")
+    lines = [r.getMessage() for r in caplog.records if r.name == "airflow_logstore.write.stream_monitor"]
+    assert lines == [
+        "60 micro-batches in the last 60s (60 in all): 600 rows in, 720 log records, 1 skipped as committed; "
+        "the last: batch 60, snapshot 60, offsets {}",
+        "60 micro-batches in the last 60s (120 in all): 600 rows in, 720 log records, 0 skipped as "
+        "committed; the last: batch 120, snapshot 120, offsets {}",
+    ]
+    assert monitor.batches == 120 and monitor.last_batch is not None and monitor.last_batch["batch_id"] == 120
 
 
 def test_publish_after_commit_reaches_the_application_only_when_asked() -> None:
