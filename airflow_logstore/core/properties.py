@@ -508,13 +508,19 @@ class ReadOptions:
     changelog_mode: ChangelogMode
 
 
-def resolve_read_options(config: LogStoreConfig, options: Mapping[str, Any] | None = None) -> ReadOptions:
-    """Per-read hints (Amoro's and Paimon's ``OPTIONS(...)`` hints) override the table's settings."""
+def typed_read_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The read hints, each checked and converted as its table property is (``TablePropertyError``
+    naming the hint otherwise)."""
     options = dict(options or {})
     for key in options:
         if key not in READ_OPTION_KEYS:
             raise _unknown_key_error(key, list(READ_OPTION_KEYS))
-    typed = {key: _convert(SPECS_BY_KEY[key], value) for key, value in options.items()}
+    return {key: _convert(SPECS_BY_KEY[key], value) for key, value in options.items()}
+
+
+def resolve_read_options(config: LogStoreConfig, options: Mapping[str, Any] | None = None) -> ReadOptions:
+    """Per-read hints (Amoro's and Paimon's ``OPTIONS(...)`` hints) override the table's settings."""
+    typed = typed_read_options(options)
     mode = ChangelogMode(typed.get("log.consumer.changelog.modes", config.changelog_mode.value))
     return ReadOptions(consistency=_consistency(typed, config.consistency), changelog_mode=mode)
 

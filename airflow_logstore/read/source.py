@@ -43,7 +43,13 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_logstore.core.codec import RecordMeta, RecordType, decode_headers
 from airflow_logstore.core.control import ControlState
-from airflow_logstore.core.properties import READ_OPTION_KEYS, ChangelogMode, Consistency, parse_consistency
+from airflow_logstore.core.properties import (
+    READ_OPTION_KEYS,
+    ChangelogMode,
+    Consistency,
+    parse_consistency,
+    typed_read_options,
+)
 from airflow_logstore.core.visibility import Decision, ReadFilter
 from airflow_logstore.exceptions import (
     IdentifierError,
@@ -51,6 +57,7 @@ from airflow_logstore.exceptions import (
     RecordDecodeError,
     StreamReadError,
     TableNotFoundError,
+    TablePropertyError,
 )
 from airflow_logstore.log import jvm_scan, kafka_client
 from airflow_logstore.log.deadletter import DeadLetterTopic
@@ -165,6 +172,10 @@ class SourceOptions:
         except OptionError as exc:
             raise OptionError("scanner", str(exc).split(": ", 1)[-1]) from None
         hints = {key: value for key, value in opts.items() if key in READ_OPTION_KEYS}
+        try:
+            typed_read_options(hints)  # a bad value names its hint here, not the table later
+        except TablePropertyError as exc:
+            raise OptionError(exc.key, str(exc).split(": ", 1)[-1]) from None
         return cls(
             table,
             mode,

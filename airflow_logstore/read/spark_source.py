@@ -129,6 +129,7 @@ def _offset_json(value: Any) -> dict[str, Any]:
 def source_options(options: Mapping[str, str]) -> SourceOptions:
     """The checked options of one read (an ``OptionError`` names a bad one), with its catalog and Kafka
     settings (options ``catalog.*``/``kafka.*``, else the environment)."""
+    from airflow_logstore.exceptions import OptionError, first_line
     from airflow_logstore.read.source import SETTING_PREFIXES, SourceOptions
     from airflow_logstore.settings import extra_kafka_config
     from airflow_logstore.spark.jobconf import settings_from_spark_conf
@@ -136,7 +137,12 @@ def source_options(options: Mapping[str, str]) -> SourceOptions:
 
     lowered = {str(k).lower(): str(v) for k, v in options.items()}
     conf = {_PROPERTY_PREFIX + k: v for k, v in lowered.items() if k.startswith(SETTING_PREFIXES)}
-    found = settings_from_spark_conf(conf)
+    try:
+        found = settings_from_spark_conf(conf)
+    except (ValueError, TypeError, AttributeError) as exc:  # not the JSON of a catalog
+        raise OptionError(
+            "catalog.spec", f"is not a catalog's JSON ({type(exc).__name__}: {first_line(exc)})"
+        ) from None
     if found is not None:
         catalog, kafka_extra = found
     else:

@@ -91,6 +91,16 @@ def test_options_default_to_the_tables_settings() -> None:
             {"startingOffsets": "earliest"},
             "option 'startingoffsets': is not an option of the 'logstore' source",
         ),
+        # a read hint's value is checked as its table property is, naming the hint (not the table)
+        ({"log.consistency": "strict"}, "option 'log.consistency': 'strict' is not one of consistent"),
+        (
+            {"log.consumer.changelog.modes": "upsert"},
+            "option 'log.consumer.changelog.modes': 'upsert' is not",
+        ),
+        (
+            {"log-store.consistency-guarantee.enabled": "yes"},
+            "option 'log-store.consistency-guarantee.enabled'",
+        ),
     ],
 )
 def test_a_bad_option_fails_naming_it(options: dict[str, str], message: str) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from pyspark.sql import types as T
 
-from airflow_logstore.exceptions import KafkaUnavailableError
+from airflow_logstore.exceptions import KafkaUnavailableError, OptionError
 from airflow_logstore.read import source
 from airflow_logstore.read.spark_source import logstore_options, source_options, spark_schema, stream_lag
 from airflow_logstore.table.catalog import CatalogSpec, is_secret_key
@@ -191,3 +191,9 @@ def test_a_streams_control_follower_folds_up_to_the_topics_end_before_a_micro_ba
     stuck.position = lambda partitions: [type("At", (), {"offset": -1001})()]  # type: ignore[method-assign]
     with pytest.raises(KafkaUnavailableError, match="did not deliver its records up to 5"):
         source.catch_up(stuck, timeout=0.2)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("spec", ["{not json", "[1, 2]", '"a string"'])
+def test_a_catalog_option_that_is_not_a_catalogs_json_names_the_option(spec: str) -> None:
+    with pytest.raises(OptionError, match=r"option 'catalog\.spec': is not a catalog's JSON"):
+        source_options({"table": "ns.t", "catalog.spec": spec})
