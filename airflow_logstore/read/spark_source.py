@@ -12,8 +12,8 @@ decide in the task that reads (its offsets are fixed before the records are seen
 source gives exactly that place. The price is that the records cross into Python (the bulk decoder, or
 the JVM scan for large slices) and back to the JVM as Arrow.
 
-Registration: ``register(spark)`` registers the source in a session (its executors then get it with the
-session's ``--py-files``); in any session a Python with the package installed also
+Registration: ``register(spark)`` registers the source in a session (its executors need the package,
+installed or in the application's ``--py-files``); in any session a Python with the package installed also
 finds it by itself (PySpark looks up a ``DefaultSource`` in top-level ``pyspark_*`` modules: the
 package ships ``pyspark_logstore``).
 
@@ -43,8 +43,8 @@ _PROPERTY_PREFIX = "spark.logstore."
 
 
 def register(spark: SparkSession) -> None:
-    """Register the ``logstore`` source in ``spark`` (its executors get the package with the session's
-    ``--py-files``).
+    """Register the ``logstore`` source in ``spark``. It ships no code: the executors need the package
+    installed, or in the application's ``--py-files`` (as the operators submit their jobs).
 
     It replaces the one PySpark found by itself (``pyspark_logstore``), whose executors would need the
     package installed; Spark then warns once per session it clones (every streaming query) that it

@@ -20,6 +20,7 @@ things up.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -168,25 +169,43 @@ def test_a_batch_read_equals_the_python_reader(mixed: dict[str, Any], spark: Any
         want = read_log(handle, at, consistency="eventual").records
         assert 0 < len(rows) < len(_spark_rows(spark, name, consistency="eventual"))
     elif case == "the-tables-defaults":  # no consistency or changelog mode: the table's properties
-        rows = _spark_rows(spark, name)
-        want = read_log(handle).records
+        defaults = {"log.consistency": "eventual", "log.consumer.changelog.modes": "append-only"}
+        with _table_properties(handle, defaults):  # not the source's own defaults (consistent, all kinds)
+            rows = _spark_rows(spark, name)
+            want = read_log(handle).records
+        assert {r["_kind"] for r in rows} == {"+I"}
+        consistent = read_log(handle, consistency="consistent", changelog_mode="append-only").records
+        assert Counter(_log_key(r) for r in rows) != _python_log(consistent)  # eventual: the attempts too
     elif case == "a-property-as-an-option":  # a read hint under its table property's name
         rows = _spark_rows(spark, name, **{"log.consistency": "eventual"})
         want = read_log(handle, options={"log.consistency": "eventual"}).records
         assert {r["_record_type"] for r in rows} >= {"data", "reversal"}  # eventual: reversals too
-    else:
+    else:  # from batch 1's snapshot: its rows, then the log from its positions on (batch 2 and after)
         consistency = case.split("-")[1]
-        options = {"startingPosition": f"snapshot:{s1}"} if consistency == "eventual" else {}
-        rows = _spark_rows(spark, name, mode="hybrid", consistency=consistency, **options)
-        hybrid = read_hybrid(handle, s1 if consistency == "eventual" else None, consistency=consistency)
+        rows = _spark_rows(
+            spark, name, mode="hybrid", consistency=consistency, startingPosition=f"snapshot:{s1}"
+        )
+        hybrid = read_hybrid(handle, s1, consistency=consistency)
         files = [r for r in rows if r["_source"] == "file"]
-        assert Counter(_file_key(r) for r in files) == Counter(
+        assert files and Counter(_file_key(r) for r in files) == Counter(
             _file_key(r) for r in hybrid.file_rows.to_pylist()
         )
         assert {r["_kind"] for r in files} == {"+I"}
         rows, want = [r for r in rows if r["_source"] == "log"], hybrid.log.records
     assert Counter(_log_key(r) for r in rows) == _python_log(want)
-    assert rows or case.startswith("hybrid"), "the read returned nothing: the comparison says nothing"
+    assert rows, "the read returned nothing: the comparison says nothing"
+
+
+@contextlib.contextmanager
+def _table_properties(handle: Any, properties: dict[str, str]) -> Iterator[None]:
+    """``properties`` set on the table for the block, then removed."""
+    with handle.load().transaction() as tx:
+        tx.set_properties(properties)
+    try:
+        yield
+    finally:
+        with handle.load().transaction() as tx:
+            tx.remove_properties(*properties)
 
 
 @pytest.mark.parametrize("kind", ["batch", "stream"])
