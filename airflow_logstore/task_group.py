@@ -92,13 +92,21 @@ def logstore_batch(
     :param consistency: of a log read (templated)
     :param read_start: where a log read starts (templated)
     :param read_output_path: the read's JSON lines (templated; optional)
-    :param retries: retries of the write, the publish and the read (``create_table`` and the sensor
-        have their own: a retry cannot fix what fails them)
+    :param retries: retries of the create, the write, the publish and the read (each fails at once,
+        whatever its retries, on what no retry can fix: bad input, a bad table property); the sensor
+        has none: it waits for the write, whose retries it sees
     :param wait_timeout: seconds the sensor waits for the batch's snapshot
     :param poke_interval: seconds between the sensor's looks at the table (in the triggerer)
 
     The connection and Spark parameters are the operators'.
     """
+    if emit_mode is not None and "{{" not in emit_mode:
+        modes = {part.strip().lower() for part in emit_mode.split(",") if part.strip()}
+        if modes == {"log"}:
+            raise ValueError(
+                "logstore_batch: emit_mode 'log' commits no snapshot, so the group's wait for the batch's "
+                "snapshot would never end; write log-only batches with LogStoreDualWriteOperator alone"
+            )
     connections: dict[str, Any] = {"logstore_conn_id": logstore_conn_id, "kafka_config_id": kafka_config_id}
     spark: dict[str, Any] = {"spark_conn_id": spark_conn_id, "jars": jars, "python": python}
     with TaskGroup(
@@ -151,6 +159,8 @@ def logstore_batch(
                 schema=schema,
                 primary_key=list(primary_key),
                 properties=dict(properties or {}),
+                retries=retries,  # a broker or catalog outage; a bad property fails at once (fail_fast)
+                retry_delay=retry_delay,
                 **connections,
             )
             create >> [write, wait]

@@ -65,7 +65,7 @@ def test_retries_where_a_retry_can_help_and_the_read_of_the_sensors_snapshot() -
         )
     retries = {t.task_id.rsplit(".", 1)[1]: t.retries for t in d.tasks}
     assert retries == {
-        "create_table": 0,  # what fails it (a bad property) is never fixed by a retry
+        "create_table": 3,  # a broker outage; a bad property fails at once, retries or not
         "dual_write": 3,
         "wait_for_snapshot": 0,  # it waits for the write, whose retries it sees
         "publish_visible_offsets": 3,
@@ -99,3 +99,10 @@ def test_unprefixed_ids_and_a_given_writer() -> None:
 def test_a_misspelt_argument_is_refused() -> None:
     with dag(), pytest.raises(TypeError, match="input_pth"):
         logstore_batch(table="db.orders", input_pth="/in", batch_id=1)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("emit_mode", ["log", " LOG ", "log,"])
+def test_a_log_only_write_is_refused_when_the_dag_is_parsed(emit_mode: str) -> None:
+    """A log-only batch commits no snapshot: the group's sensor would wait out its whole timeout."""
+    with dag(), pytest.raises(ValueError, match="emit_mode 'log' commits no snapshot"):
+        logstore_batch(table="db.orders", input_path="/in", batch_id=1, emit_mode=emit_mode)
