@@ -153,9 +153,11 @@ class StreamingDualWriteTrigger(BaseTrigger):
         result = read_result(table, self.report_id)
         if result is not None:
             stopped = bool(result.get("stopped")) if isinstance(result, dict) else False
+            streams.remove(table, self.report_id)  # the application ended: its heartbeat is history
             return {"status": "stopped" if stopped else "finished", "result": result}
         failure = read_attempt_failure(table, self.report_id)
         if failure is not None:
+            streams.remove(table, self.report_id)
             return {"status": "failed", "failure": failure.to_json(), "message": failure.describe()}
         self._polls += 1
         if gone:  # decided without the heartbeat: what the dead process left there says nothing more

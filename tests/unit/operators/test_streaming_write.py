@@ -343,15 +343,20 @@ def test_the_trigger_fires_the_result_or_the_drivers_failure(table: LogStoreTabl
     trigger = watcher()
     streams.write_status(table.load(), "r1", {"beats": 1, "state": "running"})
     assert trigger.look() is None
+    status_file = Path(streams.status_path(table.load().location(), "r1").removeprefix("file://"))
+    assert status_file.exists()
     write_result(table.load(), "r1", {"batches": 3, "stopped": True})
     assert trigger.look() == {"status": "stopped", "result": {"batches": 3, "stopped": True}}
+    assert not status_file.exists()  # the application ended: its heartbeat is removed, not left behind
     failure = failure_of(
         KafkaUnavailableError("broker gone"), writer_id=None, batch_id=None, epoch=4, report_id="r2"
     )
+    streams.write_status(table.load(), "r2", {"beats": 1, "state": "running"})
     report_failure(table.load(), failure)
     event = watcher("r2").look()
     assert event is not None and event["status"] == "failed"
     assert event["message"] == "KafkaUnavailableError: broker gone" and event["failure"]["epoch"] == 4
+    assert streams.read_status(table.load(), "r2") is None
 
 
 def test_the_trigger_names_the_embedded_default_once_not_at_every_poll(
