@@ -6,8 +6,9 @@ Each query ``q`` reads the table with ``spark.readStream.format("logstore")`` (s
 checkpoint in ``DIR/q/checkpoint``, into a ``foreachBatch`` sink that writes every delivery of micro-batch
 ``b`` to ``DIR/q/sink/<b>.<n>.jsonl`` (``n``: the how-many-th delivery of ``b``; a file appears whole, by
 rename) and then reaches the pause point ``sink:written`` (a kill there: delivered, not committed). The
-application starts the queries one after the other, stops them when ``DIR/stop`` exists, and exits 1
-(``DIR/q/error.txt``) when a query fails.
+application starts the queries one after the other, writes ``DIR/started`` once every query is under
+way (a test kills it only then: every query's restart is a restart), stops them when ``DIR/stop``
+exists, and exits 1 (``DIR/q/error.txt``) when a query fails.
 """
 
 from __future__ import annotations
@@ -44,6 +45,23 @@ def sink_for(folder: Path) -> Any:
     return sink
 
 
+#: A query's status once its source answered its first offsets (its Python process is up).
+PAST_FIRST_OFFSETS = ("Processing new data", "Waiting for data to arrive", "Waiting for next trigger")
+
+
+def under_way(query: Any) -> bool:
+    """Whether ``query``'s source process is up: it made progress, failed, is past its first offsets,
+    or stopped at a test's pause point inside them (``source:offsets-chosen``: a pause point reached
+    while it gets offsets; a test that pauses elsewhere sees one of the others)."""
+    if query.lastProgress is not None or query.exception() is not None:
+        return True
+    message = str(query.status["message"])
+    if message in PAST_FIRST_OFFSETS:
+        return True
+    folder = os.environ.get("LOGSTORE_PAUSE_DIR")
+    return message.startswith("Getting offsets") and bool(folder) and any(Path(folder).glob("*.reached"))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--table", required=True)
@@ -77,8 +95,9 @@ def main() -> int:
         )
         # one query at a time: each starts a Python process for its source, which Spark gives 10 s to
         # connect back, and three at once on a busy 2-core machine can miss that
-        while queries[name].lastProgress is None and queries[name].exception() is None:
+        while not under_way(queries[name]):
             time.sleep(0.1)
+    (args.root / "started").touch()
     stop = args.root / "stop"
     while not stop.exists():
         for name, query in queries.items():

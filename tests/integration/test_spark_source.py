@@ -51,6 +51,8 @@ HERE = Path(__file__).resolve().parent
 DRIVER = HERE / "stream_driver.py"
 FIXTURE_V1 = HERE / "fixtures" / "logstore_source_checkpoint_v1"
 WAIT_S = 240.0
+#: The queries of ``stream_driver.py`` (its ``QUERIES``).
+QUERIES = ("log", "hybrid", "eventual")
 
 BATCHES: list[list[dict[str, Any]]] = [
     [{"id": i, "name": f"n{i}", "amount": i} for i in range(1, 9)],
@@ -63,6 +65,7 @@ BATCHES: list[list[dict[str, Any]]] = [
     ],
     [{"id": 2, "name": "d2", "amount": 200, "op": "update"}, {"id": 11, "name": "n11", "amount": 11}],
     [{"id": 3, "op": "delete"}, {"id": 12, "name": "n12", "amount": 12}],
+    [{"id": 6, "name": "e6", "amount": 60, "op": "update"}, {"id": 13, "name": "n13", "amount": 13}],
 ]
 COLUMNS = ("id", "name", "amount")
 
@@ -328,14 +331,16 @@ def test_streams_return_batches_a_control_checkpoint_retired_once(
     env: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A publish settles batches 1-12 and its checkpoint retires their ledger entries (tombstoned): a
-    stream running across it (its control follower folds the tombstones) and one started after it (from
-    the checkpoint) decide those records by the settled ranges, and return each once."""
+    stream running across it (its control follower folds the tombstones), one stopped before it and
+    restarted from its own checkpoint after it, and one started after it (from the control checkpoint)
+    decide those records by the settled ranges, and return each once."""
     from airflow_logstore.log import control_topic
     from tests.integration.test_checkpoints import write_batches
 
     monkeypatch.setattr(control_topic, "CHECKPOINT_EVERY", 20)
     handle = make_table(env, prefix="retired", properties={"log-store.partitions": "1"})
-    write_batches(handle, 1, 12)
+    write_batches(handle, 1, 6)
+    assert publish_visible_offsets(handle).checkpoint is None  # batches 1-6 visible, nothing retired yet
 
     def start(sink: _Sink, name: str, **options: str) -> Any:
         options = options or {"consistency": "consistent", "maxRecordsPerTrigger": "7"}
@@ -349,13 +354,20 @@ def test_streams_return_batches_a_control_checkpoint_retired_once(
             .start()
         )
 
-    across, after, tail = _Sink(), _Sink(), _Sink()
+    across, restarted, after, tail = _Sink(), _Sink(), _Sink(), _Sink()
+    stopped = start(restarted, "restarted")
+    try:  # stopped part of the way: batches 1-6 read, its checkpoint's offset before the retirement
+        _until(lambda: len(restarted.rows()) >= 30, "the restarted stream's first run")
+    finally:
+        stopped.stop()
     running = start(across, "across")
     try:
         _until(lambda: running.lastProgress is not None, "the first stream's first micro-batch")
+        write_batches(handle, 7, 6)
         report = publish_visible_offsets(handle)
         assert report.checkpoint is not None and report.checkpoint["retired"] == 12
         assert not handle.control().read().commits  # every entry retired: only the settled ranges decide
+        resumed = start(restarted, "restarted")  # from its own checkpoint, across the retirement
         later = start(after, "after")
         # an eventual stream from `latest`: its first micro-batch fixes where it starts (the log's end)
         tailing = start(tail, "tail", consistency="eventual", startingPosition="latest")
@@ -365,14 +377,18 @@ def test_streams_return_batches_a_control_checkpoint_retired_once(
             publish_visible_offsets(handle)
             want = _python_log(read_log(handle, consistency="consistent").records)
             assert sum(want.values()) == 15 * 5
-            _until(lambda: min(len(across.rows()), len(after.rows())) >= 75, "every committed record")
+            _until(
+                lambda: min(len(across.rows()), len(after.rows()), len(restarted.rows())) >= 75,
+                "every committed record",
+            )
             _until(lambda: len(tail.rows()) >= 15, "the records written after the latest stream started")
         finally:
             tailing.stop()
             later.stop()
+            resumed.stop()
     finally:
         running.stop()
-    for sink in (across, after):
+    for sink in (across, restarted, after):
         assert Counter(_log_key(r) for r in sink.rows()) == want
     # exactly the batches written after its start, each record once (nothing before `latest`)
     newer = [r for r in read_log(handle, consistency="eventual").records if r.meta.batch_id >= 13]
@@ -391,6 +407,7 @@ class _Driver:
         self.root = root
         self.pause_dir = root / f"pause-{time.monotonic_ns()}"
         self.pause_dir.mkdir(parents=True)
+        (root / "started").unlink(missing_ok=True)
         extra = {"LOGSTORE_PAUSE_AT": pause, "LOGSTORE_PAUSE_DIR": str(self.pause_dir)} if pause else {}
         self.log = (root / "driver.log").open("a")
         self.process = subprocess.Popen(
@@ -412,8 +429,13 @@ class _Driver:
         self.started = time.monotonic()
 
     def wait_reached(self, point: str) -> None:
+        """Until a query reached ``point`` and every query is under way (the driver says ``started``)."""
         reached = self.pause_dir / f"{point.replace(':', '_')}.reached"
-        _until(lambda: reached.exists() or self.process.poll() is not None, f"pause point {point}")
+        started = self.root / "started"
+        _until(
+            lambda: (reached.exists() and started.exists()) or self.process.poll() is not None,
+            f"pause point {point}",
+        )
         assert reached.exists(), (
             f"the driver exited ({self.process.returncode}) before {point}: {self._tail()}"
         )
@@ -445,6 +467,16 @@ def _deliveries(root: Path, query: str) -> dict[int, list[list[dict[str, Any]]]]
         rows = [json.loads(line) for line in path.read_text().splitlines()]
         found.setdefault(int(batch), []).append((int(delivery), rows))
     return {batch: [rows for _, rows in sorted(each)] for batch, each in found.items()}
+
+
+def _planned(root: Path, query: str) -> int:
+    """The micro-batches ``query``'s checkpoint planned (its offsets log)."""
+    return len([p for p in (root / query / "checkpoint" / "offsets").glob("*") if p.name.isdigit()])
+
+
+def _delivered(root: Path, query: str) -> int:
+    """The deliveries ``query``'s sink recorded, replays included."""
+    return len(list((root / query / "sink").glob("*.jsonl")))
 
 
 def _received(root: Path, query: str) -> list[dict[str, Any]]:
@@ -507,18 +539,23 @@ def test_streams_return_each_committed_change_once_across_sigkills_of_the_driver
     s2 = _writer(spark, handle).write_path(_path(tmp_path, 2), 2).snapshot_id  # the hybrid stream's snapshot
 
     # run 1: killed while a task holds records it read (the micro-batch's end is in the checkpoint);
-    # meanwhile batch 3 is written after a failover and published
+    # meanwhile batch 3 is written after a failover and published. Every query is killed with a planned
+    # micro-batch in its checkpoint: each of the three is restarted from it.
     driver = _Driver(env, handle, root, s2, "source:slice-read")
     driver.wait_reached("source:slice-read")
     _failover(spark, handle, tmp_path, 3)
     publish_visible_offsets(handle)
+    _until(lambda: all(_planned(root, q) for q in QUERIES), "a planned micro-batch in every checkpoint")
     costs["run 1 (killed in a task)"] = driver.kill()
 
-    # run 2: killed after a sink wrote a micro-batch, before Spark committed it; batch 4 waits in flight
+    # run 2: killed after every sink wrote a micro-batch, before Spark committed it (each query then
+    # delivers it again); batch 4 waits in flight
+    delivered = {q: _delivered(root, q) for q in QUERIES}
     driver = _Driver(env, handle, root, s2, "sink:written")
     driver.wait_reached("sink:written")
     held, thread, outcome = held_writer(handle, _path(tmp_path, 4), 4)
     publish_visible_offsets(handle)  # the watermark stops before batch 4's records
+    _until(lambda: all(_delivered(root, q) > delivered[q] for q in QUERIES), "a delivery in every sink")
     costs["run 2 (killed in the sink)"] = driver.kill()
 
     # run 3: killed after the driver chose the end of a micro-batch; batch 4 commits meanwhile, and the
@@ -533,10 +570,29 @@ def test_streams_return_each_committed_change_once_across_sigkills_of_the_driver
     driver.wait_reached("source:offsets-chosen")
     costs["run 3 (killed in the driver)"] = driver.kill()
 
-    # run 4: to the end; batch 5 after a failover, reconciled, published
+    # run 4: to the end; batch 5 after a failover, reconciled, published; then batch 6 in flight while
+    # the streams run and plan (its records move the log end: a consistent stream plans a micro-batch
+    # for the lag, at the watermark), and returned only once it commits and is published
     driver = _Driver(env, handle, root, s2)
     _failover(spark, handle, tmp_path, 5)
     reconcile(handle)
+    publish_visible_offsets(handle)
+    before_6 = len(read_log(handle, consistency="consistent").records)
+    hybrid_5 = read_hybrid(handle, s2, consistency="consistent")
+    _until(lambda: len(_received(root, "log")) >= before_6, "the consistent stream up to batch 5")
+    _until(
+        lambda: len(_received(root, "hybrid")) >= hybrid_5.file_rows.num_rows + len(hybrid_5.log.records),
+        "the hybrid stream up to batch 5",
+    )
+    planned = {q: _planned(root, q) for q in ("log", "hybrid")}
+    held, thread, outcome = held_writer(handle, _path(tmp_path, 6), 6)
+    publish_visible_offsets(handle)  # the watermark stops before batch 6's records
+    _until(lambda: all(_planned(root, q) > n for q, n in planned.items()), "a micro-batch planned in flight")
+    for query in ("log", "hybrid"):
+        assert 6 not in {r.get("_batch_id") for r in _received(root, query)}, query
+    held.released.set()
+    thread.join(WAIT_S)
+    assert outcome["result"].snapshot_id is not None
     publish_visible_offsets(handle)
     consistent = read_log(handle, consistency="consistent").records
     hybrid = read_hybrid(handle, s2, consistency="consistent")
@@ -551,25 +607,25 @@ def test_streams_return_each_committed_change_once_across_sigkills_of_the_driver
 
     log_rows = _received(root, "log")
     assert Counter(_log_key(r) for r in log_rows) == _python_log(consistent)  # each committed change once
-    assert {r["_batch_id"] for r in log_rows} == {1, 2, 3, 4, 5}
+    assert {r["_batch_id"] for r in log_rows} == {1, 2, 3, 4, 5, 6}
     rows = _received(root, "hybrid")
     files, log = [r for r in rows if r["_source"] == "file"], [r for r in rows if r["_source"] == "log"]
     # a union read: the snapshot's rows first, then its log part (no log row before the last file row)
     assert {r["_source"] for r in rows[: len(files)]} == {"file"}
     assert Counter(_file_key(r) for r in files) == Counter(_file_key(r) for r in hybrid.file_rows.to_pylist())
     assert Counter(_log_key(r) for r in log) == _python_log(hybrid.log.records)
-    assert {r["_batch_id"] for r in log} == {3, 4, 5}  # the snapshot holds batches 1 and 2
+    assert {r["_batch_id"] for r in log} == {3, 4, 5, 6}  # the snapshot holds batches 1 and 2
     eventual = _received(root, "eventual")
     assert len({(r["_partition"], r["_offset"]) for r in eventual}) == len(eventual)
     assert "reversal" in {r["_record_type"] for r in eventual}
 
-    replays = 0
-    for query in ("log", "hybrid", "eventual"):
+    replays = dict.fromkeys(QUERIES, 0)
+    for query in QUERIES:
         for batch, each in _deliveries(root, query).items():
             # a replay: the same rows, in the same order (the message says which of the two differs)
             assert all(rows == each[0] for rows in each), (query, batch, _replay_difference(each))
-            replays += len(each) - 1
-    assert replays >= 1
+            replays[query] += len(each) - 1
+    assert all(replays.values()), replays  # every query delivered a micro-batch again after a kill
     print(f"\ncosts (s): {json.dumps({k: round(v, 1) for k, v in costs.items()})}, replays: {replays}")
 
 
