@@ -23,6 +23,7 @@ and the others need neither FastAPI routes nor Airflow's API modules.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Iterable
 from importlib import resources
@@ -53,8 +54,11 @@ def _conf(key: str, default: str) -> str:
     return str(conf.get("logstore", key, fallback=default))
 
 
+@functools.cache
 def _hook() -> LogStoreHook:
-    """The hook of the view's catalog and Kafka settings (the operators' connections by default)."""
+    """The hook of the view's catalog and Kafka settings (the operators' connections by default): one per
+    process, so that it says once, not at every request, that the embedded default applies (it reads
+    the connections at each use)."""
     from airflow_logstore.hooks.logstore import LogStoreHook
 
     return LogStoreHook(
