@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 import pytest
 import sqlalchemy.exc
-from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+from airflow.sdk.exceptions import AirflowFailException, AirflowTaskTimeout, TaskDeferred
 
 from airflow_logstore.core.failures import JobFailure
 from airflow_logstore.exceptions import BadInputError, JobFailedError, KafkaUnavailableError
@@ -250,41 +250,33 @@ def test_a_heartbeat_that_cannot_be_read_for_a_moment_is_read_again(
     assert failures == []
 
 
-def test_a_heartbeat_that_cannot_be_read_until_the_deadline_stops_the_application(
-    table: LogStoreTable, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    launched = Launched(table, monkeypatch)
-
-    def gone(loaded: Any, report_id: str) -> Any:
-        raise OSError("the catalog's database is gone")
-
-    monkeypatch.setattr(streams, "read_status", gone)
-    try:
-        with pytest.raises(JobFailedError, match="the last read of its heartbeat failed: OSError") as e:
-            operator(startup_timeout=2).execute({})
-        assert launched.process.wait(30) == -signal.SIGKILL  # its process group was killed
-    finally:
-        launched.stop()
-    assert e.value.retryable
-
-
+@pytest.mark.parametrize(
+    ("error", "expected", "match"),
+    [
+        # the catalog gone for longer than the startup timeout: the deadline ends the wait
+        (OSError("the catalog's database is gone"), JobFailedError, "the last read of its heartbeat failed"),
+        # the task's execution_timeout, a BaseException raised in the wait
+        (AirflowTaskTimeout("Timeout, PID: 1"), AirflowTaskTimeout, "Timeout"),
+    ],
+)
 def test_whatever_ends_the_wait_for_the_first_heartbeat_stops_the_application(
-    table: LogStoreTable, monkeypatch: pytest.MonkeyPatch
+    table: LogStoreTable,
+    monkeypatch: pytest.MonkeyPatch,
+    error: BaseException,
+    expected: type[BaseException],
+    match: str,
 ) -> None:
-    """The task's ``execution_timeout`` (a ``BaseException`` raised in the wait) or any other error
-    that ends the wait stops the application: none is left running that no trigger watches (a retry
-    would start a second one on the same checkpoint)."""
-    from airflow.sdk.exceptions import AirflowTaskTimeout
-
+    """No application is left running that no trigger watches (a retry would start a second one on the
+    same checkpoint)."""
     launched = Launched(table, monkeypatch)
 
-    def timed_out(loaded: Any, report_id: str) -> Any:
-        raise AirflowTaskTimeout("Timeout, PID: 1")
+    def failing(loaded: Any, report_id: str) -> Any:
+        raise error
 
-    monkeypatch.setattr(streams, "read_status", timed_out)
+    monkeypatch.setattr(streams, "read_status", failing)
     try:
-        with pytest.raises(AirflowTaskTimeout):
-            operator().execute({})
+        with pytest.raises(expected, match=match):
+            operator(startup_timeout=2).execute({})
         assert launched.process.wait(30) == -signal.SIGKILL  # its process group was killed
     finally:
         launched.stop()
