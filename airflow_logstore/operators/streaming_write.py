@@ -234,9 +234,13 @@ class LogStoreStreamingDualWriteOperator(LineageMixin, SparkJobOperator):
             try:
                 status = self._wait_started(handle, report_id, log_path)
             except BaseException:  # never an application left running with no trigger watching it
-                self._stop_process()
+                self._stop_application(handle, report_id)
                 raise
         pid = self._process.pid
+        try:
+            pid_started = psutil.Process(pid).create_time()
+        except psutil.NoSuchProcess:  # spark-submit ended since its first heartbeat (a short run_for)
+            pid_started = 0.0  # no process of that start: the trigger reads the result at once
         self.log.info(
             "streaming dual write of %s started: writer %s, epoch %s, spark-submit pid %s, output %s",
             self.table,
@@ -250,7 +254,7 @@ class LogStoreStreamingDualWriteOperator(LineageMixin, SparkJobOperator):
                 table=self.table,
                 report_id=report_id,
                 pid=pid,
-                pid_started=psutil.Process(pid).create_time(),
+                pid_started=pid_started,
                 host=socket.gethostname(),
                 heartbeat_timeout=self.heartbeat_timeout,
                 poll_interval=self.poll_interval,
@@ -293,7 +297,11 @@ class LogStoreStreamingDualWriteOperator(LineageMixin, SparkJobOperator):
                 return status
             code = self._process.poll()
             if code is not None:
-                failure = read_attempt_failure(handle.load(), report_id)
+                try:
+                    failure = read_attempt_failure(handle.load(), report_id)
+                except Exception as exc:  # the exit says more than the catalog's error
+                    self.log.warning("could not read the application's failure report: %s", first_line(exc))
+                    failure = None
                 if failure is not None:
                     raise failure_exception(failure, what)
                 raise JobFailedError(
@@ -305,7 +313,7 @@ class LogStoreStreamingDualWriteOperator(LineageMixin, SparkJobOperator):
                 )
             now = time.monotonic()
             if now > deadline:
-                self._stop_process()
+                self._stop_application(handle, report_id)
                 unread = f" (the last read of its heartbeat failed: {read_error})" if read_error else ""
                 raise JobFailedError(
                     "StreamDidNotStart",
@@ -349,6 +357,21 @@ class LogStoreStreamingDualWriteOperator(LineageMixin, SparkJobOperator):
         source = kafka_dataset(bootstrap, self.source_topic) if bootstrap else None
         last = (result or {}).get("last_batch") or {}
         return Lineage.of([source], table.written(self.emit_mode, last.get("snapshot_id")))
+
+    def _stop_application(self, handle: LogStoreTable, report_id: str) -> None:
+        """Stop the application whatever went wrong (never raising over the error at hand): a stop
+        request next to the table (a driver elsewhere, in cluster deploy mode, obeys it at its next
+        heartbeat) and the process group of the spark-submit started here."""
+        from airflow_logstore.table import streams
+
+        try:
+            streams.request_stop(handle.load(), report_id)
+        except Exception as exc:
+            self.log.warning("could not leave a stop request: %s", first_line(exc))
+        try:
+            self._stop_process()
+        except Exception as exc:
+            self.log.warning("could not stop the spark-submit process: %s", first_line(exc))
 
     def _stop_process(self) -> None:
         """Kill the process group of the spark-submit this task started, if it still runs."""

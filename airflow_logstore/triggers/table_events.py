@@ -49,8 +49,11 @@ if TYPE_CHECKING:
 MAX_BACKOFF_S = 60.0
 #: The visible trigger's key in Airflow's asset state store: the watermark it last fired up to.
 STATE_KEY = "logstore_visible_watermark"
-#: Reads of the asset state store at start before the trigger runs without it (the store unreachable).
-STORE_ATTEMPTS = 3
+#: The waits between reads of the asset state store at start while it cannot be reached (an API server
+#: restarting takes its time): after the last, the trigger runs without it.
+STORE_RETRY_DELAYS = (5.0, 15.0, 40.0)
+#: What Airflow's accessors raise when several assets share this trigger: no read can fix it.
+SHARED_TRIGGER_ERROR = "inlets and outlets"
 
 
 class _TableEventTrigger(BaseEventTrigger):
@@ -253,6 +256,7 @@ class LogStoreVisibleTrigger(_TableEventTrigger):
         self._fired: dict[int, int] | None = None
         self._stored: dict[int, int] | None = None
         self._store: Any = None
+        self.store_retry_delays = STORE_RETRY_DELAYS  # tests set shorter ones
 
     def idle_delay(self) -> float:
         return 0.0  # the poll waited for control records already
@@ -263,24 +267,22 @@ class LogStoreVisibleTrigger(_TableEventTrigger):
         store = getattr(self, "asset_state_store", None)
         if store is None:
             return
-        for attempt in range(1, STORE_ATTEMPTS + 1):
+        delays = list(self.store_retry_delays)
+        while True:
             try:
                 stored = await store.aget(STATE_KEY)
                 break
-            except (ValueError, KeyError, TypeError) as exc:  # several assets share this trigger
-                return self._without_store(exc)
-            except Exception as exc:  # the store cannot be reached now: a few tries, then without it
-                if attempt == STORE_ATTEMPTS:
-                    return self._without_store(exc)
-                delay = self.backoff(attempt)
+            except Exception as exc:
+                if (isinstance(exc, ValueError) and SHARED_TRIGGER_ERROR in str(exc)) or not delays:
+                    return self._without_store(exc)  # several assets share this trigger, or no more tries
+                delay = delays.pop(0)
                 self.log.warning(
-                    "%s: reading the asset state store failed (%s: %s; %s of %s); retrying in %.1fs",
+                    "%s: reading the asset state store failed (%s: %s); retrying in %.0fs (%s more tries)",
                     self.table,
                     type(exc).__name__,
                     first_line(exc),
-                    attempt,
-                    STORE_ATTEMPTS,
                     delay,
+                    len(delays) + 1,
                 )
                 await self.sleep(delay)
         self._store = store

@@ -279,11 +279,14 @@ def test_whatever_ends_the_wait_for_the_first_heartbeat_stops_the_application(
 
     monkeypatch.setattr(streams, "read_status", failing)
     try:
-        with pytest.raises(expected, match=match):
-            operator(startup_timeout=2).execute({})
+        with pytest.raises(expected, match=match) as raised:
+            task = operator(startup_timeout=2)
+            task.execute({})
         assert launched.process.wait(30) == -signal.SIGKILL  # its process group was killed
     finally:
         launched.stop()
+    # and a stop request, for a driver that runs elsewhere (cluster deploy mode)
+    assert streams.stop_requested(table.load(), str(task._report_id)), raised.value
 
 
 def test_how_the_application_ended_decides_how_the_task_ends() -> None:

@@ -57,3 +57,34 @@ def test_a_table_dropped_while_the_catalog_is_listed_is_skipped(
 
     monkeypatch.setattr(SqlCatalog, "load_table", dropped_meanwhile)
     assert logstore_tables(catalog) == ["ns.broken"]
+
+
+def test_a_table_this_user_may_not_read_is_skipped(
+    catalog: CatalogSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another team's table in a shared catalog: not listed (its every task would fail)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    load = SqlCatalog.load_table
+
+    def forbidden(self: SqlCatalog, identifier: object) -> object:
+        if identifier == ("ns", "broken"):
+            raise PermissionError(13, "Permission denied", "s3://other-team/ns/broken/metadata")
+        return load(self, identifier)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SqlCatalog, "load_table", forbidden)
+    assert logstore_tables(catalog) == ["ns.orders"]
+
+
+def test_when_no_table_can_be_loaded_the_catalogs_error_is_raised(
+    catalog: CatalogSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every load fails (the storage is gone): the catalog is the problem, not each table."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    def down(self: SqlCatalog, identifier: object) -> object:
+        raise OSError("the warehouse's storage does not answer")
+
+    monkeypatch.setattr(SqlCatalog, "load_table", down)
+    with pytest.raises(OSError, match="storage does not answer"):
+        logstore_tables(catalog)

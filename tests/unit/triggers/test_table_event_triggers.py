@@ -40,7 +40,7 @@ from airflow_logstore.triggers.assets import (
 )
 from airflow_logstore.triggers.table_events import (
     STATE_KEY,
-    STORE_ATTEMPTS,
+    STORE_RETRY_DELAYS,
     LogStoreCommitTrigger,
     LogStoreVisibleTrigger,
 )
@@ -282,6 +282,7 @@ def _run_with_store(control: Control, store: Store, moves: list[dict[int, int]])
     async def scenario() -> list[dict[str, Any]]:
         trigger = visible()
         trigger.asset_state_store = store
+        trigger.store_retry_delays = (0.01,) * len(STORE_RETRY_DELAYS)
         events: list[dict[str, Any]] = []
         stream = trigger.run()
         try:
@@ -347,10 +348,17 @@ def test_a_state_store_that_cannot_be_used_is_logged_and_left_alone(control: Con
     assert store.reads == 1  # several assets on one trigger: no retry can help
 
 
-def test_a_state_store_unreachable_at_start_is_read_again_and_kept(control: Control) -> None:
-    """A store that fails its first read (the API server restarting) is read again after the backoff and
-    used: the restart starts where the store says, not from the watermark of now."""
-    store = Store({"0": 4}, error=ConnectionError("the API server is restarting"), failures=1)
+@pytest.mark.parametrize(
+    "error", [ConnectionError("the API server is restarting"), ValueError("Expecting value: line 1 column 1")]
+)
+def test_a_state_store_unreachable_at_start_is_read_again_and_kept(
+    control: Control, error: Exception
+) -> None:
+    """A store that fails its first read (the API server restarting; a ValueError too, unless it says the
+    trigger is shared) is read again after a wait and used: the restart starts where the store says, not
+    from the watermark of now."""
+    assert min(STORE_RETRY_DELAYS) >= 5 and sum(STORE_RETRY_DELAYS) >= 60  # a restart's time, not a blink
+    store = Store({"0": 4}, error=error, failures=1)
     control.move({0: 8})  # published while the trigger was down
     events = _run_with_store(control, store, [{}])
     assert store.reads == 2
@@ -362,7 +370,7 @@ def test_a_state_store_unreachable_at_every_read_is_given_up_after_a_few(control
     store = Store(error=ConnectionError("refused"))
     with structlog.testing.capture_logs() as logs:
         events = _run_with_store(control, store, [{0: 6}])
-    assert store.reads == STORE_ATTEMPTS
+    assert store.reads == len(STORE_RETRY_DELAYS) + 1
     assert (events[0]["from"], events[0]["to"]) == ({"0": 5, "1": 0}, {"0": 7, "1": 0})
     assert STATE_KEY not in store.values
     assert any("not keeping the fired watermark" in str(entry.get("event")) for entry in logs), logs
