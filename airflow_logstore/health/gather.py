@@ -61,6 +61,7 @@ def table_health(
         facts = probe.facts()
     except Exception as exc:
         return _failed(health, "table", exc)
+    _read_well(health, "table")
     config = facts.config
     health.update(
         {
@@ -75,6 +76,7 @@ def table_health(
     )
     try:
         health["compaction"] = compaction_section(facts, probe.file_stats(facts), config.compaction, now_ms)
+        _read_well(health, "compaction")
     except Exception as exc:
         _failed(health, "compaction", exc)
     if not config.enabled:
@@ -97,29 +99,37 @@ def table_health(
             "control_records_after_checkpoint": state.end_offset - state.checkpoint_start,
             "history_records": len(history),
         }
+        _read_well(health, "log")
     except Exception as exc:
         _failed(health, "log", exc)
     return health
 
 
-#: The errors the view logged with their stack trace: (table, part, error), at most ``_LOGGED_MAX`` of them.
-_LOGGED: set[tuple[str, str, str]] = set()
+#: Per (table, part), the error the view last logged with its stack trace (forgotten when the part reads
+#: well again), at most ``_LOGGED_MAX`` of them.
+_LOGGED: dict[tuple[str, str], str] = {}
 _LOGGED_MAX = 256
 
 
 def _failed(health: dict[str, Any], part: str, exc: BaseException) -> dict[str, Any]:
-    """Name the error in the part; log it with its stack trace the first time, then at debug (the page
-    asks again every minute, and a broker that is down stays down for many of them)."""
+    """Name the error in the part; log it with its stack trace the first time, then at debug while it
+    lasts (the page asks again every minute, and a broker that is down stays down for many of them)."""
     described = health["errors"][part] = describe_error(exc)
-    seen = (str(health["table"]), part, described)
-    if seen in _LOGGED:
+    key = (str(health["table"]), part)
+    if _LOGGED.get(key) == described:
         log.debug("LogStore view: %s of %s could not be read (again): %s", part, health["table"], described)
         return health
     if len(_LOGGED) >= _LOGGED_MAX:
         _LOGGED.clear()
-    _LOGGED.add(seen)
+    _LOGGED[key] = described
     log.warning("LogStore view: %s of %s could not be read: %s", part, health["table"], exc, exc_info=True)
     return health
+
+
+def _read_well(health: dict[str, Any], *parts: str) -> None:
+    """These parts read well: an error of theirs that comes back is logged in full again."""
+    for part in parts:
+        _LOGGED.pop((str(health["table"]), part), None)
 
 
 def catalog_health(probes: Iterable[TableProbe], *, workers: int = 4, **options: Any) -> dict[str, Any]:

@@ -114,14 +114,21 @@ def create_app(
         redoc_url=None,
     )
 
-    @app.get("/openapi.json", dependencies=authorized, include_in_schema=False)
-    def schema() -> dict[str, Any]:
-        """The JSON API's OpenAPI schema."""
+    def schema(request: Request) -> dict[str, Any]:
+        """The JSON API's OpenAPI schema, its paths under the app's mount (``/logstore``)."""
         from fastapi.openapi.utils import get_openapi
 
+        root = str(request.scope.get("root_path", "")).rstrip("/")
         return get_openapi(
-            title=app.title, version=app.version, description=app.description, routes=app.routes
+            title=app.title,
+            version=app.version,
+            description=app.description,
+            routes=app.routes,
+            servers=[{"url": root}] if root else None,
         )
+
+    schema.__annotations__["request"] = Request  # the class itself: FastAPI resolves no local name
+    app.get("/openapi.json", dependencies=authorized, include_in_schema=False)(schema)
 
     @app.get("/", response_class=HTMLResponse, dependencies=authorized, include_in_schema=False)
     def page() -> HTMLResponse:

@@ -63,15 +63,20 @@ class StreamMonitor:
         self.beat()
 
     def batch_done(self, batch_id: int, result: BatchResult) -> None:
-        """Count a micro-batch; about once a :data:`PROGRESS_S`, one line sums up those since the last."""
+        """Count a micro-batch; one line sums up those since the last line about once a
+        :data:`PROGRESS_S` (and the first micro-batch, and the rest at :meth:`close`)."""
         log.debug("micro-batch %s: %s", batch_id, result.to_dict())
         with self._lock:
             self.batches += 1
             self.last_batch = {"batch_id": batch_id, **result.to_dict()}
             since, now = self._since.add(result), self.clock()
-            if since.started_at + PROGRESS_S > now:
+            if self.batches > 1 and since.started_at + PROGRESS_S > now:
                 return
             self._since = _Since(now)
+        self._progress(since, now)
+
+    def _progress(self, since: _Since, now: float) -> None:
+        last = self.last_batch or {}
         log.info(
             "%s micro-batches in the last %.0fs (%s in all): %s rows in, %s log records, %s skipped as "
             "committed; the last: batch %s, snapshot %s, offsets %s",
@@ -81,9 +86,9 @@ class StreamMonitor:
             since.rows_in,
             since.log_records,
             since.skipped,
-            batch_id,
-            result.snapshot_id,
-            result.offsets,
+            last.get("batch_id"),
+            last.get("snapshot_id"),
+            last.get("offsets"),
         )
 
     def status(self) -> dict[str, Any]:
@@ -135,11 +140,17 @@ class StreamMonitor:
                 log.warning("could not stop the streaming query (%s); trying again", first_line(exc))
 
     def close(self, state: str) -> None:
-        """The last heartbeat: ``finished``, ``stopped`` or ``failed``."""
+        """The micro-batches not summed up yet, and the last heartbeat: ``finished``, ``stopped`` or
+        ``failed``. Closing again does nothing."""
+        if self._done.is_set():
+            return
         self._done.set()
         self._thread.join(timeout=self.interval + 30)
         with self._lock:
             self.state = state
+            since, self._since = self._since, _Since(self.clock())
+        if since.batches:
+            self._progress(since, self.clock())
         self.beat()
 
 

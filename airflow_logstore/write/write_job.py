@@ -144,16 +144,20 @@ def dual_write_main(
                 from airflow_logstore.write.stream_monitor import StreamMonitor
 
                 monitor = StreamMonitor(writer, args.report_id, args.heartbeat_interval)
-            results = run_stream(
-                writer,
-                source_topic=args.source_topic,
-                bootstrap=args.source_bootstrap,
-                checkpoint=args.checkpoint,
-                trigger=args.trigger,
-                timeout=args.timeout,
-                max_offsets_per_trigger=args.max_offsets_per_trigger,
-                monitor=monitor,
-            )
+            try:
+                results = run_stream(
+                    writer,
+                    source_topic=args.source_topic,
+                    bootstrap=args.source_bootstrap,
+                    checkpoint=args.checkpoint,
+                    trigger=args.trigger,
+                    timeout=args.timeout,
+                    max_offsets_per_trigger=args.max_offsets_per_trigger,
+                    monitor=monitor,
+                )
+            finally:  # failed before its query started: the last heartbeat, before the failure report
+                if monitor is not None:
+                    monitor.close("failed")  # nothing when run_stream closed it
             if monitor is not None:  # a long run: its count and last micro-batch, not all of them
                 summary = {
                     "batches": monitor.batches,

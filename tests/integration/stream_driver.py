@@ -49,17 +49,24 @@ def sink_for(folder: Path) -> Any:
 PAST_FIRST_OFFSETS = ("Processing new data", "Waiting for data to arrive", "Waiting for next trigger")
 
 
-def under_way(query: Any) -> bool:
+def under_way(query: Any, paused: set[str]) -> bool:
     """Whether ``query``'s source process is up: it made progress, failed, is past its first offsets,
-    or stopped at a test's pause point inside them (``source:offsets-chosen``: a pause point reached
-    while it gets offsets; a test that pauses elsewhere sees one of the others)."""
+    or stopped at a test's pause point inside them (``source:offsets-chosen``): a process that no
+    earlier query's was (``paused``: the pids seen at pause points so far) wrote its pid there."""
     if query.lastProgress is not None or query.exception() is not None:
         return True
     message = str(query.status["message"])
     if message in PAST_FIRST_OFFSETS:
         return True
     folder = os.environ.get("LOGSTORE_PAUSE_DIR")
-    return message.startswith("Getting offsets") and bool(folder) and any(Path(folder).glob("*.reached"))
+    if not message.startswith("Getting offsets") or not folder:
+        return False
+    for reached in Path(folder).glob("*.reached"):
+        pid = reached.read_text().strip()  # empty while it is being written: read again next time
+        if pid and pid not in paused:
+            paused.add(pid)
+            return True
+    return False
 
 
 def main() -> int:
@@ -76,7 +83,7 @@ def main() -> int:
 
     spark = build_spark_session("logstore-stream-driver")
     register(spark)  # spark.read.format("logstore")
-    queries = {}
+    queries, paused = {}, set[str]()
     for name in args.queries.split(","):
         folder = args.root / name
         options = dict(QUERIES[name])
@@ -95,7 +102,7 @@ def main() -> int:
         )
         # one query at a time: each starts a Python process for its source, which Spark gives 10 s to
         # connect back, and three at once on a busy 2-core machine can miss that
-        while not under_way(queries[name]):
+        while not under_way(queries[name], paused):
             time.sleep(0.1)
     (args.root / "started").touch()
     stop = args.root / "stop"

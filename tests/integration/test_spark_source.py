@@ -440,6 +440,11 @@ class _Driver:
             f"the driver exited ({self.process.returncode}) before {point}: {self._tail()}"
         )
 
+    def until(self, done: Callable[[], bool], what: str) -> None:
+        """Until ``done``, while the driver runs (its own error when it ended first)."""
+        _until(lambda: done() or self.process.poll() is not None, what)
+        assert done(), f"the driver exited ({self.process.returncode}) before {what}: {self._tail()}"
+
     def kill(self) -> float:
         os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(60)
@@ -472,6 +477,11 @@ def _deliveries(root: Path, query: str) -> dict[int, list[list[dict[str, Any]]]]
 def _planned(root: Path, query: str) -> int:
     """The micro-batches ``query``'s checkpoint planned (its offsets log)."""
     return len([p for p in (root / query / "checkpoint" / "offsets").glob("*") if p.name.isdigit()])
+
+
+def _committed(root: Path, query: str) -> int:
+    """The micro-batches ``query``'s checkpoint committed (its sink ran for them)."""
+    return len([p for p in (root / query / "checkpoint" / "commits").glob("*") if p.name.isdigit()])
 
 
 def _delivered(root: Path, query: str) -> int:
@@ -545,7 +555,7 @@ def test_streams_return_each_committed_change_once_across_sigkills_of_the_driver
     driver.wait_reached("source:slice-read")
     _failover(spark, handle, tmp_path, 3)
     publish_visible_offsets(handle)
-    _until(lambda: all(_planned(root, q) for q in QUERIES), "a planned micro-batch in every checkpoint")
+    driver.until(lambda: all(_planned(root, q) for q in QUERIES), "a planned micro-batch in every checkpoint")
     costs["run 1 (killed in a task)"] = driver.kill()
 
     # run 2: killed after every sink wrote a micro-batch, before Spark committed it (each query then
@@ -555,7 +565,7 @@ def test_streams_return_each_committed_change_once_across_sigkills_of_the_driver
     driver.wait_reached("sink:written")
     held, thread, outcome = held_writer(handle, _path(tmp_path, 4), 4)
     publish_visible_offsets(handle)  # the watermark stops before batch 4's records
-    _until(lambda: all(_delivered(root, q) > delivered[q] for q in QUERIES), "a delivery in every sink")
+    driver.until(lambda: all(_delivered(root, q) > delivered[q] for q in QUERIES), "a delivery in every sink")
     costs["run 2 (killed in the sink)"] = driver.kill()
 
     # run 3: killed after the driver chose the end of a micro-batch; batch 4 commits meanwhile, and the
@@ -579,15 +589,20 @@ def test_streams_return_each_committed_change_once_across_sigkills_of_the_driver
     publish_visible_offsets(handle)
     before_6 = len(read_log(handle, consistency="consistent").records)
     hybrid_5 = read_hybrid(handle, s2, consistency="consistent")
-    _until(lambda: len(_received(root, "log")) >= before_6, "the consistent stream up to batch 5")
-    _until(
+    driver.until(lambda: len(_received(root, "log")) >= before_6, "the consistent stream up to batch 5")
+    driver.until(
         lambda: len(_received(root, "hybrid")) >= hybrid_5.file_rows.num_rows + len(hybrid_5.log.records),
         "the hybrid stream up to batch 5",
     )
     planned = {q: _planned(root, q) for q in ("log", "hybrid")}
     held, thread, outcome = held_writer(handle, _path(tmp_path, 6), 6)
     publish_visible_offsets(handle)  # the watermark stops before batch 6's records
-    _until(lambda: all(_planned(root, q) > n for q, n in planned.items()), "a micro-batch planned in flight")
+    driver.until(
+        lambda: all(_planned(root, q) > n for q, n in planned.items()), "a micro-batch planned in flight"
+    )
+    # that micro-batch ran through its sink (committed) before anything is asserted of the sinks
+    in_flight = {q: _planned(root, q) for q in planned}
+    driver.until(lambda: all(_committed(root, q) >= n for q, n in in_flight.items()), "it reached the sinks")
     for query in ("log", "hybrid"):
         assert 6 not in {r.get("_batch_id") for r in _received(root, query)}, query
     held.released.set()
@@ -597,12 +612,14 @@ def test_streams_return_each_committed_change_once_across_sigkills_of_the_driver
     consistent = read_log(handle, consistency="consistent").records
     hybrid = read_hybrid(handle, s2, consistency="consistent")
     table = {row["id"]: row for row in table_state(handle).values()}
-    _until(lambda: len(_received(root, "log")) >= len(consistent), "the consistent stream")
-    _until(
+    driver.until(lambda: len(_received(root, "log")) >= len(consistent), "the consistent stream")
+    driver.until(
         lambda: len(_received(root, "hybrid")) >= hybrid.file_rows.num_rows + len(hybrid.log.records),
         "hybrid",
     )
-    _until(lambda: _fold(_received(root, "eventual")) == table, "the eventual stream to fold to the table")
+    driver.until(
+        lambda: _fold(_received(root, "eventual")) == table, "the eventual stream to fold to the table"
+    )
     costs["run 4 (to the end)"] = driver.stop()
 
     log_rows = _received(root, "log")

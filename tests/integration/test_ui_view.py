@@ -372,7 +372,9 @@ def test_the_page_renders_the_table_in_chromium_inside_the_airflow_ui(
     assert shown["reversed"] == [f"{known.reversed} reversed"] == ["4 reversed"]
     assert shown["behind"].startswith("5 records")
     assert shown["gaps"] == "1 gap(s): hybrid re-read"
-    assert shown["compaction"].startswith("2 small, 0 delete files") and "no commit yet" in shown["compaction"]
+    assert (
+        shown["compaction"].startswith("2 small, 0 delete files") and "no commit yet" in shown["compaction"]
+    )
     assert shown["chart_points"] == 2
     assert shown["batch_rows"] == [
         ["in-flight", "stream", "7", str(stream), "3"],

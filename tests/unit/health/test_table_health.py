@@ -349,9 +349,14 @@ def test_a_part_that_keeps_failing_is_logged_with_its_trace_once(caplog: pytest.
             assert table_health(found.probe, now_ms=NOW)["errors"]["log"].startswith("KafkaUnavailableError")
         found.probe.failures["log_bounds"] = KafkaUnavailableError("another error (logged once)")
         table_health(found.probe, now_ms=NOW)
+        del found.probe.failures["log_bounds"]
+        assert "log" not in table_health(found.probe, now_ms=NOW)["errors"]  # the broker is back
+        found.probe.failures["log_bounds"] = KafkaUnavailableError("another error (logged once)")
+        table_health(found.probe, now_ms=NOW)  # and down again, days later: logged in full again
     warnings = [r for r in caplog.records if r.levelname == "WARNING"]
     assert [str(r.args[2]) for r in warnings] == [
         "the broker did not answer (logged once)",
+        "another error (logged once)",
         "another error (logged once)",
     ]
     assert all(r.exc_info for r in warnings)

@@ -553,6 +553,7 @@ def test_the_heartbeat_counts_up_and_a_stop_request_stops_the_query(table: LogSt
     assert query.stopped.is_set() and monitor.stop_requested and query.calls == 3
     assert monitor._thread.is_alive()
     monitor.close("stopped")
+    monitor.close("failed")  # the job's own close after run_stream's: nothing more
     last = streams.read_status(table.load(), "r9")
     assert last is not None and last["state"] == "stopped" and last["beats"] > first["beats"]
     assert last["batches"] == 1 and last["last_batch"] == {**batch(0, log_records=4).to_dict(), "batch_id": 0}
@@ -578,10 +579,12 @@ def test_the_micro_batches_are_summed_up_in_a_line_a_minute_not_one_each(
         monitor.close("finished")
     lines = [r.getMessage() for r in caplog.records if r.name == "airflow_logstore.write.stream_monitor"]
     assert lines == [
-        "60 micro-batches in the last 60s (60 in all): 600 rows in, 720 log records, 1 skipped as committed; "
-        "the last: batch 60, snapshot 60, offsets {}",
-        "60 micro-batches in the last 60s (120 in all): 600 rows in, 720 log records, 0 skipped as "
-        "committed; the last: batch 120, snapshot 120, offsets {}",
+        "1 micro-batches in the last 1s (1 in all): 10 rows in, 12 log records, 0 skipped as committed; "
+        "the last: batch 1, snapshot 1, offsets {}",  # the first at once: the run is under way
+        "60 micro-batches in the last 60s (61 in all): 600 rows in, 720 log records, 1 skipped as committed; "
+        "the last: batch 61, snapshot 61, offsets {}",
+        "59 micro-batches in the last 59s (120 in all): 590 rows in, 708 log records, 0 skipped as "
+        "committed; the last: batch 120, snapshot 120, offsets {}",  # the rest, when it closes
     ]
     assert monitor.batches == 120 and monitor.last_batch is not None and monitor.last_batch["batch_id"] == 120
 

@@ -150,6 +150,12 @@ def test_every_route_of_the_app_needs_a_login(auth: Any) -> None:
         assert view.get(path, headers=viewer).status_code == 404, path
     schema = view.get("/openapi.json", headers=viewer).json()
     assert set(schema["paths"]) == {"/api/tables", "/api/tables/{name}"}
+    assert schema.get("servers") is None  # served at the root here; under Airflow, at its mount:
+    from fastapi.testclient import TestClient
+
+    under_airflow = TestClient(view.app, root_path="/logstore")
+    servers = under_airflow.get("/openapi.json", headers=viewer).json()["servers"]
+    assert servers == [{"url": "/logstore"}]
 
 
 def test_the_ui_session_cookie_is_a_credential_and_the_page_says_how_to_log_in(auth: Any) -> None:
