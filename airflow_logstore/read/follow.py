@@ -40,7 +40,13 @@ from airflow_logstore.core.codec import RecordMeta, RecordType, decode_headers
 from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import Consistency
 from airflow_logstore.core.visibility import Decision, ReadFilter, classify, retired_unknown
-from airflow_logstore.exceptions import FollowerLagError, RecordDecodeError, StreamReadError
+from airflow_logstore.exceptions import (
+    FollowerLagError,
+    KafkaUnavailableError,
+    RecordDecodeError,
+    StreamReadError,
+    first_line,
+)
 from airflow_logstore.log import kafka_client
 from airflow_logstore.log.control_topic import latest_checkpoint
 from airflow_logstore.read.reader import (
@@ -146,7 +152,16 @@ class ControlFollower:
         before = dict(self.state.watermark)
         checked = topic_checked = False
         if time.monotonic() - self._checked >= TOPIC_CHECK_S:
-            self._check_topic()
+            try:
+                self._check_topic()
+            except KafkaUnavailableError as exc:  # a broker or the controller away: asked again later
+                log.warning(
+                    "control follower of '%s': its topic's id could not be checked (%s); checked again in "
+                    "%.0fs (a reset of its offsets is checked at once, whatever it costs)",
+                    self.topic,
+                    first_line(exc),
+                    TOPIC_CHECK_S,
+                )
         for message in self.consumer.consume(num_messages=1000, timeout=timeout):
             if message.error() is not None:
                 continue

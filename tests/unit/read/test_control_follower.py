@@ -20,7 +20,7 @@ from airflow_logstore.core.codec import RecordMeta
 from airflow_logstore.core.control import ControlRecord, ControlState
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.core.visibility import Decision, classify
-from airflow_logstore.exceptions import StreamReadError
+from airflow_logstore.exceptions import KafkaUnavailableError, StreamReadError
 from airflow_logstore.read.follow import ControlFollower
 from tests.unit.control_messages import ControlMessage
 
@@ -235,9 +235,14 @@ class _Ids:
 
     def __init__(self, now: str | None) -> None:
         self.now, self.asked = now, 0
+        self.down = False  # Kafka does not answer
 
     def __call__(self) -> str | None:
         self.asked += 1
+        if self.down:
+            raise KafkaUnavailableError(
+                "Kafka did not describe topic 'ctl': Failed while waiting for controller"
+            )
         return self.now
 
 
@@ -274,4 +279,29 @@ def test_the_follower_asks_the_topics_id_every_so_often(monkeypatch: pytest.Monk
     assert ids.asked == 2
     ids.now = None  # deleted
     with pytest.raises(StreamReadError, match="its id was id-1, it is None now"):
+        follower.poll()
+
+
+def test_a_periodic_check_that_kafka_cannot_answer_is_asked_again_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A broker down (its controller with it) while the id is asked every ``TOPIC_CHECK_S``: the follower
+    goes on and asks again (before, the error ended the follow: a cluster test's follower died with its
+    broker). A reset of its offsets is still checked at once, and an error there still stops it."""
+    from airflow_logstore.read import follow
+
+    ids = _Ids("id-1")
+    topic = _CompactedTopic(set(range(len(HISTORY))))
+    follower = ControlFollower(topic, "ctl", _Checkpoints(), lambda state: state, ids)
+    follower.poll()
+    monkeypatch.setattr(follow, "TOPIC_CHECK_S", 0.0)
+    ids.down = True
+    follower.poll()  # the periodic check fails: logged, not raised
+    assert ids.asked == 2 and follower.next == len(HISTORY)
+    ids.down = False
+    follower.poll()
+    assert ids.asked == 3
+    ids.down, topic.position, topic.kept = True, 0, {0, 1}  # a reset while Kafka cannot say which topic
+    monkeypatch.setattr(follow, "TOPIC_CHECK_S", 3600.0)
+    with pytest.raises(KafkaUnavailableError):
         follower.poll()
