@@ -234,7 +234,7 @@ class LogStoreStreamingDualWriteOperator(LineageMixin, SparkJobOperator):
             try:
                 status = self._wait_started(handle, report_id, log_path)
             except BaseException:  # never an application left running with no trigger watching it
-                self._stop_application(handle, report_id)
+                self._stop_application(report_id)
                 raise
         pid = self._process.pid
         try:
@@ -313,7 +313,7 @@ class LogStoreStreamingDualWriteOperator(LineageMixin, SparkJobOperator):
                 )
             now = time.monotonic()
             if now > deadline:
-                self._stop_application(handle, report_id)
+                self._stop_application(report_id)
                 unread = f" (the last read of its heartbeat failed: {read_error})" if read_error else ""
                 raise JobFailedError(
                     "StreamDidNotStart",
@@ -358,16 +358,18 @@ class LogStoreStreamingDualWriteOperator(LineageMixin, SparkJobOperator):
         last = (result or {}).get("last_batch") or {}
         return Lineage.of([source], table.written(self.emit_mode, last.get("snapshot_id")))
 
-    def _stop_application(self, handle: LogStoreTable, report_id: str) -> None:
+    def _stop_application(self, report_id: str | None) -> None:
         """Stop the application whatever went wrong (never raising over the error at hand): a stop
         request next to the table (a driver elsewhere, in cluster deploy mode, obeys it at its next
-        heartbeat) and the process group of the spark-submit started here."""
+        heartbeat; none before the application was submitted) and the process group of the
+        spark-submit started here."""
         from airflow_logstore.table import streams
 
-        try:
-            streams.request_stop(handle.load(), report_id)
-        except Exception as exc:
-            self.log.warning("could not leave a stop request: %s", first_line(exc))
+        if report_id is not None:
+            try:
+                streams.request_stop(self.logstore_table(self.table).load(), report_id)
+            except Exception as exc:
+                self.log.warning("could not leave a stop request: %s", first_line(exc))
         try:
             self._stop_process()
         except Exception as exc:
@@ -390,15 +392,8 @@ class LogStoreStreamingDualWriteOperator(LineageMixin, SparkJobOperator):
     def on_kill(self) -> None:
         """Stop the application this task started (the task is killed while it waits for the first
         heartbeat): a stop request next to the table, and its process group."""
-        from airflow_logstore.table import streams
-
         self._killed = True
-        if self._report_id is not None:
-            try:
-                streams.request_stop(self.logstore_table(self.table).load(), self._report_id)
-            except Exception as exc:
-                self.log.warning("could not leave a stop request: %s", exc)
-        self._stop_process()
+        self._stop_application(self._report_id)
 
 
 def _tail(path: Path, lines: int = 8) -> str:

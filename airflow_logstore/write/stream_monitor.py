@@ -65,10 +65,11 @@ class StreamMonitor:
     def batch_done(self, batch_id: int, result: BatchResult) -> None:
         """Count a micro-batch; one line sums up those since the last line about once a
         :data:`PROGRESS_S` (and the first micro-batch, and the rest at :meth:`close`)."""
-        log.debug("micro-batch %s: %s", batch_id, result.to_dict())
+        last = {"batch_id": batch_id, **result.to_dict()}
+        log.debug("micro-batch %s: %s", batch_id, last)
         with self._lock:
             self.batches += 1
-            self.last_batch = {"batch_id": batch_id, **result.to_dict()}
+            self.last_batch = last
             since, now = self._since.add(result), self.clock()
             if self.batches > 1 and since.started_at + PROGRESS_S > now:
                 return

@@ -124,9 +124,10 @@ def run_stream(
 ) -> list[BatchResult]:
     """Run the streaming dual write until the source is drained (available-now/once) or ``timeout``.
 
-    :param monitor: writes the application's heartbeat and stops the query on a stop request; with it,
-        the micro-batches are counted and logged in a line a minute by the monitor, and none is returned
-        (a run of days would keep one result per micro-batch)
+    :param monitor: writes the application's heartbeat and stops the query on a stop request (its
+        creator closes it once this returns or raises); with it, the micro-batches are counted and
+        logged in a line a minute by the monitor, and none is returned (a run of days would keep one
+        result per micro-batch)
     :raises: a micro-batch's own error (its class says whether a retry can help), else ``LogStoreError``
     """
     from pyspark.errors import StreamingQueryException
@@ -189,7 +190,6 @@ def run_stream(
 
     deadline = None if timeout is None else time.monotonic() + timeout
     query = start()
-    outcome = "failed"
     try:
         try:
             _await(query, deadline)
@@ -204,7 +204,6 @@ def run_stream(
             )
             query = start()
             _await(query, deadline)
-        outcome = "stopped" if monitor is not None and monitor.stop_requested else "finished"
     except StreamingQueryException as exc:
         if failures:
             raise failures[-1] from None
@@ -213,6 +212,4 @@ def run_stream(
     finally:
         if query.isActive:
             query.stop()
-        if monitor is not None:
-            monitor.close(outcome)
     return results

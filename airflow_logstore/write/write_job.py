@@ -144,6 +144,7 @@ def dual_write_main(
                 from airflow_logstore.write.stream_monitor import StreamMonitor
 
                 monitor = StreamMonitor(writer, args.report_id, args.heartbeat_interval)
+            outcome = "failed"
             try:
                 results = run_stream(
                     writer,
@@ -155,9 +156,10 @@ def dual_write_main(
                     max_offsets_per_trigger=args.max_offsets_per_trigger,
                     monitor=monitor,
                 )
-            finally:  # failed before its query started: the last heartbeat, before the failure report
+                outcome = "stopped" if monitor is not None and monitor.stop_requested else "finished"
+            finally:  # the last heartbeat (the query stopped), before any failure report
                 if monitor is not None:
-                    monitor.close("failed")  # nothing when run_stream closed it
+                    monitor.close(outcome)
             if monitor is not None:  # a long run: its count and last micro-batch, not all of them
                 summary = {
                     "batches": monitor.batches,

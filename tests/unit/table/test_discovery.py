@@ -42,20 +42,26 @@ def test_a_table_that_cannot_be_loaded_is_listed_and_named_not_fatal_to_the_othe
     assert "table ns.broken cannot be loaded (FileNotFoundError" in caplog.text
 
 
-def test_a_table_dropped_while_the_catalog_is_listed_is_skipped(
-    catalog: CatalogSpec, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _loads_fail(monkeypatch: pytest.MonkeyPatch, error: Exception, table: str | None = None) -> None:
+    """The catalog's loads of ``table`` (``ns.name``; None: of every table) raise ``error``."""
     from pyiceberg.catalog.sql import SqlCatalog
-    from pyiceberg.exceptions import NoSuchTableError
 
     load = SqlCatalog.load_table
 
-    def dropped_meanwhile(self: SqlCatalog, identifier: object) -> object:
-        if identifier == ("ns", "orders"):
-            raise NoSuchTableError("Table does not exist: ns.orders")
+    def failing(self: SqlCatalog, identifier: object) -> object:
+        if table is None or identifier == tuple(table.split(".")):
+            raise error
         return load(self, identifier)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(SqlCatalog, "load_table", dropped_meanwhile)
+    monkeypatch.setattr(SqlCatalog, "load_table", failing)
+
+
+def test_a_table_dropped_while_the_catalog_is_listed_is_skipped(
+    catalog: CatalogSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pyiceberg.exceptions import NoSuchTableError
+
+    _loads_fail(monkeypatch, NoSuchTableError("Table does not exist: ns.orders"), "ns.orders")
     assert logstore_tables(catalog) == ["ns.broken"]
 
 
@@ -63,16 +69,8 @@ def test_a_table_this_user_may_not_read_is_skipped(
     catalog: CatalogSpec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another team's table in a shared catalog: not listed (its every task would fail)."""
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    load = SqlCatalog.load_table
-
-    def forbidden(self: SqlCatalog, identifier: object) -> object:
-        if identifier == ("ns", "broken"):
-            raise PermissionError(13, "Permission denied", "s3://other-team/ns/broken/metadata")
-        return load(self, identifier)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(SqlCatalog, "load_table", forbidden)
+    error = PermissionError(13, "Permission denied", "s3://other-team/ns/broken/metadata")
+    _loads_fail(monkeypatch, error, "ns.broken")
     assert logstore_tables(catalog) == ["ns.orders"]
 
 
@@ -80,11 +78,6 @@ def test_when_no_table_can_be_loaded_the_catalogs_error_is_raised(
     catalog: CatalogSpec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every load fails (the storage is gone): the catalog is the problem, not each table."""
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    def down(self: SqlCatalog, identifier: object) -> object:
-        raise OSError("the warehouse's storage does not answer")
-
-    monkeypatch.setattr(SqlCatalog, "load_table", down)
+    _loads_fail(monkeypatch, OSError("the warehouse's storage does not answer"))
     with pytest.raises(OSError, match="storage does not answer"):
         logstore_tables(catalog)
