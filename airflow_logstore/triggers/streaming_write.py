@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from airflow_logstore.table.tables import LogStoreTable
 
 MAX_BACKOFF_S = 60.0
+#: seconds between two progress lines of a running application (the first: at the first look at its status)
+PROGRESS_EVERY_S = 60.0
 
 
 def process_alive(pid: int | None, started: float | None) -> bool | None:
@@ -110,7 +112,7 @@ class StreamingDualWriteTrigger(BaseTrigger):
         self.sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep
         self._beats: Any = None
         self._beat_seen_at: float | None = None
-        self._polls = 0
+        self._progress_at: float | None = None  # when the last progress line was logged
         self._hook: Any = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -159,7 +161,6 @@ class StreamingDualWriteTrigger(BaseTrigger):
         if failure is not None:
             streams.remove(table, self.report_id)
             return {"status": "failed", "failure": failure.to_json(), "message": failure.describe()}
-        self._polls += 1
         if gone:  # decided without the heartbeat: what the dead process left there says nothing more
             return self._lost(table, f"its process {self.pid} ended without a result or a failure report")
         status = streams.read_status(table, self.report_id)
@@ -169,7 +170,8 @@ class StreamingDualWriteTrigger(BaseTrigger):
             self._beats, self._beat_seen_at = beats, now
         elif now - self._beat_seen_at >= self.heartbeat_timeout:
             return self._lost(table, f"no heartbeat for {now - self._beat_seen_at:.0f}s")
-        if status is not None and self._polls % 12 == 1:
+        if status is not None and (self._progress_at is None or now - self._progress_at >= PROGRESS_EVERY_S):
+            self._progress_at = now
             self.log.info(
                 "streaming dual write of %s (writer %s, epoch %s): %s, %s micro-batches, last %s",
                 self.table,

@@ -380,6 +380,27 @@ def test_the_trigger_names_the_embedded_default_once_not_at_every_poll(
     assert len(said) == 1, logs
 
 
+def test_a_running_application_gets_a_progress_line_a_minute_whatever_the_poll_interval(
+    table: LogStoreTable,
+) -> None:
+    """One line at the first look at a status, then one a minute: a trigger polling every second does
+    not log 60 lines a minute (a line per 12 polls would), and one polling every 30 s still says it."""
+    from structlog.testing import capture_logs
+
+    lines = {}
+    for interval in (1.0, 30.0):
+        trigger = watcher(poll_interval=interval)
+        clock = trigger.clock
+        assert isinstance(clock, Clock)
+        with capture_logs() as logs:
+            for beat in range(int(180 / interval)):  # three minutes of looks
+                streams.write_status(table.load(), "r1", {"beats": beat + 1, "state": "running"})
+                assert trigger.look() is None
+                clock.now += interval
+        lines[interval] = [e for e in logs if "micro-batches" in e["event"]]
+    assert len(lines[1.0]) == 3 and len(lines[30.0]) == 3, lines
+
+
 def test_a_heartbeat_that_stops_means_lost_and_leaves_a_stop_request(table: LogStoreTable) -> None:
     trigger = watcher()
     clock = trigger.clock
