@@ -3,6 +3,7 @@ the real broker and the real Spark: its headers, its partitions, its reports and
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 
 from airflow_logstore.core.codec import RecordMeta, encode_headers
 from airflow_logstore.exceptions import KafkaUnavailableError
-from airflow_logstore.log.kafka_client import ensure_topic, producer
+from airflow_logstore.log.kafka_client import consumer, ensure_topic, partition_offsets, producer
 from airflow_logstore.read.reader import read_log
 from airflow_logstore.write.planning import AFTER_VALUE_COLUMN, BEFORE_VALUE_COLUMN, KEY_COLUMN
 from airflow_logstore.write.producing import (
@@ -94,3 +95,38 @@ def test_a_task_fails_when_its_records_are_not_acknowledged(env, spark) -> None:
         KafkaUnavailableError, match="1 of 1 records to 'no-such-topic-anywhere' were not acknowledged"
     ):
         produce_records(frame.repartition(1), ctx)
+
+
+def _java_producers(spark: Any) -> int:
+    """The Kafka producers alive in the Spark JVM (local mode: the executors' too), by their network
+    threads: in the test workers the only Java producers are the log producer's."""
+    threads = spark.sparkContext._jvm.java.lang.Thread.getAllStackTraces().keySet().toArray()
+    return sum(1 for thread in threads if thread.getName().startswith("kafka-producer-network-thread"))
+
+
+def test_idle_producers_are_closed_and_a_later_task_gets_a_new_one(env, spark) -> None:
+    """A task gives its producer back for the next task of the JVM; one unused for the idle time (here
+    0.3 s, by default 60 s) is closed, with its connections: an executor that produced once does not
+    keep clients (nor their reconnect warnings once a broker is gone). A later task produces with a new
+    one."""
+    handle = make_table(env)
+    topic, _, _ = handle.config().require_log()
+    system = spark.sparkContext._jvm.java.lang.System
+    system.setProperty("airflow_logstore.producer.idle.ms", "300")
+    try:
+        for round_ in range(2):
+            frame = spark.createDataFrame([(b"k%d" % i, None, b"v") for i in range(5)], SCHEMA)
+            assert produce_records(frame.repartition(1), _context(env, topic)).produced.count == 5
+            assert _java_producers(spark) >= 1  # given back, kept for the next task
+            deadline = time.monotonic() + 30
+            while _java_producers(spark) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert _java_producers(spark) == 0, f"round {round_}: the idle producer was not closed"
+    finally:
+        system.clearProperty("airflow_logstore.producer.idle.ms")
+    cons = consumer(handle.kafka_config())
+    try:
+        ends = partition_offsets(cons, topic, handle.config().partitions)
+    finally:
+        cons.close()
+    assert sum(end - start for start, end in ends.values()) == 10  # both rounds' records are in the log

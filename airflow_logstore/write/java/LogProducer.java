@@ -18,7 +18,10 @@ import java.util.NoSuchElementException;
 import java.util.Properties;
 import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.ConcurrentLinkedDeque;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.producer.Callback;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
@@ -49,9 +52,17 @@ import org.apache.spark.util.TaskCompletionListener;
 public final class LogProducer implements FlatMapFunction<Iterator<InternalRow>, String> {
     private static final long serialVersionUID = 1L;
 
-    /** Idle producers of this JVM per configuration: a new idempotent one first waits for its id. */
-    private static final Map<String, ConcurrentLinkedQueue<KafkaProducer<byte[], byte[]>>> IDLE =
-            new ConcurrentHashMap<>();
+    /**
+     * Idle producers of this JVM per configuration, the most recently used last: a new idempotent one
+     * first waits for its id. One unused for {@link #idleMillis()} is closed (its connections too: an
+     * executor that produced once keeps no clients, nor their reconnect warnings once a broker is gone).
+     */
+    private static final Map<String, ConcurrentLinkedDeque<Idle>> IDLE = new ConcurrentHashMap<>();
+
+    /** How long an idle producer is kept: system property {@value #IDLE_PROPERTY}, default 60 s. */
+    public static final String IDLE_PROPERTY = "airflow_logstore.producer.idle.ms";
+
+    private static final long DEFAULT_IDLE_MS = 60_000;
 
     private final String topic;
     private final TreeMap<String, String> settings;
@@ -500,9 +511,9 @@ public final class LogProducer implements FlatMapFunction<Iterator<InternalRow>,
     // -- producers -------------------------------------------------------------------------------
 
     private KafkaProducer<byte[], byte[]> borrow() {
-        KafkaProducer<byte[], byte[]> idle = idle().poll();
+        Idle idle = idle().pollLast();
         if (idle != null) {
-            return idle;
+            return idle.producer;
         }
         Properties properties = new Properties();
         properties.putAll(settings);
@@ -510,11 +521,60 @@ public final class LogProducer implements FlatMapFunction<Iterator<InternalRow>,
     }
 
     private void giveBack(KafkaProducer<byte[], byte[]> producer) {
-        idle().add(producer);
+        idle().addLast(new Idle(producer, System.nanoTime()));
+        Sweeper.start();
     }
 
-    private ConcurrentLinkedQueue<KafkaProducer<byte[], byte[]>> idle() {
-        return IDLE.computeIfAbsent(settings.toString(), k -> new ConcurrentLinkedQueue<>());
+    private ConcurrentLinkedDeque<Idle> idle() {
+        return IDLE.computeIfAbsent(settings.toString(), k -> new ConcurrentLinkedDeque<>());
+    }
+
+    /** A producer given back at {@code since} (System.nanoTime). */
+    private record Idle(KafkaProducer<byte[], byte[]> producer, long since) {}
+
+    static long idleMillis() {
+        return Long.getLong(IDLE_PROPERTY, DEFAULT_IDLE_MS);
+    }
+
+    /**
+     * Closes the producers idle for longer than {@link #idleMillis()} (all of them: {@code everyOne}).
+     * Only the thread that takes an entry out of its queue closes it, so one borrowed meanwhile is not.
+     */
+    static void closeIdle(boolean everyOne) {
+        long now = System.nanoTime();
+        long limit = TimeUnit.MILLISECONDS.toNanos(idleMillis());
+        for (ConcurrentLinkedDeque<Idle> queue : IDLE.values()) {
+            for (Idle idle : queue) {
+                if ((everyOne || now - idle.since > limit) && queue.remove(idle)) {
+                    try {
+                        idle.producer.close(Duration.ZERO); // it flushed before it was given back
+                    } catch (RuntimeException ignored) {
+                        // closing is best effort; the next sweep must still run
+                    }
+                }
+            }
+        }
+    }
+
+    /** One daemon thread per JVM that closes idle producers every second, started at the first give-back;
+     * at the JVM's exit, the idle producers are closed. */
+    private static final class Sweeper {
+        private static final ScheduledExecutorService SERVICE = Executors.newSingleThreadScheduledExecutor(
+                runnable -> {
+                    Thread thread = new Thread(runnable, "logstore-idle-producers");
+                    thread.setDaemon(true);
+                    return thread;
+                });
+
+        static {
+            SERVICE.scheduleWithFixedDelay(() -> closeIdle(false), 1, 1, TimeUnit.SECONDS);
+            Runtime.getRuntime()
+                    .addShutdownHook(new Thread(() -> closeIdle(true), "logstore-idle-producers-exit"));
+        }
+
+        static void start() {
+            // the class's initialization (once per JVM) starts the thread
+        }
     }
 
     // -- pause and failure points (airflow_logstore/pause.py, the file protocol) -----------------
