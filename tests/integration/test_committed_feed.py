@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -243,19 +244,26 @@ def test_a_publisher_killed_inside_its_copy_leaves_nothing_and_the_next_copies_o
     assert {row["name"] for *_, row in changes(feed)} == {"live"}
 
 
+def first_caller_held() -> tuple[threading.Event, threading.Event, Callable[[], None]]:
+    """(reached, release, hook): a pause hook that holds its first caller until ``release`` is set (the
+    calls after it pass), ``reached`` set once it is held."""
+    reached, release = threading.Event(), threading.Event()
+
+    def hook() -> None:
+        if not reached.is_set():
+            reached.set()
+            assert release.wait(120)
+
+    return reached, release, hook
+
+
 def test_two_publishers_racing_the_fenced_one_fails_and_no_record_is_copied_twice(table) -> None:
     """Publisher A is held after sending its copy, before its commit; publisher B takes the feed's
     transactional id (A's open transaction is aborted) and copies everything; A's commit then fails
     with FencedError, and the feed has each record once. Batches written while A was held are copied
     by B, and by a third publish only what is new."""
     write_batches(table, 1, 2)
-    reached, release = threading.Event(), threading.Event()
-
-    def hold_the_first() -> None:
-        if not reached.is_set():
-            reached.set()
-            assert release.wait(120)
-
+    reached, release, hold_the_first = first_caller_held()
     errors: list[BaseException] = []
 
     def first() -> None:
@@ -313,13 +321,7 @@ def test_a_fenced_long_lived_publisher_takes_the_token_again_and_copies_nothing_
     producer. A's next publish takes the token again, reads the progress after it, and copies only
     the batch written since: the feed has each record once."""
     write_batches(table, 1, 2)
-    reached, release = threading.Event(), threading.Event()
-
-    def hold_the_first() -> None:
-        if not reached.is_set():
-            reached.set()
-            assert release.wait(120)
-
+    reached, release, hold_the_first = first_caller_held()
     errors: list[BaseException] = []
     with Publisher(table) as publisher_a:
 
