@@ -589,6 +589,7 @@ def scan(
         skipped.add(KafkaError._AUTO_OFFSET_RESET)
     cons.assign([TopicPartition(topic, p, start.get(p, 0)) for p in pending])
     following = {p: start.get(p, 0) for p in pending}  # the next offset expected per partition
+    answered: dict[int, float] = {}  # partitions whose leader answered while nothing came (see _settle_idle)
     last_progress = time.monotonic()
     try:
         while pending:
@@ -599,9 +600,10 @@ def scan(
             batch = _in_range(messages, topic, pending, following, skipped)
             if batch:
                 last_progress = time.monotonic()
+                answered.clear()
                 yield batch
             elif time.monotonic() - last_progress > idle_timeout:
-                _settle_idle(cons, topic, pending, idle_timeout)
+                _settle_idle(cons, topic, pending, idle_timeout, answered)
     finally:
         cons.unassign()
 
@@ -661,20 +663,54 @@ def _without_errors(messages: list[Message], topic: str, skipped: set[int]) -> l
     return kept
 
 
-def _settle_idle(cons: Consumer, topic: str, pending: dict[int, int], idle_timeout: float) -> None:
-    """After ``idle_timeout`` without records: partitions whose position reached their end are done
-    (the offsets left below it are gone: transaction markers, compaction, retention); raise for the rest."""
+#: Seconds a partition the scan consumed nothing from must stay silent after its leader answered, before
+#: the offsets left in its range count as not records (at most the scan's idle timeout).
+ANSWERED_GRACE_S = 5.0
+
+
+def _settle_idle(
+    cons: Consumer, topic: str, pending: dict[int, int], idle_timeout: float, answered: dict[int, float]
+) -> None:
+    """After ``idle_timeout`` without records: a partition whose position reached its end is done (the
+    offsets left below it are gone: transaction markers, compaction, retention).
+
+    A partition the scan consumed nothing from has no position. Its range may hold no record at all
+    (only transaction markers, or records compacted away), or its leader may be unreachable: only the
+    first is done. It counts as done once its leader answers (its offsets, asked now) and still nothing
+    came for :data:`ANSWERED_GRACE_S` (``answered`` keeps when it first answered; a leader back from an
+    outage is fetched from by then). Raise for a partition that made no progress and whose leader does
+    not answer, and for one whose position stopped below its end.
+    """
     from confluent_kafka import TopicPartition
 
     positions = {tp.partition: tp.offset for tp in cons.position([TopicPartition(topic, p) for p in pending])}
+    grace = min(ANSWERED_GRACE_S, idle_timeout)
+    now = time.monotonic()
     for partition, position in positions.items():
-        if position >= pending.get(partition, 0) or position < 0:
+        reached = position >= pending.get(partition, 0)
+        answering = position < 0 and (partition in answered or _leader_answers(cons, topic, partition))
+        if reached or (answering and now - answered.setdefault(partition, now) >= grace):
             pending.pop(partition, None)
-    if pending:
+    stuck = {p: end for p, end in pending.items() if p not in answered}
+    if stuck:
         raise KafkaUnavailableError(
             f"no progress reading '{topic}' for {idle_timeout:.0f}s "
-            f"(positions {positions}, targets {pending})"
+            f"(positions {positions}, targets {stuck}; a partition without a position: its leader did not "
+            "answer)"
         )
+
+
+def _leader_answers(cons: Consumer, topic: str, partition: int) -> bool:
+    """Whether ``partition``'s leader answers for its offsets now (within the request timeout)."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    try:
+        cons.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=request_timeout(None), cached=False
+        )
+    except KafkaException:
+        return False
+    return True
 
 
 class DeliveryTracker:

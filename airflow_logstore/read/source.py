@@ -522,6 +522,7 @@ class _Lookback:
         self.origin = {p: piece.rule.origin.get(p, 0) for p, _, _ in piece.ranges}
         self.read_from = {p: first for p, first, _ in piece.ranges}  # [read_from, first) is fed already
         self._consumer: Any = None
+        self._log_start: dict[int, int] = {}
 
     def cover(self, messages: Sequence[Any]) -> None:
         """Feed what the reconciler records of ``messages`` (the next chunk) need, before they are decided."""
@@ -533,14 +534,27 @@ class _Lookback:
         for partition, named in needed.items():
             lowest = max(self.origin[partition], named + 1)
             if lowest < self.read_from[partition]:
+                # copies that retention deleted cannot be fed (nor handed out again): from the log start
+                lowest = max(lowest, self.log_start(partition))
+            if lowest < self.read_from[partition]:
                 self._feed(partition, lowest, self.read_from[partition])
                 self.read_from[partition] = lowest
 
-    def _feed(self, partition: int, start: int, end: int) -> None:
+    def _client(self) -> Any:
         if self._consumer is None:
             self._consumer = kafka_client.consumer(self.piece.kafka_config, **{"auto.offset.reset": "error"})
+        return self._consumer
+
+    def log_start(self, partition: int) -> int:
+        """The partition's first offset (asked once per slice)."""
+        if partition not in self._log_start:
+            bounds = kafka_client.partition_offsets(self._client(), self.piece.topic, partition + 1)
+            self._log_start.update({p: low for p, (low, _) in bounds.items()})
+        return self._log_start[partition]
+
+    def _feed(self, partition: int, start: int, end: int) -> None:
         for messages in kafka_client.scan(
-            self._consumer, self.piece.topic, {partition: start}, {partition: end}
+            self._client(), self.piece.topic, {partition: start}, {partition: end}
         ):
             for message in messages:
                 meta = _meta(message)

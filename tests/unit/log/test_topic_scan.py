@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 from airflow_logstore.exceptions import KafkaUnavailableError
 from airflow_logstore.log import kafka_client
@@ -45,9 +45,16 @@ class _Position:
 class _Consumer:
     """Hands out scripted ``consume`` results in order, then nothing; remembers what was asked."""
 
-    def __init__(self, polls: Sequence[Sequence[Any]], positions: dict[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        polls: Sequence[Sequence[Any]],
+        positions: dict[int, int] | None = None,
+        silent_leaders: frozenset[int] = frozenset(),
+    ) -> None:
         self.polls = [list(p) for p in polls]
         self.positions = positions or {}
+        self.silent_leaders = silent_leaders  # partitions whose leader does not answer
+        self.offsets_asked: list[int] = []
         self.asked: list[int] = []
         self.assigned: list[tuple[int, int]] = []
         self.unassigned = False
@@ -63,7 +70,13 @@ class _Consumer:
         return self.polls.pop(0) if self.polls else []
 
     def position(self, partitions: Sequence[Any]) -> list[_Position]:
-        return [_Position(tp.partition, self.positions.get(tp.partition, -1)) for tp in partitions]
+        return [_Position(tp.partition, self.positions.get(tp.partition, -1001)) for tp in partitions]
+
+    def get_watermark_offsets(self, partition: Any, timeout: float, cached: bool) -> tuple[int, int]:
+        self.offsets_asked.append(partition.partition)
+        if partition.partition in self.silent_leaders:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        return 0, 100
 
 
 def _offsets(batches: Sequence[Sequence[_Message]]) -> list[tuple[int, int]]:
@@ -99,3 +112,42 @@ def test_scan_ends_a_partition_whose_position_passed_its_end_after_idling() -> N
     stuck = _Consumer([], positions={0: 1})
     with pytest.raises(KafkaUnavailableError, match="no progress reading 't'"):
         list(kafka_client.scan(stuck, "t", {0: 0}, {0: 3}, idle_timeout=0.0))  # type: ignore[arg-type]
+
+
+def test_a_partition_that_sent_nothing_is_read_only_if_its_leader_answers() -> None:
+    """A partition the scan consumed nothing from has no position (librdkafka: OFFSET_INVALID). Its range
+    may hold no record (only transaction markers, records compacted away): then its leader answers and
+    the scan ends. If its leader does not answer (an outage), its records were never read: the scan
+    raises instead of counting them as read (before, it ended without them, and a publish would have
+    moved the watermark over records it never saw)."""
+    markers_only = _Consumer([[_Message(0, 0)]], positions={0: 1})
+    batches = list(kafka_client.scan(markers_only, "t", {0: 0, 1: 0}, {0: 1, 1: 2}, idle_timeout=0.0))  # type: ignore[arg-type]
+    assert _offsets(batches) == [(0, 0)] and markers_only.offsets_asked == [1]
+    unreachable = _Consumer([[_Message(0, 0)]], positions={0: 1}, silent_leaders=frozenset({1}))
+    with pytest.raises(
+        KafkaUnavailableError, match=r"no progress reading 't'.*targets \{1: 2\}.*did not answer"
+    ):
+        list(kafka_client.scan(unreachable, "t", {0: 0, 1: 0}, {0: 1, 1: 2}, idle_timeout=0.0))  # type: ignore[arg-type]
+
+
+def test_a_leader_that_answers_is_given_a_grace_before_its_range_counts_as_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The leader answers, but its records may still be on their way (a leader back from an outage):
+    the range counts as read only after the grace, with the leader asked once; a record that comes in
+    the grace is read."""
+    clock = {"now": 100.0}
+    monkeypatch.setattr(kafka_client.time, "monotonic", lambda: clock["now"])
+
+    class _Late(_Consumer):
+        def consume(self, num_messages: int, timeout: float) -> list[Any]:
+            clock["now"] += 1.0  # each poll takes a second
+            return super().consume(num_messages, timeout)
+
+    late = _Late([[], [], [], [_Message(0, 0)]])  # nothing for 3 s, then the record
+    batches = list(kafka_client.scan(late, "t", {0: 0}, {0: 1}, idle_timeout=2.0))  # type: ignore[arg-type]
+    assert _offsets(batches) == [(0, 0)] and late.offsets_asked == [0]
+    empty = _Late([])
+    assert list(kafka_client.scan(empty, "t", {0: 0}, {0: 1}, idle_timeout=2.0)) == []  # type: ignore[arg-type]
+    assert empty.offsets_asked == [0]
+    assert len(empty.asked) >= 2 + 2  # the idle timeout, then the grace (min(5 s, idle timeout))

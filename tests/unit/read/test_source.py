@@ -25,7 +25,7 @@ from airflow_logstore.core.control import ControlState
 from airflow_logstore.core.properties import ChangelogMode, Consistency
 from airflow_logstore.core.summary import CommitInfo
 from airflow_logstore.core.visibility import Decision, ReadFilter, classify
-from airflow_logstore.exceptions import OptionError, StreamReadError
+from airflow_logstore.exceptions import KafkaUnavailableError, OptionError, StreamReadError
 from airflow_logstore.read import follow, source
 from airflow_logstore.read.reader import LogReader, SnapshotStart, StartPosition, filter_for
 from airflow_logstore.read.source import (
@@ -213,6 +213,9 @@ class _Kafka:
         self, cons: Any, topic: str, start: Mapping[int, int], end: Mapping[int, int], **_: Any
     ) -> Iterator[list[Any]]:
         self.scans.append((dict(start), dict(end)))
+        for p, first in start.items():  # a consumer that resets with ``error``, as the slices' do
+            if first < min(self.low.get(p, 0), end.get(p, 0)):
+                raise KafkaUnavailableError(f"partition {p}: records from {first} were deleted (retention)")
         found = [r for r in self.log if start.get(r.partition(), 0) <= r.offset() < end.get(r.partition(), 0)]
         found.sort(key=lambda r: (r.offset(), r.partition()))
         if self.interleave is not None:
@@ -391,6 +394,17 @@ def test_a_stream_that_started_after_the_first_copy_keeps_the_later_one(kafka: A
     rule = KeepRule(None, False, None, {0: 4}, follows=True)
     assert _read(_slice(rule, [(0, 5, 7)], lookback=True)) == [(0, 5), (0, 6)]
     assert ({0: 4}, {0: 5}) in installed.scans  # not before the origin
+
+
+def test_an_eventual_streams_look_back_starts_at_the_log_start_when_retention_passed_it(kafka: Any) -> None:
+    """The copy at 6 names the zombie's record at 2: the look-back would read from 3, which retention
+    deleted (the log starts at 4). It reads from the log start instead, and the copy is returned (its
+    first copy is gone: at-least-once, as for a stream that started after it). Before, the look-back's
+    read failed, and so did every retry and restart of the query, with a message saying a retry helps."""
+    installed = kafka(_copies_log(), low={0: 4})
+    rule = KeepRule(None, False, None, {0: 0}, follows=True)
+    assert _read(_slice(rule, [(0, 5, 7)], lookback=True)) == [(0, 5), (0, 6)]
+    assert ({0: 4}, {0: 5}) in installed.scans and ({0: 3}, {0: 5}) not in installed.scans
 
 
 # -- micro-batches planned by the planner, a restart after any of them: exactly once (S1, S2) --------------
