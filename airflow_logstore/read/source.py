@@ -792,7 +792,7 @@ class StreamOffset:
                 None if data.get("files") is None else str(data["files"]),
                 {key: dict(data[key]) for key in ("log_end", "watermark") if key in data},
             )
-        except (KeyError, TypeError, ValueError, OptionError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OptionError) as exc:
             raise StreamReadError(
                 f"not an offset of the 'logstore' source: {json.dumps(data)[:300]} ({exc})"
             ) from None
@@ -818,6 +818,17 @@ def replayed_start(start: StreamOffset, end: StreamOffset) -> StreamOffset:
         return start
     files = None if end.files is None else "pending"
     return StreamOffset(end.mode, end.consistency, dict(end.origin), dict(end.origin), end.snapshot, files)
+
+
+def _check_not_behind(log_end: Mapping[int, int], positions: Mapping[int, int], topic: str) -> None:
+    """A log that ends before the stream's positions was recreated (or truncated): its offsets name other
+    records now. Fail rather than wait, silently, until it grows past them and then skip or misread."""
+    behind = {p: (positions[p], end) for p, end in log_end.items() if end < positions.get(p, 0)}
+    if behind:
+        raise StreamReadError(
+            f"the log '{topic}' ends before the stream's positions (partition: (position, end) {behind}): "
+            "the topic was recreated since the checkpoint was written; start again with a new checkpoint"
+        )
 
 
 def _text_keys(offsets: Mapping[int, int]) -> dict[str, int]:
@@ -946,6 +957,7 @@ class StreamPlanner:
             assert previous is not None
         bounds = self._bounds()
         log_end = {p: high for p, (_, high) in bounds.items()}
+        _check_not_behind(log_end, previous.positions, self.reader.topic)
         state = self._state(previous)
         available = dict(log_end)
         lag: dict[str, dict[str, int]] = {"log_end": _text_keys(log_end)}
@@ -973,6 +985,14 @@ class StreamPlanner:
         start, end = StreamOffset.from_json(start_json), StreamOffset.from_json(end_json)
         self._check_options(end)
         start = replayed_start(start, end)
+        behind = {
+            p: (o, end.positions.get(p, o)) for p, o in start.positions.items() if end.positions.get(p, o) < o
+        }
+        if behind:  # a micro-batch never goes back: its records would be handed out again
+            raise StreamReadError(
+                f"a micro-batch of '{self.reader.topic}' would end before it starts (partition: (start, end) "
+                f"{behind}); the stream's offsets went backwards: start again with a new checkpoint"
+            )
         self._previous = end
         if not start.moved(end):
             return []

@@ -153,6 +153,7 @@ def test_a_streams_offset_is_a_followers_resume_position() -> None:
         ({**json.loads(OFFSET_V1), "version": 2}, "version 2 of the 'logstore' source; this package reads"),
         ({"positions": {"0": 1}}, "not an offset of the 'logstore' source"),
         ({**json.loads(OFFSET_V1), "positions": {"0": "x"}}, "not an offset of the 'logstore' source"),
+        ({**json.loads(OFFSET_V1), "positions": []}, "not an offset of the 'logstore' source"),
     ],
 )
 def test_an_offset_this_package_cannot_read_is_refused(data: dict[str, Any], message: str) -> None:
@@ -589,6 +590,34 @@ def test_the_stream_reads_only_below_the_watermark_of_its_state(kafka: Any) -> N
     assert planner.latest_offset() == latest  # nothing new: the same offset, no micro-batch
     with pytest.raises(OptionError, match="option 'consistency': the checkpoint is of a eventual stream"):
         planner.partitions(latest, {**latest, "consistency": "eventual"})
+
+
+def test_a_recreated_log_or_offsets_that_went_back_fail_the_stream_instead_of_skipping(kafka: Any) -> None:
+    """A log that ends before the stream's positions (the topic was recreated since the checkpoint) fails
+    the next planning: before, the stream waited in silence until the new topic grew past its positions,
+    then skipped its first records. A micro-batch that would end before it starts fails too (its records
+    would be handed out again)."""
+    clock = _Clock(_History())
+    clock.history.records = [_Record(0, o, RecordMeta("w", 1, 1, TASK)) for o in range(4)]
+    clock.history.arrive = [0] * 4
+    state = ControlState(epochs={"w": 1}, commits={("w", 1): _commit(1, {0: (0, 3)})}, watermark={0: 3})
+    clock.history.states = [state]
+    log = kafka(clock.log())
+    planner = _planner(clock, None)
+    start = planner.initial_offset()
+    latest = planner.latest_offset()
+    assert latest["positions"] == {"0": 4, "1": 0}
+    assert len([row for piece in planner.partitions(start, latest) for row in _read(piece)]) == 4
+    with pytest.raises(
+        StreamReadError, match=r"would end before it starts \(partition: \(start, end\) \{0: \(4, 0\)\}"
+    ):
+        planner.partitions(latest, start)
+    log.log = log.log[:2]  # recreated: it ends at 2 now
+    with pytest.raises(
+        StreamReadError,
+        match=r"ends before the stream's positions \(partition: \(position, end\) \{0: \(4, 2\)\}",
+    ):
+        planner.latest_offset()
 
 
 def test_a_quiet_stream_hands_spark_an_empty_micro_batch_only_when_its_lag_changed_and_not_too_often(
