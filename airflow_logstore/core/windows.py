@@ -74,6 +74,19 @@ def visible_payload(
     }
 
 
+def catch_up_payload(table: str, later: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The payload of the event that brings a run for ``later`` visible payloads of ``table`` that
+    Airflow gave no run (``LogStoreVisibleCatchUpOperator``): an empty range at the furthest ``to`` they
+    reached, so the run's window ends there (their own ranges are its events too, or an earlier run's)."""
+    reached: dict[int, int] = {}
+    for payload in later:
+        if is_visible_payload(payload, table):
+            for p, o in _positions(payload.get("to"), "to").items():
+                reached[p] = max(reached.get(p, o), o)
+    watermark = {p: o - 1 for p, o in reached.items()}
+    return {**visible_payload(table, watermark, watermark, reached), "catch_up": True}
+
+
 def payload_of(extra: Any) -> Mapping[str, Any] | None:
     """The LogStore payload of a stored asset event's ``extra``: a watcher's event is stored as
     ``{"from_trigger": true, "payload": <the trigger's payload>}``, an event a task emitted with the

@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from airflow.sdk import BaseOperator
+
 from airflow_logstore.operators._base import LogStoreOperator
 from airflow_logstore.operators._lineage import Lineage, LineageMixin, location_dataset
 
@@ -148,3 +150,73 @@ class LogStoreReadVisibleOperator(LineageMixin, LogStoreOperator):
             output_path=self.output_path,
             scanner=self.scanner,
         )
+
+
+class LogStoreVisibleCatchUpOperator(BaseOperator):
+    """Brings a later run for ``table``'s visible events that Airflow left behind.
+
+    Airflow (up to at least 3.3.2, apache/airflow#56050) gives an asset-triggered run only the events
+    stored up to when its DAG was queued for it. Events that came after that, while the DAG could not
+    start a run (``max_active_runs``), get a run only when another event of the asset comes: on a table
+    that goes quiet, its last changes would wait for its next visible change. This task, at the end of a
+    run of a DAG scheduled on the table's visible asset, looks for visible events stored after the run's
+    own ones (after ``run_after``); when there are some, it emits one event on the asset, whose run takes
+    them (its window, :func:`~airflow_logstore.core.windows.run_window`, ends where they end; this event's
+    own range is empty). With none, it is skipped and emits nothing, so a quiet table gets no extra run.
+    An event it emits while a run is already queued joins that run; one more run, reading nothing, is
+    the most it costs.
+
+    :param table: ``namespace.table`` (the asset is named by reference, as
+        :class:`LogStoreReadVisibleOperator` does)
+    :param lookback_events: how many of the asset's later events to look at (their furthest offsets)
+    """
+
+    ui_color = "#dfe7fd"
+
+    def __init__(self, *, table: str, lookback_events: int = LOOKBACK_EVENTS, **kwargs: Any) -> None:
+        from airflow.sdk import Asset
+
+        from airflow_logstore.triggers.assets import visible_asset_name
+
+        self.asset = Asset.ref(name=visible_asset_name(table))
+        kwargs["inlets"] = [*(kwargs.get("inlets") or []), self.asset]
+        kwargs["outlets"] = [*(kwargs.get("outlets") or []), self.asset]
+        super().__init__(**kwargs)
+        self.table = table
+        self.lookback_events = lookback_events
+
+    def later_payloads(self, context: Any, after: datetime) -> list[dict[str, Any]]:
+        """The visible payloads of ``table`` stored after ``after`` (at most ``lookback_events``)."""
+        from airflow_logstore.core.windows import is_visible_payload, payload_of
+
+        accessor = context["inlet_events"][self.asset]
+        events = accessor.after(after.isoformat()).ascending(False).limit(self.lookback_events)
+        found = []
+        for event in events:
+            payload = payload_of(event.extra)
+            if event.timestamp > after and is_visible_payload(payload, self.table):
+                assert payload is not None
+                found.append(dict(payload))
+        return found
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        from airflow_logstore.core.windows import catch_up_payload
+
+        run_after = context["dag_run"].run_after
+        later = self.later_payloads(context, run_after)
+        if not later:
+            raise AirflowSkipException(
+                f"no visible event of {self.table} came after this run's (run_after {run_after.isoformat()})"
+            )
+        payload = catch_up_payload(self.table, later)
+        context["outlet_events"][self.asset].extra = payload
+        self.log.info(
+            "%s: %s visible events stored after this run's (up to offsets %s): an event on the asset "
+            "brings the run that reads them",
+            self.table,
+            len(later),
+            payload["to"],
+        )
+        return {"table": self.table, "later_events": len(later), "to": payload["to"]}

@@ -80,6 +80,64 @@ def stream(env, tmp_path_factory) -> StreamSetup:
 
 
 @pytest.fixture(scope="module")
+def strand(env, tmp_path_factory) -> StreamSetup:
+    """The catch-up test's table (created before Airflow starts, so its watcher finds it at once), the
+    folder of its downstream DAG's hold (``reached``/``release``) and its reads' outputs."""
+    table = f"e2e.{env.unique('strand')}"
+    create_table(
+        LogStoreTable.open(table),
+        "id int, customer string, amount long, status string",
+        primary_key=["id"],
+        properties={
+            "log-store.enabled": "true",
+            "log-store.topic": table.replace(".", "_") + "_log",
+            "log-store.address": env.settings.kafka_bootstrap,
+            "log-store.partitions": "1",
+        },
+    )
+    return StreamSetup(table, tmp_path_factory.mktemp("strand-hold"), tmp_path_factory.mktemp("strand-out"))
+
+
+#: logstore_downstream on the catch-up test's table, its first run held (see ``strand_dag``)
+STRAND_DAG = "logstore_downstream_strand"
+
+
+def strand_dag(strand: StreamSetup) -> str:
+    """logstore_downstream's source as DAG ``STRAND_DAG`` on ``strand``'s table, its reads written to
+    ``strand.outputs``, each run first passing a task that waits (the first run only) until the test
+    creates ``<strand.pauses>/release``: visible events then come while the DAG is at max_active_runs."""
+    hold = (
+        "    @task\n"
+        "    def hold() -> None:\n"
+        "        import pathlib, time\n"
+        f"        folder = pathlib.Path({str(strand.pauses)!r})\n"
+        "        (folder / 'reached').touch()\n"
+        "        while not (folder / 'release').exists():\n"
+        "            time.sleep(0.2)\n"
+        "\n"
+        "    held = hold()\n"
+    )
+    return _replace_once(
+        (REPO_ROOT / "dags" / "logstore_downstream.py").read_text(),
+        [
+            ('dag_id="logstore_downstream",', f'dag_id="{STRAND_DAG}",'),
+            ('TABLES = ["demo.orders", "demo.orders_stream"]', f"TABLES = [{strand.table!r}]"),
+            ("from airflow.sdk import DAG, AssetAny", "from airflow.sdk import DAG, AssetAny, task"),
+            ("    # [START logstore_downstream_tasks]\n", "    # [START logstore_downstream_tasks]\n" + hold),
+            (
+                "table=table)",
+                f"table=table, output_path={str(strand.outputs)!r} + '/{{{{ run_id }}}}.jsonl')",
+            ),
+            (
+                "        read >> LogStoreVisibleCatchUpOperator(",
+                "        held >> read >> LogStoreVisibleCatchUpOperator(",
+            ),
+        ],
+        "dags/logstore_downstream.py",
+    )
+
+
+@pytest.fixture(scope="module")
 def lineage_events(tmp_path_factory) -> Path:
     """Where the module's Airflow writes its OpenLineage events (the provider's listener, file
     transport: one JSON event a line, from every task and run)."""
@@ -87,11 +145,14 @@ def lineage_events(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def airflow(env, tmp_path_factory, pauses: Path, stream: StreamSetup, lineage_events: Path):
+def airflow(
+    env, tmp_path_factory, pauses: Path, stream: StreamSetup, strand: StreamSetup, lineage_events: Path
+):
     dags = tmp_path_factory.mktemp("dags")
     for dag in ("logstore_pipeline.py", "logstore_reconcile.py"):
         shutil.copy(REPO_ROOT / "dags" / dag, dags / dag)
     (dags / f"{HELD_DAG}.py").write_text(held_pipeline(pauses))
+    (dags / f"{STRAND_DAG}.py").write_text(strand_dag(strand))
     for name, source in event_dags(stream).items():
         (dags / name).write_text(source)
     shutil.copytree(REPO_ROOT / "dags" / "data", dags / "data")
@@ -593,3 +654,70 @@ def test_a_killed_streaming_writer_is_retried_reconciled_and_read_downstream_onc
     folded = apply_retract([((r.row["id"],), r.kind, r.row) for r in eventual.records])
     assert not folded.anomalies and folded.state == table_state(handle)
     record_property("report", f"commit -> downstream run start: {latency_ms} ms (the retried first batch)")
+
+
+def _synthetic_batch(handle: LogStoreTable, epoch: int, batch: int, ids: range) -> None:
+    """One committed batch of inserts of ``ids`` without Spark (its records, its commit in the ledger),
+    then a publish: the watermark moves past it, and the visible trigger fires."""
+    from airflow_logstore.core.codec import RecordMeta, encode_headers
+    from airflow_logstore.core.summary import CommitInfo
+    from airflow_logstore.log import kafka_client
+
+    config, topic = handle.kafka_config(), str(handle.config().topic)
+    producer, cons = kafka_client.producer(config), kafka_client.consumer(config)
+    try:
+        before = kafka_client.partition_offsets(cons, topic, 1)[0][1]
+        headers = encode_headers(RecordMeta("strand", epoch, batch, "0.0"))
+        for i in ids:
+            row = {"id": i, "customer": f"c{i}", "amount": i, "status": "new"}
+            value = json.dumps({"kind": "+I", "row": row}).encode()
+            producer.produce(topic, partition=0, key=b"[%d]" % i, value=value, headers=headers)
+        assert producer.flush(30) == 0
+        after = kafka_client.partition_offsets(cons, topic, 1)[0][1]
+    finally:
+        cons.close()
+    commit = CommitInfo("strand", batch, epoch, offsets={0: (before, after - 1)}, tasks=frozenset({"0.0"}))
+    handle.control().record_commit(commit.to_json(), "strand", batch)
+    assert publish_visible_offsets(handle).newly_visible == [f"strand/{batch}/{epoch}"]
+
+
+def _strand_reads(airflow: LocalAirflow, strand: StreamSetup) -> dict[str, list[int]]:
+    """Per successful run of the catch-up test's downstream DAG, the ids its read wrote."""
+    reads = {}
+    for run in _runs(airflow, STRAND_DAG):
+        out = strand.outputs / f"{run['dag_run_id']}.jsonl"
+        if run["state"] == "success":
+            lines = out.read_text().splitlines() if out.exists() else []
+            reads[run["dag_run_id"]] = [json.loads(line)["id"] for line in lines]
+    return reads
+
+
+def test_visible_events_that_airflow_leaves_behind_get_a_run_without_a_further_change(
+    airflow: LocalAirflow, strand: StreamSetup
+) -> None:
+    """Batch 1's event starts a downstream run, held; batches 2 and 3 become visible while it is held
+    (max_active_runs=1). Airflow gives the next run only batch 2's event (apache/airflow#56050): batch
+    3's waits for the table's next visible change, which never comes here. The catch-up tasks bring the
+    run that reads it: every batch is read, by one run, once, with nothing published after batch 3."""
+    airflow.wait_for_dag(STRAND_DAG)
+    assert airflow.home is not None
+    triggerer_log = airflow.home / "triggerer.log"
+    # the watcher starts from the watermark it finds: a batch published before it would fire nothing
+    _until(lambda: f"{strand.table}: watching the watermark" in triggerer_log.read_text(), "the watcher", 180)
+    handle = LogStoreTable.open(strand.table)
+    epoch = handle.control().claim_epoch("strand")
+    _synthetic_batch(handle, epoch, 1, range(1, 4))
+    _until((strand.pauses / "reached").exists, "the first downstream run, held", 180)
+    visible_events = f"/api/v2/assets/events?name_pattern=logstore.{strand.table}.visible"
+    for batch, ids in ((2, range(4, 7)), (3, range(7, 10))):
+        _synthetic_batch(handle, epoch, batch, ids)
+
+        def fired(events: int = batch) -> bool:  # one event per batch: each waited for before the next
+            return int(airflow.get(visible_events)["total_entries"]) >= events
+
+        _until(fired, f"batch {batch}'s event", 120)
+    (strand.pauses / "release").touch()
+    _until(lambda: sum(map(len, _strand_reads(airflow, strand).values())) >= 9, "batches 1 to 3 read", 300)
+    reads = _strand_reads(airflow, strand)
+    assert sorted(i for ids in reads.values() for i in ids) == list(range(1, 10)), reads  # each once
+    assert sorted(sorted(ids) for ids in reads.values() if ids) == [[1, 2, 3], [4, 5, 6], [7, 8, 9]]

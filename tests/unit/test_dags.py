@@ -84,8 +84,15 @@ def test_downstream_runs_on_visible_events_and_publish_on_commit_events(dagbag) 
     downstream = dagbag.dags["logstore_downstream"]
     assert _watched(downstream) == {f"logstore.{t}.visible": ["LogStoreVisibleTrigger"] for t in tables}
     assert downstream.max_active_runs == 1 and downstream.catchup is False
-    reads = {t.task_id: (type(t).__name__, t.table) for t in downstream.tasks}
-    assert reads == {f"read_{t.replace('.', '_')}": ("LogStoreReadVisibleOperator", t) for t in tables}
+    tasks = {t.task_id: (type(t).__name__, t.table) for t in downstream.tasks}
+    names = {t: t.replace(".", "_") for t in tables}
+    assert tasks == {
+        **{f"read_{n}": ("LogStoreReadVisibleOperator", t) for t, n in names.items()},
+        **{f"catch_up_{n}": ("LogStoreVisibleCatchUpOperator", t) for t, n in names.items()},
+    }
+    for name in names.values():  # after the read, whatever became of it (a skipped read too)
+        catch_up = downstream.get_task(f"catch_up_{name}")
+        assert catch_up.upstream_task_ids == {f"read_{name}"} and catch_up.trigger_rule == "all_done"
     publish = dagbag.dags["logstore_publish"]
     assert _watched(publish) == {f"logstore.{t}.commits": ["LogStoreCommitTrigger"] for t in tables}
     assert publish.max_active_runs == 1

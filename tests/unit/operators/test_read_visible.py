@@ -10,8 +10,11 @@ import pytest
 from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowSkipException
 
-from airflow_logstore.core.windows import Window, visible_payload
-from airflow_logstore.operators.read_visible import LogStoreReadVisibleOperator
+from airflow_logstore.core.windows import Window, payload_of, run_window, visible_payload
+from airflow_logstore.operators.read_visible import (
+    LogStoreReadVisibleOperator,
+    LogStoreVisibleCatchUpOperator,
+)
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -35,6 +38,10 @@ class History:
         self.asked["before"] = when
         return self
 
+    def after(self, when: str) -> History:
+        self.asked["after"] = when
+        return self
+
     def ascending(self, ascending: bool = True) -> History:
         self.asked["ascending"] = ascending
         return self
@@ -43,9 +50,17 @@ class History:
         self.asked["limit"] = limit
         return self
 
-    def __iter__(self) -> Any:
-        cut = datetime.fromisoformat(self.asked["before"])
-        found = sorted((e for e in self.events if e.timestamp <= cut), key=lambda e: e.timestamp)
+    def __iter__(self) -> Any:  # both bounds inclusive, as the API server's
+        low = datetime.fromisoformat(self.asked["after"]) if "after" in self.asked else None
+        cut = datetime.fromisoformat(self.asked["before"]) if "before" in self.asked else None
+        found = sorted(
+            (
+                e
+                for e in self.events
+                if (low is None or e.timestamp >= low) and (cut is None or e.timestamp <= cut)
+            ),
+            key=lambda e: e.timestamp,
+        )
         found = found[::-1] if not self.asked.get("ascending", True) else found
         return iter(found[: self.asked.get("limit")])
 
@@ -130,3 +145,52 @@ def test_events_of_other_tables_and_other_kinds_are_not_the_runs(
         operator.execute(context([other, commit], []))
     with pytest.raises(AirflowSkipException):
         operator.execute({"triggering_asset_events": {}, "inlet_events": {}})  # a manual run
+
+
+# -- the catch-up: events Airflow gave no run (apache/airflow#56050) ----------------------------------------
+
+
+def catch_up_context(run_after: float, history: list[Any]) -> dict[str, Any]:
+    asset = Asset.ref(name="logstore.db.orders.visible")
+    return {
+        "dag_run": SimpleNamespace(run_after=T0 + timedelta(seconds=run_after)),
+        "inlet_events": {asset: History(history)},
+        "outlet_events": {asset: SimpleNamespace(extra={})},
+    }
+
+
+def test_the_catch_up_task_reads_and_writes_the_visible_asset_by_reference() -> None:
+    task = LogStoreVisibleCatchUpOperator(task_id="catch_up", table="db.orders")
+    assert task.inlets == task.outlets == [Asset.ref(name="logstore.db.orders.visible")]
+
+
+def test_events_stored_after_the_run_get_an_event_whose_run_reads_exactly_them() -> None:
+    """The run took the events up to its run_after (1, 2); 3 and 4 came while it ran, and Airflow would
+    give them a run only with the table's next event. The catch-up emits one whose own range is empty:
+    the run it brings takes 3, 4 and it, and its window is exactly 3's and 4's ranges."""
+    own = [stored(1, {0: -1, 1: -1}, {0: 4, 1: 2}), stored(2, {0: 4, 1: 2}, {0: 6, 1: 2})]
+    later = [stored(3, {0: 6, 1: 2}, {0: 8, 1: 2}), stored(4, {0: 8, 1: 2}, {0: 8, 1: 5})]
+    other = [stored(5, {0: -1, 1: -1}, {0: 20, 1: 20}, table="db.other")]
+    ctx = catch_up_context(2, own + later + other)
+    task = LogStoreVisibleCatchUpOperator(task_id="catch_up", table="db.orders")
+    result = task.execute(ctx)
+    emitted = ctx["outlet_events"][Asset.ref(name="logstore.db.orders.visible")].extra
+    assert result == {"table": "db.orders", "later_events": 2, "to": {"0": 9, "1": 6}}
+    assert emitted["from"] == emitted["to"] == {"0": 9, "1": 6} and emitted["catch_up"] is True
+    assert emitted["table"] == "db.orders" and emitted["commits"] == []
+    nudge = SimpleNamespace(timestamp=T0 + timedelta(seconds=6), extra=emitted)  # as a task's event is stored
+    next_own = [dict(payload_of(e.extra) or {}) for e in [*later, nudge]]
+    window = run_window(next_own, [dict(payload_of(e.extra) or {}) for e in own])
+    assert window == Window({0: 7, 1: 3}, {0: 9, 1: 6})  # from where the run's events reached: 3's and 4's
+    # had another run taken 3 and 4 already, the event's run reads nothing
+    assert run_window([emitted], [dict(payload_of(e.extra) or {}) for e in own + later]).empty
+
+
+def test_with_no_later_event_the_catch_up_is_skipped_and_emits_nothing() -> None:
+    """Events at the run's own time are the run's (Airflow's bound is inclusive), and other tables'
+    are not this table's: nothing to catch up, no extra run for a quiet table."""
+    own = [stored(1, {0: -1, 1: -1}, {0: 4, 1: 2}), stored(2, {0: 4, 1: 2}, {0: 6, 1: 2})]
+    ctx = catch_up_context(2, [*own, stored(3, {0: -1, 1: -1}, {0: 9, 1: 9}, table="db.other")])
+    with pytest.raises(AirflowSkipException, match=r"no visible event of db\.orders came after this run.s"):
+        LogStoreVisibleCatchUpOperator(task_id="catch_up", table="db.orders").execute(ctx)
+    assert ctx["outlet_events"][Asset.ref(name="logstore.db.orders.visible")].extra == {}
