@@ -54,15 +54,18 @@ def visible_payload(
     commits: Sequence[str] = (),
     control_offset: int | None = None,
     observed_at_ms: int | None = None,
+    control_topic_id: str | None = None,
 ) -> dict[str, Any]:
     """The payload of the event that the watermark of ``table`` moved from ``before`` to ``after``
     (watermarks: per partition the highest visible offset, -1 for none), as plain JSON.
 
     :param commits: the commits ("writer/batch/epoch") whose records became visible with the move
     :param control_offset: the control topic's offset through which the watcher had read
+    :param control_topic_id: the id Kafka gave the control topic: a table dropped and created again under
+        its name has another, and offsets that start again (:func:`run_window`)
     """
     parts = sorted(set(partitions) | set(before) | set(after))
-    return {
+    payload = {
         "event": VISIBLE_EVENT,
         "table": table,
         "from": {str(p): o for p, o in positions_after(before, parts).items()},
@@ -72,19 +75,26 @@ def visible_payload(
         "control_offset": control_offset,
         "observed_at_ms": observed_at_ms,
     }
+    if control_topic_id is not None:
+        payload["control_topic_id"] = control_topic_id
+    return payload
 
 
-def catch_up_payload(table: str, later: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """The payload of the event that brings a run for ``later`` visible payloads of ``table`` that
-    Airflow gave no run (``LogStoreVisibleCatchUpOperator``): an empty range at the furthest ``to`` they
-    reached, so the run's window ends there (their own ranges are its events too, or an earlier run's)."""
+def catch_up_payload(table: str, later: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The payload of the event that brings a run for ``later`` visible payloads of ``table`` (newest
+    first) that Airflow gave no run (``LogStoreVisibleCatchUpOperator``): an empty range at the furthest
+    ``to`` they reached, so the run's window ends there (their own ranges are its events too, or an
+    earlier run's). Only the newest one's control topic counts (a table created again starts its
+    offsets again)."""
+    visible = [payload for payload in later if is_visible_payload(payload, table)]
+    topic = next((p["control_topic_id"] for p in visible if p.get("control_topic_id") is not None), None)
     reached: dict[int, int] = {}
-    for payload in later:
-        if is_visible_payload(payload, table):
+    for payload in visible:
+        if payload.get("control_topic_id") in (None, topic):
             for p, o in _positions(payload.get("to"), "to").items():
                 reached[p] = max(reached.get(p, o), o)
     watermark = {p: o - 1 for p, o in reached.items()}
-    return {**visible_payload(table, watermark, watermark, reached), "catch_up": True}
+    return {**visible_payload(table, watermark, watermark, reached, control_topic_id=topic), "catch_up": True}
 
 
 def payload_of(extra: Any) -> Mapping[str, Any] | None:
@@ -147,10 +157,13 @@ def run_window(own: Sequence[Mapping[str, Any]], earlier: Iterable[Mapping[str, 
             end[p] = max(end.get(p, o), o)
         for p, o in _positions(payload.get("from"), "from").items():
             first[p] = min(first.get(p, o), o)
+    topics = {payload.get("control_topic_id") for payload in mine} - {None}
     reached: dict[int, int] = {}
     for payload in earlier:
         if not is_visible_payload(payload):
             continue
+        if topics and payload.get("control_topic_id") not in (None, *topics):
+            continue  # the table's earlier life (dropped, created again): its offsets are another log's
         for p, o in _positions(payload.get("to"), "to").items():
             reached[p] = max(reached.get(p, o), o)
     start = {}

@@ -135,6 +135,11 @@ class ControlFollower:
             consumer.close()
             raise
 
+    @property
+    def started_topic_id(self) -> str | None:
+        """The control topic's id when this follower started on it (None: not asked)."""
+        return self._id
+
     @classmethod
     def of(cls, reader: LogReader) -> ControlFollower:
         """The control follower of ``reader``'s table."""

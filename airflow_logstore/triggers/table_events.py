@@ -188,12 +188,24 @@ class LogStoreCommitTrigger(_TableEventTrigger):
         super().__init__(**kwargs)
         #: the sequence number of ``main`` when it last looked (None: not yet)
         self._seen_sequence: int | None = None
+        #: the table's uuid when it last looked: a table dropped and created again has another
+        self._table_uuid: str | None = None
 
     def poll_once(self) -> list[dict[str, Any]]:
         from airflow_logstore.table.tables import snapshot_commits
 
         handle = self._handle()
         table = handle.load()
+        uuid = str(table.metadata.table_uuid)
+        if self._table_uuid is not None and uuid != self._table_uuid:
+            self.log.warning(
+                "%s was dropped and created again (table uuid %s, was %s): looking at it as at a start",
+                self.table,
+                uuid,
+                self._table_uuid,
+            )
+            self._seen_sequence = None  # its sequence numbers start again
+        self._table_uuid = uuid
         current = table.current_snapshot()
         commits = snapshot_commits(table)
         head = current.sequence_number if current is not None and current.sequence_number else 0
@@ -254,7 +266,10 @@ class LogStoreVisibleTrigger(_TableEventTrigger):
         self._partitions: list[int] = []
         #: the watermark up to which events were fired (None: not started)
         self._fired: dict[int, int] | None = None
+        #: the control topic's id that ``_fired`` belongs to (None: not known)
+        self._topic_id: str | None = None
         self._stored: dict[int, int] | None = None
+        self._stored_topic_id: str | None = None
         self._store: Any = None
         self.store_retry_delays = STORE_RETRY_DELAYS  # tests set shorter ones
 
@@ -287,7 +302,10 @@ class LogStoreVisibleTrigger(_TableEventTrigger):
                 await self.sleep(delay)
         self._store = store
         if isinstance(stored, dict):
-            self._stored = {int(p): int(o) for p, o in stored.items()}
+            # {"watermark": {...}, "control_topic_id": ...}; before it, the watermark alone
+            marks = stored["watermark"] if "watermark" in stored else stored
+            self._stored = {int(p): int(o) for p, o in dict(marks or {}).items()}
+            self._stored_topic_id = stored.get("control_topic_id") if "watermark" in stored else None
             self.log.info(
                 "%s: starting from where the last event handed over started, %s", self.table, stored
             )
@@ -316,7 +334,9 @@ class LogStoreVisibleTrigger(_TableEventTrigger):
             return
         before = {str(p): int(o) - 1 for p, o in payload["from"].items()}
         try:
-            await self._store.aset(STATE_KEY, before)
+            await self._store.aset(
+                STATE_KEY, {"watermark": before, "control_topic_id": payload.get("control_topic_id")}
+            )
         except Exception as exc:  # a restart then starts from an older event: repeats, none lost
             self.log.warning("%s: could not store the fired watermark: %s", self.table, first_line(exc))
 
@@ -342,13 +362,35 @@ class LogStoreVisibleTrigger(_TableEventTrigger):
         return follower, list(range(reader.config.partitions))
 
     def _start(self) -> ControlFollower:
-        """Open the follower; the first time, take the watermark to start from."""
+        """Open the follower; the first time, take the watermark to start from. A control topic with
+        another id than the one the fired watermark belongs to (the table was dropped and created again:
+        its offsets start again) is watched from its beginning: every advance on it fires."""
         follower, self._partitions = self.open_follower()
+        topic_id = getattr(follower, "started_topic_id", None)
         if self._fired is None:
-            self._fired = dict(self._stored if self._stored is not None else follower.state.watermark)
+            stored = self._stored
+            if stored is not None and self._recreated(self._stored_topic_id, topic_id):
+                stored = {}  # the stored watermark is of the table's earlier life
+            self._fired = dict(stored if stored is not None else follower.state.watermark)
             self.log.info("%s: watching the watermark from %s", self.table, self._fired)
             pause_point("events:watching")  # what it fires for from now on is fixed
+        elif self._recreated(self._topic_id, topic_id):
+            self._fired = {}
+        self._topic_id = topic_id
         return follower
+
+    def _recreated(self, known: str | None, now: str | None) -> bool:
+        """Whether the control topic ``now`` is another than the ``known`` one (logged once when so)."""
+        if known is None or now is None or known == now:
+            return False
+        self.log.warning(
+            "%s: its control topic was created again (id %s, was %s: the table was dropped and created "
+            "again); firing for every advance on the new one from its start",
+            self.table,
+            now,
+            known,
+        )
+        return True
 
     def poll_once(self) -> list[dict[str, Any]]:
         from airflow_logstore.core.visibility import newly_visible_commits
@@ -372,6 +414,7 @@ class LogStoreVisibleTrigger(_TableEventTrigger):
             commits=newly_visible_commits(state, before, after),
             control_offset=self._follower.next - 1,
             observed_at_ms=int(time.time() * 1000),
+            control_topic_id=self._topic_id,
         )
         self._fired = after
         return [payload]

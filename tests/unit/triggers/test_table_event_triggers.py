@@ -31,7 +31,7 @@ from airflow_logstore.hooks.logstore import LogStoreHook
 from airflow_logstore.pause import on_pause
 from airflow_logstore.settings import local_settings
 from airflow_logstore.table.catalog import embedded_catalog
-from airflow_logstore.table.tables import LogStoreTable, create_table
+from airflow_logstore.table.tables import LogStoreTable, create_table, drop_table
 from airflow_logstore.triggers.assets import (
     commit_asset_name,
     logstore_commit_asset,
@@ -63,6 +63,17 @@ class Control:
         self.opened = 0
         self.triggers: list[LogStoreVisibleTrigger] = []
         self.changed = threading.Condition()
+        self.topic_id = "topic-1"  # the id Kafka gave the control topic (another: created again)
+
+    def recreate(self, watermark: dict[int, int]) -> None:
+        """The table dropped and created again: a control topic of another id, offsets from the start;
+        the follower on the old one fails (as ``ControlFollower`` does on a topic of another id)."""
+        with self.changed:
+            self.state = ControlState(watermark=dict(watermark))
+            self.topic_id = "topic-2"
+            self.offset += 1
+            self.fail = 1
+            self.changed.notify_all()
 
     def move(self, watermark: dict[int, int], *commits: CommitInfo) -> None:
         with self.changed:
@@ -94,6 +105,7 @@ class Follower:
         self.state = ControlState()
         self.next = 0
         self.closed = False
+        self.started_topic_id = control.topic_id
         self._sync()
 
     def _sync(self) -> None:
@@ -222,6 +234,41 @@ def test_an_error_yields_no_event_is_logged_and_retried_with_a_new_follower(
     assert control.opened == 2 and trigger.failed_attempts == 0  # a new follower after the errors
 
 
+def test_a_table_dropped_and_created_again_fires_from_the_start_of_its_new_control_topic(
+    control: Control, loop: TriggererLoop, watching: threading.Event
+) -> None:
+    """Created again, the table's offsets start again: the trigger fires for every advance on the new
+    control topic from its start, its events name the new topic, and a run's window ignores the earlier
+    life's events (before, the fired watermark of the old topic hid every advance below it, and the
+    windows started past the new records)."""
+
+    async def scenario() -> list[Any]:
+        trigger_id = await loop.start(visible())
+        await loop.reached(watching)
+        await loop.settle(trigger_id)
+        control.move({0: 9}, commit(1, {0: (5, 9)}))
+        await loop.wait_for_events(trigger_id, 1)
+        control.recreate({0: 2, 1: 1})  # a new life, already published up to 2 and 1
+        return await loop.wait_for_events(trigger_id, 2)
+
+    old, new = (e.payload for e in run(loop, scenario))
+    assert old["control_topic_id"] == "topic-1" and new["control_topic_id"] == "topic-2"
+    assert (new["from"], new["to"]) == ({"0": 0, "1": 0}, {"0": 3, "1": 2})
+    assert run_window([new], [old]) == Window({0: 0, 1: 0}, {0: 3, 1: 2})  # not from the old life's 10
+    legacy = {key: value for key, value in old.items() if key != "control_topic_id"}
+    # an event of an older package names no topic: it counts, as before
+    assert run_window([new], [legacy]) == Window({0: 3, 1: 0}, {0: 3, 1: 2})
+
+
+def test_a_stored_watermark_of_the_tables_earlier_life_is_not_started_from(control: Control) -> None:
+    store = Store({"watermark": {"0": 40}, "control_topic_id": "topic-0"})  # the old table's
+    control.move({0: 8})
+    with structlog.testing.capture_logs() as logs:
+        events = _run_with_store(control, store, [{}])
+    assert (events[0]["from"], events[0]["to"]) == ({"0": 0, "1": 0}, {"0": 9, "1": 0})
+    assert any("control topic was created again" in str(entry.get("event")) for entry in logs), logs
+
+
 def test_the_backoff_doubles_per_error_up_to_its_limit() -> None:
     trigger = LogStoreVisibleTrigger(table="db.t", poll_interval=0.5, max_backoff=3.0)
     assert [trigger.backoff(n) for n in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]
@@ -297,7 +344,8 @@ def _run_with_store(control: Control, store: Store, moves: list[dict[int, int]])
             pending = asyncio.ensure_future(stream.__anext__())
             for _ in range(200):
                 before = {p: o - 1 for p, o in events[-1]["from"].items()}
-                if store.values.get(STATE_KEY) == before or trigger._store is None:  # stored, or never
+                kept = store.values.get(STATE_KEY) or {}
+                if kept.get("watermark") == before or trigger._store is None:  # stored, or never
                     break
                 await asyncio.sleep(0.01)
             pending.cancel()
@@ -317,7 +365,10 @@ def test_with_the_asset_state_store_a_restart_fires_at_once_for_what_was_publish
     control.move({0: 8})  # published while the trigger was down
     events = _run_with_store(control, store, [{}])  # the first poll, no new move
     assert (events[0]["from"], events[0]["to"]) == ({"0": 5, "1": 0}, {"0": 9, "1": 0})
-    assert store.values[STATE_KEY] == {"0": 4, "1": -1}  # kept one event behind: where it started
+    assert store.values[STATE_KEY] == {
+        "watermark": {"0": 4, "1": -1},
+        "control_topic_id": "topic-1",
+    }  # one behind
 
 
 def test_a_restart_right_after_an_event_was_handed_over_fires_its_range_again_and_reads_it_once(
@@ -363,7 +414,7 @@ def test_a_state_store_unreachable_at_start_is_read_again_and_kept(
     events = _run_with_store(control, store, [{}])
     assert store.reads == 2
     assert (events[0]["from"], events[0]["to"]) == ({"0": 5, "1": 0}, {"0": 9, "1": 0})
-    assert store.values[STATE_KEY] == {"0": 4, "1": -1}
+    assert store.values[STATE_KEY]["watermark"] == {"0": 4, "1": -1}
 
 
 def test_a_state_store_unreachable_at_every_read_is_given_up_after_a_few(control: Control) -> None:
@@ -471,3 +522,26 @@ def test_the_commit_trigger_fires_per_new_commit_never_for_other_snapshots_and_r
     assert [[c["batch_id"] for c in e.payload["commits"]] for e in events] == [[2], [4]]
     assert all(e.payload["unpublished"] is False for e in events)
     assert any("CatalogUnavailableError" in str(entry) and "no event" in str(entry) for entry in logs), logs
+
+
+def test_the_commit_trigger_looks_at_a_table_dropped_and_created_again_as_at_a_start(
+    catalog: Catalog, loop: TriggererLoop
+) -> None:
+    """Created again, the table's sequence numbers start again: its first commit fires (as a commit
+    not visible yet, as at a start), not only those past the old table's head."""
+    for batch in (1, 2, 3):
+        catalog.commit(batch)
+    catalog.watermark = {0: 3}
+
+    async def scenario() -> list[Any]:
+        trigger_id = await loop.start(commits_trigger())
+        assert await loop.settle(trigger_id) == []
+        drop_table(catalog.handle, keep_topics=True)
+        create_table(catalog.handle, "id int, amount long", primary_key=["id"])
+        catalog.watermark = {}
+        catalog.commit(1)
+        return await loop.wait_for_events(trigger_id, 1)
+
+    events = run(loop, scenario)
+    payload = events[0].payload
+    assert payload["unpublished"] is True and [c["batch_id"] for c in payload["commits"]] == [1]
