@@ -142,14 +142,20 @@ class Window:
 
 
 def run_window(own: Sequence[Mapping[str, Any]], earlier: Iterable[Mapping[str, Any]]) -> Window:
-    """The window of a run whose triggering events are ``own`` (visible payloads of one table), given
-    the payloads of that asset's events stored before them (``earlier``; any order; others ignored).
+    """The window of a run whose triggering events are ``own`` (visible payloads of one table, oldest
+    first), given the payloads of that asset's events stored before them (``earlier``; any order; others
+    ignored).
 
     :raises ValueError: ``own`` holds no visible payload.
     """
     mine = [payload for payload in own if is_visible_payload(payload)]
     if not mine:
         raise ValueError("a run's window needs at least one visible event of its own")
+    # own events of two lives of the table (dropped and created again between them): the newest life's
+    # only (``own`` oldest first); the earlier life's log is gone with its topic
+    newest = next((p["control_topic_id"] for p in reversed(mine) if p.get("control_topic_id")), None)
+    if newest is not None:
+        mine = [payload for payload in mine if payload.get("control_topic_id") in (None, newest)]
     end: dict[int, int] = {}
     first: dict[int, int] = {}
     for payload in mine:
@@ -157,12 +163,11 @@ def run_window(own: Sequence[Mapping[str, Any]], earlier: Iterable[Mapping[str, 
             end[p] = max(end.get(p, o), o)
         for p, o in _positions(payload.get("from"), "from").items():
             first[p] = min(first.get(p, o), o)
-    topics = {payload.get("control_topic_id") for payload in mine} - {None}
     reached: dict[int, int] = {}
     for payload in earlier:
         if not is_visible_payload(payload):
             continue
-        if topics and payload.get("control_topic_id") not in (None, *topics):
+        if newest is not None and payload.get("control_topic_id") not in (None, newest):
             continue  # the table's earlier life (dropped, created again): its offsets are another log's
         for p, o in _positions(payload.get("to"), "to").items():
             reached[p] = max(reached.get(p, o), o)

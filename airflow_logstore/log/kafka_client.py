@@ -685,11 +685,14 @@ def _settle_idle(
 
     positions = {tp.partition: tp.offset for tp in cons.position([TopicPartition(topic, p) for p in pending])}
     grace = min(ANSWERED_GRACE_S, idle_timeout)
-    now = time.monotonic()
     for partition, position in positions.items():
-        reached = position >= pending.get(partition, 0)
-        answering = position < 0 and (partition in answered or _leader_answers(cons, topic, partition))
-        if reached or (answering and now - answered.setdefault(partition, now) >= grace):
+        if position >= pending.get(partition, 0):
+            pending.pop(partition, None)
+        elif position >= 0:
+            answered.pop(partition, None)  # it has a position now: stopped below its end, stuck
+        elif (partition in answered or _leader_answers(cons, topic, partition)) and _grace_over(
+            answered, partition, grace
+        ):
             pending.pop(partition, None)
     stuck = {p: end for p, end in pending.items() if p not in answered}
     if stuck:
@@ -698,6 +701,13 @@ def _settle_idle(
             f"(positions {positions}, targets {stuck}; a partition without a position: its leader did not "
             "answer)"
         )
+
+
+def _grace_over(answered: dict[int, float], partition: int, grace: float) -> bool:
+    """Whether ``grace`` seconds passed since ``partition``'s leader first answered (now, if it just did:
+    asking may have taken the request timeout, which is no grace)."""
+    since = answered.setdefault(partition, time.monotonic())
+    return time.monotonic() - since >= grace
 
 
 def _leader_answers(cons: Consumer, topic: str, partition: int) -> bool:

@@ -108,7 +108,7 @@ class LogStoreReadVisibleOperator(LineageMixin, LogStoreOperator):
             )
         first = min(when for when, _ in own)
         same_time = sum(1 for when, _ in own if when == first)
-        payloads = [payload for _, payload in own]
+        payloads = [payload for _, payload in sorted(own, key=lambda found: found[0])]  # oldest first
         earlier = self.earlier_payloads(context, first, same_time)
         window = run_window(payloads, earlier)
         summary: dict[str, Any] = {
@@ -163,8 +163,10 @@ class LogStoreVisibleCatchUpOperator(BaseOperator):
     own ones (after ``run_after``); when there are some, it emits one event on the asset, whose run takes
     them (its window, :func:`~airflow_logstore.core.windows.run_window`, ends where they end; this event's
     own range is empty). With none, it is skipped and emits nothing, so a quiet table gets no extra run.
-    An event it emits while a run is already queued joins that run; one more run, reading nothing, is
-    the most it costs.
+    An event it emits while a run is already queued joins that run; otherwise its run may read nothing
+    (another run took the events meanwhile). Catch-up events are not counted (they bring no further
+    catch-up): runs of several DAGs on the asset, or of one with ``max_active_runs`` > 1, never bring
+    each other's runs forever.
 
     :param table: ``namespace.table`` (the asset is named by reference, as
         :class:`LogStoreReadVisibleOperator` does)
@@ -186,7 +188,8 @@ class LogStoreVisibleCatchUpOperator(BaseOperator):
         self.lookback_events = lookback_events
 
     def later_payloads(self, context: Any, after: datetime) -> list[dict[str, Any]]:
-        """The visible payloads of ``table`` stored after ``after`` (at most ``lookback_events``)."""
+        """The visible payloads of ``table`` stored after ``after`` (newest first; of the newest
+        ``lookback_events`` events), but catch-ups'."""
         from airflow_logstore.core.windows import is_visible_payload, payload_of
 
         accessor = context["inlet_events"][self.asset]
@@ -194,9 +197,12 @@ class LogStoreVisibleCatchUpOperator(BaseOperator):
         found = []
         for event in events:
             payload = payload_of(event.extra)
+            # a catch-up's own event brings no run it needs another for: counting it, runs of several
+            # DAGs on the asset (or of one with max_active_runs > 1) would bring each other forever
             if event.timestamp > after and is_visible_payload(payload, self.table):
                 assert payload is not None
-                found.append(dict(payload))
+                if not payload.get("catch_up"):
+                    found.append(dict(payload))
         return found
 
     def execute(self, context: Any) -> dict[str, Any]:

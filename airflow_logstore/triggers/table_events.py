@@ -303,7 +303,7 @@ class LogStoreVisibleTrigger(_TableEventTrigger):
         self._store = store
         if isinstance(stored, dict):
             # {"watermark": {...}, "control_topic_id": ...}; before it, the watermark alone
-            marks = stored["watermark"] if "watermark" in stored else stored
+            marks = stored.get("watermark", stored)
             self._stored = {int(p): int(o) for p, o in dict(marks or {}).items()}
             self._stored_topic_id = stored.get("control_topic_id") if "watermark" in stored else None
             self.log.info(
@@ -376,7 +376,8 @@ class LogStoreVisibleTrigger(_TableEventTrigger):
             pause_point("events:watching")  # what it fires for from now on is fixed
         elif self._recreated(self._topic_id, topic_id):
             self._fired = {}
-        self._topic_id = topic_id
+        if topic_id is not None:  # a topic missing for a moment (being created again) says nothing
+            self._topic_id = topic_id
         return follower
 
     def _recreated(self, known: str | None, now: str | None) -> bool:

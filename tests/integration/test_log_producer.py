@@ -106,13 +106,13 @@ def _java_producers(spark: Any) -> int:
 
 def test_idle_producers_are_closed_and_a_later_task_gets_a_new_one(env, spark) -> None:
     """A task gives its producer back for the next task of the JVM; one unused for the idle time (here
-    0.3 s, by default 60 s) is closed, with its connections: an executor that produced once does not
+    3 s, by default 60 s) is closed, with its connections: an executor that produced once does not
     keep clients (nor their reconnect warnings once a broker is gone). A later task produces with a new
     one."""
     handle = make_table(env)
     topic, _, _ = handle.config().require_log()
     system = spark.sparkContext._jvm.java.lang.System
-    system.setProperty("airflow_logstore.producer.idle.ms", "300")
+    system.setProperty("airflow_logstore.producer.idle.ms", "3000")
     try:
         for round_ in range(2):
             frame = spark.createDataFrame([(b"k%d" % i, None, b"v") for i in range(5)], SCHEMA)

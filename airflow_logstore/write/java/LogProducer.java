@@ -568,8 +568,13 @@ public final class LogProducer implements FlatMapFunction<Iterator<InternalRow>,
 
         static {
             SERVICE.scheduleWithFixedDelay(() -> closeIdle(false), 1, 1, TimeUnit.SECONDS);
-            Runtime.getRuntime()
-                    .addShutdownHook(new Thread(() -> closeIdle(true), "logstore-idle-producers-exit"));
+            try {
+                Runtime.getRuntime()
+                        .addShutdownHook(new Thread(() -> closeIdle(true), "logstore-idle-producers-exit"));
+            } catch (IllegalStateException exiting) {
+                // the JVM is exiting already: its sockets go with it; a failed initialization here would
+                // make every later give-back fail
+            }
         }
 
         static void start() {

@@ -151,3 +151,48 @@ def test_a_leader_that_answers_is_given_a_grace_before_its_range_counts_as_read(
     assert list(kafka_client.scan(empty, "t", {0: 0}, {0: 1}, idle_timeout=2.0)) == []  # type: ignore[arg-type]
     assert empty.offsets_asked == [0]
     assert len(empty.asked) >= 2 + 2  # the idle timeout, then the grace (min(5 s, idle timeout))
+
+
+def test_a_partition_that_got_a_position_below_its_end_after_its_leader_answered_fails_not_hangs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its leader answered while it had no position; then it consumed markers only (a position below its
+    end) and its leader went away: it made no progress and is not done, so the scan fails (before, it
+    was neither done nor stuck, and the scan polled forever)."""
+    clock = {"now": 100.0}
+    monkeypatch.setattr(kafka_client.time, "monotonic", lambda: clock["now"])
+
+    class _Markers(_Consumer):
+        def consume(self, num_messages: int, timeout: float) -> list[Any]:
+            clock["now"] += 1.0
+            if self.offsets_asked:  # after the answer: markers consumed, the position moves to 1
+                self.positions[0] = 1
+            if len(self.asked) > 50:
+                raise RuntimeError("the scan polls forever")
+            return super().consume(num_messages, timeout)
+
+    with pytest.raises(KafkaUnavailableError, match=r"no progress reading 't'.*targets \{0: 5\}"):
+        list(kafka_client.scan(_Markers([]), "t", {0: 0}, {0: 5}, idle_timeout=3.0))  # type: ignore[arg-type]
+
+
+def test_the_grace_runs_from_the_leaders_answer_not_from_before_the_question(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Asking the leader may take the request timeout (a leader coming back): the grace starts when it
+    answered, so a record fetched right after is read (before, the wait for the answer counted as the
+    grace, and the range was taken as read at the next poll)."""
+    clock = {"now": 100.0}
+    monkeypatch.setattr(kafka_client.time, "monotonic", lambda: clock["now"])
+
+    class _SlowLeader(_Consumer):
+        def consume(self, num_messages: int, timeout: float) -> list[Any]:
+            clock["now"] += 1.0
+            return super().consume(num_messages, timeout)
+
+        def get_watermark_offsets(self, partition: Any, timeout: float, cached: bool) -> tuple[int, int]:
+            clock["now"] += 10.0  # the answer takes 10 s
+            return super().get_watermark_offsets(partition, timeout, cached)
+
+    slow = _SlowLeader([[], [], [], [], [_Message(0, 0)]])  # nothing for 4 s, then the record
+    batches = list(kafka_client.scan(slow, "t", {0: 0}, {0: 1}, idle_timeout=2.0))  # type: ignore[arg-type]
+    assert _offsets(batches) == [(0, 0)]

@@ -10,7 +10,7 @@ import pytest
 from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowSkipException
 
-from airflow_logstore.core.windows import Window, payload_of, run_window, visible_payload
+from airflow_logstore.core.windows import Window, catch_up_payload, payload_of, run_window, visible_payload
 from airflow_logstore.operators.read_visible import (
     LogStoreReadVisibleOperator,
     LogStoreVisibleCatchUpOperator,
@@ -194,3 +194,32 @@ def test_with_no_later_event_the_catch_up_is_skipped_and_emits_nothing() -> None
     with pytest.raises(AirflowSkipException, match=r"no visible event of db\.orders came after this run.s"):
         LogStoreVisibleCatchUpOperator(task_id="catch_up", table="db.orders").execute(ctx)
     assert ctx["outlet_events"][Asset.ref(name="logstore.db.orders.visible")].extra == {}
+
+
+def test_a_catch_up_event_alone_brings_no_further_catch_up() -> None:
+    """Runs of two DAGs on the asset, or of one DAG with max_active_runs > 1, see each other's catch-up
+    events after their run_after: counting them, each would bring the next run forever. Only events of
+    the trigger count."""
+    own = [stored(1, {0: -1, 1: -1}, {0: 4, 1: 2})]
+    nudge = SimpleNamespace(
+        timestamp=T0 + timedelta(seconds=3),
+        extra=catch_up_payload("db.orders", [dict(payload_of(own[0].extra) or {})]),
+    )
+    with pytest.raises(AirflowSkipException):
+        LogStoreVisibleCatchUpOperator(task_id="catch_up", table="db.orders").execute(
+            catch_up_context(1, [*own, nudge])
+        )
+    later = stored(4, {0: 4, 1: 2}, {0: 6, 1: 2})  # a trigger's event after it still counts
+    result = LogStoreVisibleCatchUpOperator(task_id="catch_up", table="db.orders").execute(
+        catch_up_context(1, [*own, nudge, later])
+    )
+    assert result["later_events"] == 1 and result["to"] == {"0": 7, "1": 3}
+
+
+def test_a_runs_own_events_of_two_lives_of_the_table_read_the_newest_only() -> None:
+    """A run took the last event of the table's earlier life and the first of its new one (dropped and
+    created again meanwhile): its window is the new log's, from its start."""
+    old = {**visible_payload("db.orders", {0: 900}, {0: 999}, [0]), "control_topic_id": "a"}
+    new = {**visible_payload("db.orders", {0: -1}, {0: 49}, [0]), "control_topic_id": "b"}
+    earlier = [{**visible_payload("db.orders", {0: -1}, {0: 900}, [0]), "control_topic_id": "a"}]
+    assert run_window([old, new], earlier) == Window({0: 0}, {0: 50})

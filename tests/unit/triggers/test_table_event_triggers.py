@@ -545,3 +545,24 @@ def test_the_commit_trigger_looks_at_a_table_dropped_and_created_again_as_at_a_s
     events = run(loop, scenario)
     payload = events[0].payload
     assert payload["unpublished"] is True and [c["batch_id"] for c in payload["commits"]] == [1]
+
+
+def test_a_control_topic_missing_for_a_moment_does_not_make_the_trigger_forget_its_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Dropping a table deletes its topics first: a follower opened in between finds no topic (no id).
+    The id the fired watermark belongs to is kept, so the new topic's other id is still told apart."""
+    ids = iter(["topic-1", None, "topic-2"])
+
+    def opened(self: LogStoreVisibleTrigger) -> tuple[Any, list[int]]:
+        follower = SimpleNamespace(started_topic_id=next(ids), state=ControlState(watermark={0: 7}))
+        return follower, [0]
+
+    monkeypatch.setattr(LogStoreVisibleTrigger, "open_follower", opened)
+    trigger = visible()
+    trigger._start()
+    assert trigger._fired == {0: 7}
+    trigger._start()  # the topic is gone for a moment
+    assert trigger._fired == {0: 7} and trigger._topic_id == "topic-1"
+    trigger._start()  # created again
+    assert trigger._fired == {} and trigger._topic_id == "topic-2"
