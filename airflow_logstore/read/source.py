@@ -747,6 +747,9 @@ class StreamOffset:
     :param lag: what the offset reports and nothing reads back: ``log_end`` and ``watermark``.
     :param consistency: as the checkpoint holds it (older ones say ``transactional``; read it with
         :func:`~airflow_logstore.core.properties.parse_consistency`), kept so the JSON stays the same.
+    :param control_topic_id: the id of the control topic whose state decided the offset (a stream that
+        reads the control state; absent in offsets of older versions): a restart on a control topic of
+        another id (the table dropped and created again) fails instead of deciding on another history.
     """
 
     mode: str
@@ -756,6 +759,7 @@ class StreamOffset:
     snapshot: SnapshotStart | None = None
     files: str | None = None
     lag: dict[str, dict[str, int]] = field(default_factory=dict, compare=False)
+    control_topic_id: str | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -769,6 +773,8 @@ class StreamOffset:
             data["snapshot"] = self.snapshot.to_json()
         if self.files is not None:
             data["files"] = self.files
+        if self.control_topic_id is not None:
+            data["control_topic_id"] = self.control_topic_id
         data.update(self.lag)
         return data
 
@@ -791,6 +797,7 @@ class StreamOffset:
                 None if snapshot is None else SnapshotStart.from_json(snapshot),
                 None if data.get("files") is None else str(data["files"]),
                 {key: dict(data[key]) for key in ("log_end", "watermark") if key in data},
+                None if data.get("control_topic_id") is None else str(data["control_topic_id"]),
             )
         except (KeyError, TypeError, ValueError, AttributeError, OptionError) as exc:
             raise StreamReadError(
@@ -817,7 +824,15 @@ def replayed_start(start: StreamOffset, end: StreamOffset) -> StreamOffset:
     if (start.origin, start.snapshot) == (end.origin, end.snapshot):
         return start
     files = None if end.files is None else "pending"
-    return StreamOffset(end.mode, end.consistency, dict(end.origin), dict(end.origin), end.snapshot, files)
+    return StreamOffset(
+        end.mode,
+        end.consistency,
+        dict(end.origin),
+        dict(end.origin),
+        end.snapshot,
+        files,
+        control_topic_id=end.control_topic_id,
+    )
 
 
 def _check_not_behind(log_end: Mapping[int, int], positions: Mapping[int, int], topic: str) -> None:
@@ -926,8 +941,19 @@ class StreamPlanner:
             return None
         if self._control is None:
             self._control = ControlFollower.of(self.reader)
+        known, now = offset.control_topic_id, self._control_topic_id()
+        if known is not None and now is not None and known != now:
+            raise StreamReadError(
+                f"the control topic of '{self.opts.table}' is another one than the checkpoint's offsets were "
+                f"decided on (id {now}, was {known}): the table was dropped and created again, and the "
+                "history the stream's positions rest on is gone; start again with a new checkpoint"
+            )
         catch_up(self._control)
         return self._control.state
+
+    def _control_topic_id(self) -> str | None:
+        """The id of the control topic the follower started on (None: no follower, or not asked)."""
+        return getattr(self._control, "started_topic_id", None) if self._control is not None else None
 
     # -- Spark's calls -----------------------------------------------------------------------------------
 
@@ -970,7 +996,14 @@ class StreamPlanner:
         positions = bounded(previous.positions, available, self.opts.max_records)
         files = "read" if previous.files is not None else None
         offset = StreamOffset(
-            previous.mode, previous.consistency, positions, previous.origin, previous.snapshot, files, lag
+            previous.mode,
+            previous.consistency,
+            positions,
+            previous.origin,
+            previous.snapshot,
+            files,
+            lag,
+            self._control_topic_id() or previous.control_topic_id,
         )
         now = time.monotonic()
         if not previous.moved(offset):

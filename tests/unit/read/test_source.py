@@ -620,6 +620,33 @@ def test_a_recreated_log_or_offsets_that_went_back_fail_the_stream_instead_of_sk
         planner.latest_offset()
 
 
+def test_a_restart_on_a_control_topic_created_again_fails_instead_of_deciding_on_another_history(
+    kafka: Any,
+) -> None:
+    """The offsets name the control topic whose state decided them. A restart whose follower starts on a
+    control topic of another id (the table dropped and created again under its name) fails: the replayed
+    micro-batch's records would be decided against a history without their epochs (foreign, dropped).
+    Offsets of older versions name none and are not checked."""
+    clock = _Clock(_History())
+    clock.history.records = [_Record(0, o, RecordMeta("w", 1, 1, TASK)) for o in range(4)]
+    clock.history.arrive = [0] * 4
+    state = ControlState(epochs={"w": 1}, commits={("w", 1): _commit(1, {0: (0, 3)})}, watermark={0: 3})
+    clock.history.states = [state]
+    kafka(clock.log())
+    clock.started_topic_id = "control-1"  # type: ignore[attr-defined]
+    planner = _planner(clock, None)
+    start = planner.initial_offset()
+    latest = planner.latest_offset()
+    assert latest["control_topic_id"] == "control-1"
+    assert StreamOffset.from_json(latest).to_json() == latest
+    clock.started_topic_id = "control-2"  # type: ignore[attr-defined]
+    restarted = _planner(clock, None)
+    with pytest.raises(StreamReadError, match=r"id control-2, was control-1\): the table was dropped"):
+        restarted.partitions(start, latest)
+    older = {key: value for key, value in latest.items() if key != "control_topic_id"}
+    assert len([row for piece in restarted.partitions(start, older) for row in _read(piece)]) == 4
+
+
 def test_a_quiet_stream_hands_spark_an_empty_micro_batch_only_when_its_lag_changed_and_not_too_often(
     kafka: Any,
 ) -> None:
