@@ -60,11 +60,10 @@ def pauses(tmp_path_factory) -> Path:
 STARTED: dict[str, datetime] = {}
 
 
-@pytest.fixture(scope="module")
-def stream(env, tmp_path_factory) -> StreamSetup:
-    """The event-driven tests' table (created before Airflow starts, so its watchers find it at once)
-    and folders: the streaming writer's pause points, the downstream runs' outputs."""
-    table = f"e2e.{env.unique('stream')}"
+def _event_table(env, name: str, partitions: int) -> str:
+    """A new LogStore table of the event-driven tests (created before Airflow starts, so its watchers
+    find it at once), with ``partitions`` log partitions."""
+    table = f"e2e.{env.unique(name)}"
     create_table(
         LogStoreTable.open(table),
         "id int, customer string, amount long, status string",
@@ -73,28 +72,25 @@ def stream(env, tmp_path_factory) -> StreamSetup:
             "log-store.enabled": "true",
             "log-store.topic": table.replace(".", "_") + "_log",
             "log-store.address": env.settings.kafka_bootstrap,
-            "log-store.partitions": "3",
+            "log-store.partitions": str(partitions),
         },
     )
+    return table
+
+
+@pytest.fixture(scope="module")
+def stream(env, tmp_path_factory) -> StreamSetup:
+    """The event-driven tests' table and folders: the streaming writer's pause points, the downstream
+    runs' outputs."""
+    table = _event_table(env, "stream", 3)
     return StreamSetup(table, tmp_path_factory.mktemp("stream-pauses"), tmp_path_factory.mktemp("downstream"))
 
 
 @pytest.fixture(scope="module")
 def strand(env, tmp_path_factory) -> StreamSetup:
-    """The catch-up test's table (created before Airflow starts, so its watcher finds it at once), the
-    folder of its downstream DAG's hold (``reached``/``release``) and its reads' outputs."""
-    table = f"e2e.{env.unique('strand')}"
-    create_table(
-        LogStoreTable.open(table),
-        "id int, customer string, amount long, status string",
-        primary_key=["id"],
-        properties={
-            "log-store.enabled": "true",
-            "log-store.topic": table.replace(".", "_") + "_log",
-            "log-store.address": env.settings.kafka_bootstrap,
-            "log-store.partitions": "1",
-        },
-    )
+    """The catch-up test's table, the folder of its downstream DAG's hold (``reached``/``release``) and
+    its reads' outputs."""
+    table = _event_table(env, "strand", 1)
     return StreamSetup(table, tmp_path_factory.mktemp("strand-hold"), tmp_path_factory.mktemp("strand-out"))
 
 

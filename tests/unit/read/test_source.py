@@ -574,12 +574,18 @@ def test_a_consistent_stream_restarted_anywhere_yields_each_committed_record_onc
     assert restarts > 100
 
 
-def test_the_stream_reads_only_below_the_watermark_of_its_state(kafka: Any) -> None:
+def _one_batch_clock(watermark: int) -> _Clock:
+    """A log of batch 1's four records (partition 0, offsets 0-3), committed, visible up to ``watermark``."""
     clock = _Clock(_History())
     clock.history.records = [_Record(0, o, RecordMeta("w", 1, 1, TASK)) for o in range(4)]
     clock.history.arrive = [0] * 4
-    state = ControlState(epochs={"w": 1}, commits={("w", 1): _commit(1, {0: (0, 3)})}, watermark={0: 1})
-    clock.history.states = [state]
+    commits = {("w", 1): _commit(1, {0: (0, 3)})}
+    clock.history.states = [ControlState(epochs={"w": 1}, commits=commits, watermark={0: watermark})]
+    return clock
+
+
+def test_the_stream_reads_only_below_the_watermark_of_its_state(kafka: Any) -> None:
+    clock = _one_batch_clock(watermark=1)
     kafka(clock.log())
     planner = _planner(clock, None)
     start = planner.initial_offset()
@@ -597,11 +603,7 @@ def test_a_recreated_log_or_offsets_that_went_back_fail_the_stream_instead_of_sk
     the next planning: before, the stream waited in silence until the new topic grew past its positions,
     then skipped its first records. A micro-batch that would end before it starts fails too (its records
     would be handed out again)."""
-    clock = _Clock(_History())
-    clock.history.records = [_Record(0, o, RecordMeta("w", 1, 1, TASK)) for o in range(4)]
-    clock.history.arrive = [0] * 4
-    state = ControlState(epochs={"w": 1}, commits={("w", 1): _commit(1, {0: (0, 3)})}, watermark={0: 3})
-    clock.history.states = [state]
+    clock = _one_batch_clock(watermark=3)
     log = kafka(clock.log())
     planner = _planner(clock, None)
     start = planner.initial_offset()
@@ -627,11 +629,7 @@ def test_a_restart_on_a_control_topic_created_again_fails_instead_of_deciding_on
     control topic of another id (the table dropped and created again under its name) fails: the replayed
     micro-batch's records would be decided against a history without their epochs (foreign, dropped).
     Offsets of older versions name none and are not checked."""
-    clock = _Clock(_History())
-    clock.history.records = [_Record(0, o, RecordMeta("w", 1, 1, TASK)) for o in range(4)]
-    clock.history.arrive = [0] * 4
-    state = ControlState(epochs={"w": 1}, commits={("w", 1): _commit(1, {0: (0, 3)})}, watermark={0: 3})
-    clock.history.states = [state]
+    clock = _one_batch_clock(watermark=3)
     kafka(clock.log())
     clock.started_topic_id = "control-1"  # type: ignore[attr-defined]
     planner = _planner(clock, None)
@@ -654,11 +652,7 @@ def test_a_quiet_stream_hands_spark_an_empty_micro_batch_only_when_its_lag_chang
     whose log end moved offers Spark a new offset, with the same positions and the new lag (an empty
     micro-batch: its progress shows the lag), at most every ``LAG_REFRESH_S``; with nothing changed it
     offers the same JSON (no micro-batch at all)."""
-    clock = _Clock(_History())
-    clock.history.records = [_Record(0, o, RecordMeta("w", 1, 1, TASK)) for o in range(4)]
-    clock.history.arrive = [0] * 4
-    state = ControlState(epochs={"w": 1}, commits={("w", 1): _commit(1, {0: (0, 3)})}, watermark={0: 1})
-    clock.history.states = [state]
+    clock = _one_batch_clock(watermark=1)
     log = kafka(clock.log())
     planner = _planner(clock, None)
     start = planner.initial_offset()
@@ -680,11 +674,7 @@ def test_a_stream_whose_checkpoint_says_transactional_continues(kafka: Any) -> N
     """A checkpoint of an older version names the consistency ``transactional`` (the old name of
     consistent): a restarted consistent stream takes it, goes on from its positions, and keeps the name in
     its later offsets (Spark compares offsets by their JSON: a rewritten name would look like progress)."""
-    clock = _Clock(_History())
-    clock.history.records = [_Record(0, o, RecordMeta("w", 1, 1, TASK)) for o in range(4)]
-    clock.history.arrive = [0] * 4
-    state = ControlState(epochs={"w": 1}, commits={("w", 1): _commit(1, {0: (0, 3)})}, watermark={0: 1})
-    clock.history.states = [state]
+    clock = _one_batch_clock(watermark=1)
     kafka(clock.log())
     old = {"version": 1, "mode": "log", "consistency": "transactional", "positions": {"0": 0, "1": 0},
            "origin": {"0": 0, "1": 0}}  # fmt: skip
